@@ -1,0 +1,125 @@
+"""Contract line 8, checked in a real child interpreter: the exit hook at interpreter exit.
+
+The child (``python -m harness.contract.exit_probe MODE VARIANT ROOT``) starts
+listeners in the variant's process-wide registry and returns from main; the
+parent times how long interpreter exit then takes and looks at what is left.
+
+* ``stuck``: two listeners each with a handler parked forever, drain_timeout 2 s,
+  exit budget 0.5 s: exit must take about the budget, not 2 x drain_timeout.
+* ``retry``: a stop that timed out (False, kept registered), then the handler
+  finishes; the exit hook must retry and remove the socket on a clean exit.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+from harness.timeouts import scaled
+
+EXIT_BUDGET_S = 0.5  # the child's exit budget
+STUCK_DRAIN_S = 2.0  # drain_timeout of each stuck listener in the child
+STUCK_LISTENERS = 2
+
+
+def _child(mode: str, variant_name: str, root: str) -> None:
+    from harness import failpoints
+    from harness.reference import wire
+    from harness.reference.listener import ListenerConfig
+    from harness.reference.variants import get_variant
+    from harness.reference.worker import ReferenceWorker, WorkerSpec
+
+    variant = get_variant(variant_name)
+    registry = variant.registry(exit_budget=EXIT_BUDGET_S, exit_hook=True)
+    drain = STUCK_DRAIN_S if mode == "stuck" else 0.1
+    count = STUCK_LISTENERS if mode == "stuck" else 1
+    fp = failpoints.arm("backend.map_to_kv_tensors", "pause")
+    workers = []
+    for rank in range(count):
+        spec = WorkerSpec("x", rank=rank, root=root, config=ListenerConfig(drain_timeout=drain), capacity=1 << 24)
+        w = variant.worker(spec, registry=registry, listener_cls=variant.listener)
+        w.start()
+        workers.append(w)
+
+    replies: list[object] = []
+
+    def client(path: str) -> None:
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.connect(path)
+        s.sendall(wire.encode_request(wire.Request(cmd="map_to_kv_tensors", offsets=[0])))
+        try:
+            replies.append(wire.recv_frame(s))
+        except OSError:
+            pass
+
+    threads = [threading.Thread(target=client, args=(w.path,), daemon=True) for w in workers]
+    for t in threads:
+        t.start()
+    fp.wait_reached(count, timeout=scaled())
+    if mode == "retry":
+        stopped = registry.stop_all()  # times out: the handler is parked
+        fp.release()
+        threads[0].join(scaled())
+        print(f"stop-before-exit {stopped} registered {len(registry)}", flush=True)
+    print(f"exiting {time.monotonic_ns()}", flush=True)
+
+
+def _run_child(mode: str, variant: str, root: Path) -> tuple[float, list[str], str]:
+    proc = subprocess.Popen([sys.executable, "-m", "harness.contract.exit_probe", mode, variant, str(root)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        out, err = proc.communicate(timeout=scaled(60))
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, err = proc.communicate()
+    end = time.monotonic_ns()
+    lines = out.splitlines()
+    exiting = [int(x.split()[1]) for x in lines if x.startswith("exiting ")]
+    if proc.returncode != 0 or not exiting:
+        from harness.contract.rig import violated
+
+        raise violated(f"exit probe child failed (status {proc.returncode}): {err[-2000:]}")
+    return (end - exiting[0]) / 1e9, lines, err
+
+
+def exit_hook_bounded(variant: object, root: Path) -> None:
+    """8. With listeners that cannot drain, interpreter exit is delayed by about the exit budget only."""
+    from harness.contract.rig import violated
+
+    name = getattr(variant, "name", str(variant))
+    seconds, _, _ = _run_child("stuck", name, root)
+    _clean(root)
+    bound = EXIT_BUDGET_S + scaled(1.0)
+    if seconds > bound:
+        raise violated(f"interpreter exit took {seconds:.2f}s with {STUCK_LISTENERS} undrainable listeners "
+                       f"(budget {EXIT_BUDGET_S}s, bound {bound:.1f}s)")
+
+
+def exit_hook_retries(variant: object, root: Path) -> None:
+    """8. A listener whose stop timed out is stopped by the exit hook on a clean exit."""
+    from harness.contract.rig import violated
+
+    name = getattr(variant, "name", str(variant))
+    _, lines, _ = _run_child("retry", name, root)
+    left = sorted(str(p.relative_to(root)) for p in root.rglob("*"))
+    _clean(root)
+    if left:
+        raise violated(f"after a clean exit the exit hook left {left} ({'; '.join(lines[:1])})")
+
+
+def _clean(root: Path) -> None:
+    for p in sorted(root.rglob("*"), reverse=True):
+        if p.is_dir() and not p.is_symlink():
+            p.rmdir()
+        else:
+            p.unlink()
+
+
+if __name__ == "__main__":
+    _child(sys.argv[1], sys.argv[2], sys.argv[3])
+

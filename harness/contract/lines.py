@@ -1,0 +1,340 @@
+"""One check per line of the stop contract (DESIGN.md), each runnable against any variant.
+
+A check raises :class:`ContractViolation` saying what broke, or returns.  Every
+check names the planted-bug variants it must catch; tests/test_contract.py runs
+each on ``reference`` (must pass) and on each of those (must fail).
+Synchronisation is by failpoints and history events only; the few time bounds
+are safety nets or the generous "at once" bounds DESIGN.md asks for.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from pathlib import Path
+
+from harness import failpoints
+from harness.contract.rig import MiB, Rig, violated
+from harness.errors import ListenerBusy
+from harness.history import Event
+from harness.reference import wire
+from harness.reference.variants import Variant
+from harness.timeouts import scaled
+
+SHORT_DRAIN_S = 0.3  # drain_timeout where a check needs the drain to time out
+AT_ONCE_S = 2.0  # "at once": generous bound separating prompt from stuck (scaled)
+
+MAP = "map_to_kv_tensors"
+
+
+def _map(*pages: int, id: str | None = None) -> wire.Request:
+    return wire.Request(cmd=MAP, offsets=[p * 2 * MiB for p in pages], id=id)
+
+
+def _park_map(rig: Rig, w: object, page: int = 0) -> tuple[failpoints.Failpoint, object]:
+    fp = failpoints.arm(f"backend.{MAP}", "pause", count=1)
+    pending = rig.request_async(w, _map(page, id="parked"))  # type: ignore[arg-type]
+    if not fp.wait_reached(timeout=scaled()):
+        raise violated("the parked request never reached the backend")
+    return fp, pending
+
+
+def _is_eof(sock: socket.socket, timeout: float) -> bool:
+    """True if the peer closed or reset ``sock`` within ``timeout``."""
+    sock.settimeout(timeout)
+    try:
+        return sock.recv(1) == b""
+    except (ConnectionResetError, BrokenPipeError):
+        return True
+    except TimeoutError:
+        return False
+
+
+def _dispatched_after(events: list[Event], t_ns: int, pred: object = None) -> list[Event]:
+    return [e for e in events if e.kind == "dispatch_started" and e.t_ns > t_ns]
+
+
+# --------------------------------------------------------------------------- 1
+def no_dispatch_after_stop(variant: Variant, root: Path) -> None:
+    """1. Nothing is dispatched once stop began: a request queued behind the backend gets shutting_down."""
+    with Rig(variant, root) as rig:
+        w = rig.worker()
+        fp = failpoints.arm(f"backend.{MAP}", "pause", count=1)
+        s = rig.connect(w)
+        s.sendall(wire.encode_request(_map(0, id="first")) + wire.encode_request(_map(1, id="queued")))
+        if not fp.wait_reached(timeout=scaled()):
+            raise violated("the first request never reached the backend")
+        stop = rig.call_async(lambda: rig.listener(w).stop(), "stop")
+        started = rig.wait("stop_started")
+        fp.release()
+        if stop.result() is not True:
+            raise violated("stop did not return True after the handler finished")
+        replies = [wire.decode_reply(wire.recv_frame(s)) for _ in range(2)]
+        late = [e for e in _dispatched_after(rig.rec.events(), started.t_ns)]
+        if late:
+            raise violated(f"dispatched after stop began: {[e.data for e in late]}")
+        if replies[0].status != "success" or replies[1].error_type != "shutting_down":
+            raise violated(f"expected success then shutting_down, got {[(r.status, r.error_type) for r in replies]}")
+
+
+# --------------------------------------------------------------------------- 2
+def reads_cancelled_at_once(variant: Variant, root: Path) -> None:
+    """2. A read in progress is cancelled when stop begins, even while a handler drains."""
+    with Rig(variant, root) as rig:
+        w = rig.worker()
+        stalled = rig.connect(w)
+        mark = rig.mark()
+        body = wire.encode_request(_map(3, id="stalled"))
+        stalled.sendall(body[:4])  # the header: the body is withheld
+        rig.wait("frame_started", after=mark)
+        fp, parked = _park_map(rig, w)
+        stop = rig.call_async(lambda: rig.listener(w).stop(), "stop")
+        rig.wait("stop_started")
+        cancelled = _is_eof(stalled, scaled(AT_ONCE_S))
+        try:
+            stalled.sendall(body[4:])  # too late: must never be dispatched
+        except OSError:
+            pass
+        fp.release()
+        stop.result()
+        parked.result()
+        if not cancelled:
+            raise violated("a read stalled after the header was not cancelled when stop began")
+        ids = [e.data.get("id") for e in rig.events("dispatch_started")]
+        if "stalled" in ids:
+            raise violated("the stalled request was dispatched after stop began")
+
+
+# --------------------------------------------------------------------------- 3
+def handler_drained(variant: Variant, root: Path) -> None:
+    """3. A handler inside the backend is waited for, and its reply still reaches its client."""
+    with Rig(variant, root) as rig:
+        w = rig.worker()
+        fp, parked = _park_map(rig, w)
+        stop = rig.call_async(lambda: rig.listener(w).stop(), "stop")
+        first = rig.wait(lambda e: e.kind in ("drain_started", "stop_returned"))
+        if first.kind == "stop_returned":
+            fp.release()
+            raise violated("stop returned while a handler was still inside the backend")
+        fp.release()
+        ok = stop.result()
+        reply = parked.result()
+        if ok is not True or reply.status != "success":
+            raise violated(f"after the drain: stop={ok}, parked reply={reply.status}")
+        kinds = [e.kind for e in rig.rec.events() if e.kind in ("dispatch_finished", "stop_returned")]
+        if kinds[:1] != ["dispatch_finished"]:
+            raise violated(f"stop returned before the handler finished: {kinds}")
+
+
+# --------------------------------------------------------------------------- 4
+def teardown_keeps_other_ranks(variant: Variant, root: Path) -> None:
+    """4. Teardown removes only what is ours: a directory stays while another rank's socket is in it."""
+    with Rig(variant, root) as rig:
+        w0, w1, p1 = rig.worker(0), rig.worker(1), rig.worker(0, pp=1)
+        if rig.listener(w0).stop() is not True:
+            raise violated("stop of rank 0 did not return True")
+        if os.path.exists(w0.path) or not os.path.exists(w1.path):
+            raise violated(f"after stopping rank 0: w0 exists={os.path.exists(w0.path)}, "
+                           f"w1 exists={os.path.exists(w1.path)}")
+        if rig.request(w1, wire.Request(cmd="kv_tensors_created")).status != "success":
+            raise violated("rank 1 no longer serves after rank 0 stopped")
+        rig.listener(w1).stop()
+        ppdir = Path(p1.path).parent
+        if not ppdir.exists():
+            raise violated("the pp1 directory was removed while pp1/rank0 still serves")
+        rig.listener(p1).stop()
+        left = sorted(str(p.relative_to(root)) for p in root.rglob("*"))
+        if left:
+            raise violated(f"left behind after every rank stopped: {left}")
+
+
+def unlink_only_own_socket(variant: Variant, root: Path) -> None:
+    """4. The socket file is unlinked only if it is still the one this listener bound."""
+    with Rig(variant, root) as rig:
+        w = rig.worker()
+        os.unlink(w.path)
+        other = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            other.bind(w.path)  # someone else's socket now lives at our path
+            ok = rig.listener(w).stop()
+            survived = os.path.exists(w.path)
+        finally:
+            other.close()
+            if os.path.exists(w.path):
+                os.unlink(w.path)
+            rig.listener(w)._remove_empty_dirs()
+        if ok is not True:
+            raise violated("stop did not return True with the path replaced")
+        if not survived:
+            raise violated("stop unlinked a socket that replaced ours at the path")
+
+
+# --------------------------------------------------------------------------- 5
+def drain_timeout_keeps_everything(variant: Variant, root: Path) -> None:
+    """5. Not drained in time: False, nothing torn down, still registered; a retry finishes."""
+    with Rig(variant, root, drain_timeout=SHORT_DRAIN_S) as rig:
+        w = rig.worker()
+        fp, parked = _park_map(rig, w)
+        listener = rig.listener(w)
+        ok = rig.registry.stop_all()
+        kept = os.path.exists(w.path) and rig.registry.get(rig.registry.key_of(listener)) is listener
+        fp.release()
+        reply = parked.result()
+        if ok is not False:
+            raise violated(f"stop returned {ok} while a handler was parked past drain_timeout")
+        if not kept:
+            raise violated("a stop that timed out tore down the socket or dropped the registration")
+        if reply.status != "success":
+            raise violated(f"the drained handler's reply was {reply.status}")
+        if rig.registry.stop_all() is not True or os.path.exists(w.path):
+            raise violated("the retry after the drain did not stop and clean up")
+
+
+# --------------------------------------------------------------------------- 6
+def concurrent_stop_waits(variant: Variant, root: Path) -> None:
+    """6. A concurrent stop never reports True while another is still draining."""
+    with Rig(variant, root) as rig:
+        w = rig.worker()
+        fp, parked = _park_map(rig, w)
+        first = rig.call_async(rig.registry.stop_all, "stop-1")
+        rig.wait("drain_started")
+        second = rig.call_async(lambda: (rig.registry.stop_all(), rig.rec.emit("second_stop_returned"))[0],
+                                "stop-2")
+        rig.rec.wait_until(lambda evs: sum(e.kind == "drain_started" for e in evs) >= 2
+                           or any(e.kind == "second_stop_returned" for e in evs), scaled())
+        early = second.done and second.result() is True and not parked.done  # type: ignore[attr-defined]
+        fp.release()
+        first.result()
+        second.result()
+        if early:
+            raise violated("a concurrent stop reported True while the first was still draining")
+
+
+def stop_from_handler_returns(variant: Variant, root: Path) -> None:
+    """6. stop() called from a handler returns False at once instead of waiting for itself."""
+    seen: dict[str, object] = {}
+
+    class StopInside:
+        def handle(self, req: wire.Request) -> wire.Reply:
+            t0 = _now()
+            seen["ok"] = listener_ref[0].stop()
+            seen["s"] = _now() - t0
+            return wire.Reply(status="success")
+
+    listener_ref: list = []
+    with Rig(variant, root, drain_timeout=1.0) as rig:
+        w = rig.worker(backend=StopInside())
+        listener_ref.append(rig.listener(w))
+        rig.request(w, wire.Request(cmd="kv_tensors_created"))
+        final = rig.listener(w).stop()
+    if seen.get("ok") is not False:
+        raise violated(f"stop() from a handler returned {seen.get('ok')!r}, not False")
+    if float(seen["s"]) >= 0.5:  # type: ignore[arg-type]
+        raise violated(f"stop() from a handler took {seen['s']:.2f}s: it waited for its own thread")
+    if final is not True:
+        raise violated("stop() after the handler returned did not finish the stop")
+
+
+def cleanup_error_keeps_registration(variant: Variant, root: Path) -> None:
+    """6. A cleanup error makes stop return False, never raise, and keeps the registration for a retry."""
+    with Rig(variant, root) as rig:
+        w = rig.worker()
+        failpoints.arm("cleanup.unlink", "raise", count=1, message="unlink failed")
+        try:
+            ok = rig.registry.stop_all()
+        except Exception as exc:
+            ok = exc  # type: ignore[assignment]
+        kept = len(rig.registry) == 1
+        retry = rig.registry.stop_all()
+        if ok is not False:
+            raise violated(f"stop_all with a failing cleanup returned {ok!r}, not False")
+        if not kept:
+            raise violated("a cleanup error dropped the listener from the registry")
+        if retry is not True or os.path.exists(w.path):
+            raise violated("the retry after a cleanup error did not finish the cleanup")
+
+
+# --------------------------------------------------------------------------- 7
+def stop_without_socket_path(variant: Variant, root: Path) -> None:
+    """7. stop works when the socket file (or its directory) was removed while live."""
+    for remove_dir in (False, True):
+        with Rig(variant, root, drain_timeout=SHORT_DRAIN_S) as rig:
+            w = rig.worker()
+            os.unlink(w.path)
+            os.unlink(Path(w.path).with_suffix(".owner"))
+            if remove_dir:
+                os.rmdir(Path(w.path).parent)
+            ok = rig.listener(w).stop()
+            if ok is not True:
+                raise violated(f"stop returned {ok} after the socket {'directory' if remove_dir else 'file'} "
+                               f"was removed while live")
+
+
+# --------------------------------------------------------------------------- 9
+def restart_refused_while_draining(variant: Variant, root: Path) -> None:
+    """9. start() on a registered key replaces the old listener only if it stops; else raises, old intact."""
+    with Rig(variant, root, drain_timeout=SHORT_DRAIN_S) as rig:
+        w = rig.worker()
+        old = rig.listener(w)
+        fp, parked = _park_map(rig, w)
+        try:
+            rig.worker()  # same ipc, rank and pp
+            raised: Exception | None = None
+        except Exception as exc:
+            raised = exc
+        intact = rig.registry.get(rig.registry.key_of(old)) is old and os.path.exists(w.path)
+        fp.release()
+        parked.result()
+        if not isinstance(raised, ListenerBusy):
+            raise violated(f"restart over a draining listener raised {raised!r}, not ListenerBusy")
+        if not intact:
+            raise violated("a refused restart did not leave the old listener registered with its socket")
+        if rig.worker().listener is None:
+            raise violated("restart after the drain did not start")
+
+
+# -------------------------------------------------------------------------- 10
+def teardown_deferred(variant: Variant, root: Path) -> None:
+    """10. Integration shutdown defers allocator teardown while stop is False; no backend call after it."""
+    with Rig(variant, root, drain_timeout=SHORT_DRAIN_S) as rig:
+        w = rig.worker()
+        fp, parked = _park_map(rig, w)
+        first = w.shutdown()
+        torn_early = w.allocator.torn_down
+        fp.release()
+        reply = parked.result()
+        second, third = w.shutdown(), w.shutdown()
+        if first is not False or torn_early:
+            raise violated(f"shutdown returned {first} and tore the allocator down while a handler was parked")
+        if reply.status != "success":
+            raise violated(f"the drained handler ran against a torn-down allocator: {reply.message}")
+        teardowns = rig.events("allocator_torn_down")
+        if (second, third) != (True, True) or len(teardowns) != 1:
+            raise violated(f"retries returned {second}, {third} with {len(teardowns)} teardowns (want 1)")
+        late = _dispatched_after(rig.rec.events(), teardowns[0].t_ns)
+        if late:
+            raise violated(f"backend called after the allocator was torn down: {[e.data for e in late]}")
+
+
+# -------------------------------------------------------------------------- 11
+def served_while_stalled(variant: Variant, root: Path) -> None:
+    """11. While one client sits idle and another stalls mid-frame, a third is still served."""
+    with Rig(variant, root) as rig:
+        w = rig.worker()
+        mark = rig.mark()
+        rig.connect(w)  # idle
+        rig.wait("accepted", after=mark)
+        stalled = rig.connect(w)
+        stalled.sendall(wire.encode_request(_map(1))[:6])
+        try:
+            reply = rig.request(w, wire.Request(cmd="kv_tensors_created"), timeout=scaled(AT_ONCE_S))
+        except (TimeoutError, OSError) as exc:
+            raise violated(f"a request was not served while another client was idle: {exc}") from None
+        if reply.status != "success":
+            raise violated(f"request while others stall answered {reply.status}")
+
+
+def _now() -> float:
+    import time
+
+    return time.monotonic()

@@ -1,0 +1,137 @@
+"""The history: one record of what every process did, on one clock.
+
+An :class:`Event` is plain data: CLOCK_MONOTONIC nanoseconds (shared by every
+process on Linux), pid, role, rank, thread name, a kind (past tense:
+``stop_started``, ``dispatch_started``) and a small dict of data.  The
+:class:`Recorder` is the only writer of a history: producers call ``emit``;
+tests and checkers read ``events()`` or block in ``wait_for``.  JSONL in and
+out; a torn last line (a writer killed mid-line) is tolerated and reported.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+__all__ = ["SCHEMA_VERSION", "Event", "Emitter", "Recorder", "NullRecorder", "write_jsonl", "read_jsonl"]
+
+SCHEMA_VERSION = 1  # bump when Event's fields change meaning
+
+
+@dataclass(frozen=True)
+class Event:
+    """One thing that happened, in one process, at one time."""
+
+    t_ns: int
+    pid: int
+    role: str
+    rank: str
+    thread: str
+    kind: str
+    data: dict[str, Any] = field(default_factory=dict)
+    v: int = SCHEMA_VERSION
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), separators=(",", ":"), default=str)
+
+
+class Emitter(Protocol):
+    """What producers need: ``emit(kind, **data)``."""
+
+    def emit(self, kind: str, /, **data: Any) -> None: ...
+
+
+class NullRecorder:
+    """Records nothing (benchmarks with history off)."""
+
+    def emit(self, kind: str, /, **data: Any) -> None:
+        return None
+
+
+class Recorder:
+    """Thread-safe in-process recorder; the single writer of one history.
+
+    ``role`` and ``rank`` label every event it emits (``engine``/``worker``,
+    ``pp0/rank1``).  :meth:`wait_for` is how tests synchronise with the system
+    under test: it blocks until a matching event exists.
+    """
+
+    def __init__(self, role: str = "harness", rank: str = "") -> None:
+        self.role = role
+        self.rank = rank
+        self._events: list[Event] = []
+        self._cond = threading.Condition()
+
+    def emit(self, kind: str, /, **data: Any) -> None:
+        ev = Event(time.monotonic_ns(), os.getpid(), self.role, self.rank,
+                   threading.current_thread().name, kind, data)
+        with self._cond:
+            self._events.append(ev)
+            self._cond.notify_all()
+
+    def add(self, ev: Event) -> None:
+        """Append an event made elsewhere (another process's, received by this recorder)."""
+        with self._cond:
+            self._events.append(ev)
+            self._cond.notify_all()
+
+    def events(self, kind: str | None = None) -> list[Event]:
+        with self._cond:
+            evs = list(self._events)
+        return evs if kind is None else [e for e in evs if e.kind == kind]
+
+    def kinds(self) -> list[str]:
+        return [e.kind for e in self.events()]
+
+    def wait_for(self, match: str | Callable[[Event], bool], timeout: float = 10.0,
+                 *, after: int = 0) -> Event | None:
+        """The first event (from index ``after``) matching a kind or predicate; None on timeout."""
+        pred = (lambda e: e.kind == match) if isinstance(match, str) else match
+        found: list[Event] = []
+
+        def check() -> bool:
+            for e in self._events[after:]:
+                if pred(e):
+                    found.append(e)
+                    return True
+            return False
+
+        with self._cond:
+            self._cond.wait_for(check, timeout)
+        return found[0] if found else None
+
+    def wait_until(self, cond: Callable[[list[Event]], bool], timeout: float = 10.0) -> bool:
+        """Block until ``cond(events so far)`` holds; False on timeout."""
+        with self._cond:
+            return self._cond.wait_for(lambda: cond(self._events), timeout)
+
+    def write(self, path: str | os.PathLike[str]) -> None:
+        write_jsonl(path, self.events())
+
+
+def write_jsonl(path: str | os.PathLike[str], events: Iterable[Event]) -> None:
+    with open(path, "w") as f:
+        for ev in events:
+            f.write(ev.to_json() + "\n")
+
+
+def read_jsonl(path: str | os.PathLike[str]) -> tuple[list[Event], list[str]]:
+    """Events from a JSONL history, and a list of problems (bad or torn lines, by number)."""
+    events: list[Event] = []
+    problems: list[str] = []
+    lines = Path(path).read_text().split("\n")
+    for n, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            events.append(Event(**json.loads(line)))
+        except (ValueError, TypeError) as exc:
+            torn = n == len(lines) or (n == len(lines) - 1 and not lines[-1])
+            problems.append(f"{path}:{n}: {'torn last line' if torn else 'bad line'}: {exc}")
+    return events, problems

@@ -1,0 +1,1 @@
+"""The built-in system under test: the reference listener, allocator, client and their variants."""

@@ -1,0 +1,523 @@
+"""The reference worker listener: one Unix socket per (rank, pp), served by one thread.
+
+It keeps every line of the stop contract in DESIGN.md.  How:
+
+* One serving thread multiplexes the server socket, every accepted connection
+  and a self-pipe with :mod:`selectors`; reads are non-blocking and fed to a
+  :class:`~harness.reference.wire.FrameReader`, so an idle or stalled client
+  never delays another (no head-of-line blocking).  Backend calls run on that
+  thread, one at a time (serialised per listener).
+* ``stop()`` takes the listener lock, sets the stop flag and records
+  ``stop_started``; every dispatch decision is taken under the same lock, so
+  the history orders them exactly.  Under that lock it shuts down every tracked
+  connection that is reading or idle (reads are cancelled at once), then wakes
+  the thread through the self-pipe: never through the socket path, so a
+  removed or replaced socket file cannot make stop hang.
+* The thread finishes the backend call it is in (its reply is still written:
+  cancel reads, not writes), answers requests that completed but were not yet
+  dispatched with ``shutting_down``, closes every connection and exits.  Only
+  then does stop tear down: close the server socket, unlink the socket file if
+  it is still the one bound (same device and inode), remove the owner record
+  and any directory left empty.
+
+Hooks a planted-bug variant overrides are the ``_``-prefixed methods between
+"variant seams" comments; harness/reference/variants.py lists the variants.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import selectors
+import socket
+import struct
+import threading
+from collections import deque
+from dataclasses import dataclass
+from enum import Enum
+from pathlib import Path
+from typing import Protocol
+
+from harness import failpoints
+from harness.errors import BackendError, ConfigError, ListenerError, WireError
+from harness.history import Emitter, NullRecorder
+from harness.reference import wire
+from harness.reference.paths import DIR_PREFIX, OwnerRecord, owner_path
+
+__all__ = ["Backend", "ListenerConfig", "WorkerListener", "DEFAULT_DRAIN_TIMEOUT"]
+
+DEFAULT_DRAIN_TIMEOUT = 5.0  # seconds stop() waits for a handler inside the backend (kvcached's figure)
+WRITE_TIMEOUT = 5.0  # seconds a reply write may block before the connection is dropped
+RECV_CHUNK = 65536  # bytes read per readable event
+_PEERCRED = struct.Struct("3i")  # struct ucred: pid, uid, gid
+
+
+class Backend(Protocol):
+    """What a listener dispatches into: one request in, one reply out.
+
+    Raise a :class:`~harness.errors.BackendError` to send an error reply with its
+    ``error_type`` and ``phase``; anything else becomes ``operation_failed``.
+    """
+
+    def handle(self, req: wire.Request) -> wire.Reply: ...
+
+
+@dataclass(frozen=True)
+class ListenerConfig:
+    """Tunables of one listener."""
+
+    drain_timeout: float = DEFAULT_DRAIN_TIMEOUT
+    max_frame: int = wire.MAX_FRAME
+    backlog: int = 128
+    check_peer_uid: bool = True
+
+    def __post_init__(self) -> None:
+        if not self.drain_timeout >= 0:
+            raise ConfigError(f"drain_timeout must be >= 0 seconds, got {self.drain_timeout!r}")
+        if not 1 <= self.max_frame <= (1 << 31):
+            raise ConfigError(f"max_frame must be between 1 and 2**31 bytes, got {self.max_frame!r}")
+
+
+class _State(Enum):
+    IDLE = "idle"  # no byte of a frame yet
+    READING = "reading"  # part of a frame has arrived
+    QUEUED = "queued"  # a whole frame waits for the backend
+    DISPATCHING = "dispatching"  # inside the backend call, or writing its reply
+    CANCELLED = "cancelled"  # shut down by stop(); only closing is left
+
+
+class _Conn:
+    __slots__ = ("sock", "cid", "reader", "state", "bodies")
+
+    def __init__(self, sock: socket.socket, cid: int, max_frame: int) -> None:
+        self.sock = sock
+        self.cid = cid  # connection number, unique per listener: names it in the history
+        self.reader = wire.FrameReader(max_frame)
+        self.state = _State.IDLE
+        self.bodies: deque[bytes] = deque()  # completed frames not yet answered
+
+
+class WorkerListener:
+    """Serves one worker rank's socket until stopped.
+
+    Lifecycle: ``start()`` once, then ``stop()`` any number of times from any thread.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], backend: Backend, *, rank: int = 0, pp: int = 0,
+                 ipc: str = "", config: ListenerConfig | None = None, recorder: Emitter | None = None) -> None:
+        self.path = Path(path)
+        self.backend = backend
+        self.rank = rank
+        self.pp = pp
+        self.ipc = ipc
+        self.config = config or ListenerConfig()
+        self.rec: Emitter = recorder if recorder is not None else NullRecorder()
+        self._lock = threading.Lock()  # guards _stopping, _conns and every dispatch decision
+        self._stop_lock = threading.Lock()  # serialises teardown between concurrent stops
+        self._stopping = False  # set once, under _lock, by the first stop
+        self._torn_down = False  # teardown finished: stop() is then a no-op returning True
+        self._conns: dict[int, _Conn] = {}  # tracked connections by fileno
+        self._next_cid = 0
+        self._ready: deque[_Conn] = deque()  # connections with a whole frame waiting, FIFO
+        self._server: socket.socket | None = None
+        self._ident: tuple[int, int] | None = None  # (st_dev, st_ino) of the socket we bound
+        self._wake_r, self._wake_w = -1, -1
+        self._thread: threading.Thread | None = None
+        self._exited = threading.Event()  # set by the serving thread as its very last step
+
+    @property
+    def label(self) -> str:
+        return f"pp{self.pp}/rank{self.rank}"
+
+    @property
+    def stopping(self) -> bool:
+        return self._stopping
+
+    @property
+    def torn_down(self) -> bool:
+        return self._torn_down
+
+    @property
+    def thread(self) -> threading.Thread | None:
+        return self._thread
+
+    # ------------------------------------------------------------------ start
+    def start(self) -> None:
+        """Bind the socket and start serving.
+
+        Returns: once the thread is serving (a client may connect at once).
+        Resource handling: creates the directories (0700), the socket (0600) and
+            its owner record; all are removed by a successful ``stop()``.
+        Error handling: raises ListenerError (nothing left behind) when the
+            socket cannot be bound; ConfigError when called twice.
+        """
+        if self._thread is not None:
+            raise ConfigError(f"listener {self.label} at {self.path} was already started; start a new one")
+        self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            self._take_over_stale_path()
+            old_umask = os.umask(0o177)
+            try:
+                server.bind(os.fspath(self.path))
+            finally:
+                os.umask(old_umask)
+            os.chmod(self.path, 0o600)
+            st = os.stat(self.path)
+            self._ident = (st.st_dev, st.st_ino)
+            server.listen(self.config.backlog)
+            server.setblocking(False)
+            OwnerRecord.for_self(self.ipc, "socket", self.rank, self.pp).write(owner_path(self.path))
+        except ListenerError:
+            server.close()
+            raise
+        except OSError as exc:
+            server.close()
+            self._remove_empty_dirs()
+            raise ListenerError(f"{self.label}: cannot listen on {self.path}: {exc}") from exc
+        self._server = server
+        self._wake_r, self._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        started = threading.Event()
+        self._thread = threading.Thread(target=self._serve, args=(started,), daemon=True,
+                                        name=f"lastcall-listener-{self.label}")
+        self._thread.start()
+        started.wait()
+        self.rec.emit("listener_started", path=str(self.path), rank=self.rank, pp=self.pp)
+
+    def _take_over_stale_path(self) -> None:
+        """Remove a socket left at our path by a dead owner; refuse one whose owner lives.
+
+        (kvcached unlinks whatever is there, so a second process steals a live path.)
+        """
+        if not os.path.lexists(self.path):
+            return
+        rec = OwnerRecord.read(owner_path(self.path))
+        if rec is not None and rec.alive():
+            raise ListenerError(
+                f"{self.label}: {self.path} is in use by live pid {rec.pid}; stop that listener, "
+                f"or use another ipc name (a leftover of a dead owner is removed with `lastcall ctl delete`)")
+        self.path.unlink()
+        self.rec.emit("stale_socket_removed", path=str(self.path))
+
+    # ------------------------------------------------------------------- stop
+    def stop(self, timeout: float | None = None) -> bool:
+        """Stop serving, drain, and tear down.
+
+        ``timeout`` overrides ``config.drain_timeout`` for this call (the exit hook
+        uses it to share one budget among listeners).
+
+        Returns: True once the serving thread has exited and everything the
+            listener created is gone (also on every later call).  False when the
+            drain did not finish in time, when called from a handler on the
+            serving thread, or when a cleanup step failed: then nothing more is
+            torn down and a later call retries.
+        Resource handling: connections reading or idle are shut down at once;
+            the handler inside the backend (if any) finishes and its reply is
+            delivered; the socket file is unlinked only if it is the one bound.
+        Error handling: never raises.
+        """
+        try:
+            if self._torn_down:
+                return True
+            if self._thread is None:
+                return self._finish_stop(True, reason="never started")
+            self._begin_stop()
+            if threading.current_thread() is self._thread:
+                return self._stop_from_handler()
+            limit = self.config.drain_timeout if timeout is None else timeout
+            if not self._wait_drained(limit):
+                return self._finish_stop(False, reason="drain timeout")
+            with self._stop_lock:
+                if not self._torn_down:
+                    self._teardown()
+                    self._torn_down = True
+            return self._finish_stop(True)
+        except Exception as exc:  # a cleanup error: keep everything for a retry
+            self.rec.emit("cleanup_failed", error=f"{type(exc).__name__}: {exc}")
+            return self._finish_stop(False, reason=f"cleanup failed: {exc}")
+
+    def _finish_stop(self, ok: bool, reason: str = "") -> bool:
+        self.rec.emit("stop_returned", ok=ok, reason=reason, label=self.label)
+        return ok
+
+    def _begin_stop(self) -> None:
+        """Set the stop flag, cancel reads and wake the thread; only the first call acts."""
+        with self._lock:
+            if self._stopping:
+                return
+            self._stopping = True
+            self.rec.emit("stop_started", label=self.label)
+            victims = [c for c in self._conns.values() if c.state in (_State.IDLE, _State.READING)]
+            self._cancel_reads(victims)
+        self._wake()
+
+    # ------------------------------------------------------------ variant seams
+    def _cancel_reads(self, victims: list[_Conn]) -> None:
+        """Under the lock: shut every reading or idle connection down (wakes a parked read)."""
+        for conn in victims:
+            conn.state = _State.CANCELLED
+            try:
+                conn.sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+        self.rec.emit("reads_cancelled", n=len(victims), conns=[c.cid for c in victims])
+
+    def _wake(self) -> None:
+        """Wake the serving thread through the self-pipe (never through the socket path)."""
+        try:
+            os.write(self._wake_w, b"x")
+        except (BlockingIOError, OSError):
+            pass  # a full pipe is already a wake-up; a closed one means the thread is gone
+
+    def _may_dispatch(self) -> bool:
+        """Under the lock: may a request be dispatched now?"""
+        return not self._stopping
+
+    def _wait_drained(self, timeout: float) -> bool:
+        """Wait until the serving thread has exited; False if ``timeout`` passed first."""
+        self.rec.emit("drain_started", timeout=timeout)
+        ok = self._exited.wait(timeout)
+        self.rec.emit("drain_finished", ok=ok)
+        return ok
+
+    def _stop_from_handler(self) -> bool:
+        """stop() called on the serving thread (from a handler): it cannot wait for itself."""
+        return self._finish_stop(False, reason="called from the serving thread")
+
+    def _teardown(self) -> None:
+        """Close, unlink (only our own inode), remove the owner record and empty dirs."""
+        if self._server is not None:
+            self._step("close")
+            self._server.close()
+        self._step("unlink")
+        try:
+            st = os.stat(self.path)
+            if (st.st_dev, st.st_ino) == self._ident:
+                self.path.unlink()
+            else:
+                self.rec.emit("teardown_step", step="unlink_skipped", why="socket path replaced")
+        except FileNotFoundError:
+            self.rec.emit("teardown_step", step="unlink_skipped", why="socket path gone")
+        try:
+            owner_path(self.path).unlink()
+        except FileNotFoundError:
+            pass
+        self._step("rmdir")
+        self._remove_empty_dirs()
+        for fd in (self._wake_r, self._wake_w):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        self._wake_r = self._wake_w = -1
+
+    # ---------------------------------------------------------------- helpers
+    def _step(self, step: str) -> None:
+        failpoints.hit(f"cleanup.{step}")
+        self.rec.emit("teardown_step", step=step)
+
+    def _remove_empty_dirs(self) -> None:
+        """rmdir the socket's directory, then its parent up to the instance root, while empty.
+
+        Another rank's socket left in a directory (ENOTEMPTY) or its concurrent
+        removal (ENOENT) is normal.
+        """
+        d = self.path.parent
+        while True:
+            try:
+                d.rmdir()
+            except OSError as exc:
+                if exc.errno not in (errno.ENOTEMPTY, errno.ENOENT, errno.EEXIST):
+                    raise
+                if exc.errno != errno.ENOENT:
+                    return
+            if d.name.startswith(DIR_PREFIX) or d.parent == d:
+                return
+            d = d.parent
+
+    # ----------------------------------------------------------- serving side
+    def _serve(self, started: threading.Event) -> None:
+        assert self._server is not None
+        sel = selectors.DefaultSelector()
+        sel.register(self._server, selectors.EVENT_READ, None)
+        sel.register(self._wake_r, selectors.EVENT_READ, None)
+        started.set()
+        try:
+            while not self._stopping:
+                for key, _ in sel.select():
+                    if key.fileobj is self._server:
+                        self._accept(sel)
+                    elif key.fileobj == self._wake_r:
+                        self._drain_pipe()
+                    else:
+                        conn = key.data
+                        assert isinstance(conn, _Conn)
+                        self._on_readable(sel, conn)
+                self._dispatch_ready(sel)
+            self._dispatch_ready(sel)  # everything left answers shutting_down
+        except BaseException as exc:
+            self.rec.emit("thread_crashed", error=f"{type(exc).__name__}: {exc}")
+            raise
+        finally:
+            for conn in list(self._conns.values()):
+                self._close(sel, conn, why="listener stopping")
+            sel.close()
+            self.rec.emit("thread_exited")
+            self._exited.set()
+
+    def _drain_pipe(self) -> None:
+        try:
+            while os.read(self._wake_r, 512):
+                pass
+        except BlockingIOError:
+            pass
+
+    def _accept(self, sel: selectors.BaseSelector) -> None:
+        assert self._server is not None
+        while True:
+            try:
+                sock, _ = self._server.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as exc:  # EMFILE and friends: leave it pending, keep serving
+                self.rec.emit("accept_failed", error=str(exc))
+                return
+            failpoints.hit("listener.accepted")
+            if self.config.check_peer_uid:
+                pid, uid, _gid = _PEERCRED.unpack(
+                    sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _PEERCRED.size))
+                if uid != os.getuid():
+                    self.rec.emit("peer_rejected", peer_pid=pid, peer_uid=uid)
+                    sock.close()
+                    continue
+            sock.setblocking(False)
+            with self._lock:
+                self._next_cid += 1
+                cid = self._next_cid
+                if self._stopping:
+                    self.rec.emit("accepted_after_stop", conn=cid)
+                    sock.close()
+                    continue
+                conn = _Conn(sock, cid, self.config.max_frame)
+                self._conns[sock.fileno()] = conn
+                self.rec.emit("accepted", conn=cid)
+            sel.register(sock, selectors.EVENT_READ, conn)
+
+    def _on_readable(self, sel: selectors.BaseSelector, conn: _Conn) -> None:
+        try:
+            data = conn.sock.recv(RECV_CHUNK)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError as exc:
+            self._close(sel, conn, why=f"read error: {exc}")
+            return
+        if not data:
+            why = "cancelled by stop" if conn.state is _State.CANCELLED else "peer closed"
+            if conn.reader.in_frame:
+                why += " mid-frame"
+            self._close(sel, conn, why=why)
+            return
+        was_in_frame = conn.reader.in_frame
+        try:
+            bodies = conn.reader.feed(data)
+        except WireError as exc:  # a bad length: framing is lost; answer if we can, then close
+            self.rec.emit("bad_frame", conn=conn.cid, error=str(exc))
+            self._send(conn, wire.Reply(status="error", error_type="bad_request", message=str(exc)))
+            self._close(sel, conn, why="framing lost")
+            return
+        if not was_in_frame and (bodies or conn.reader.in_frame):
+            self.rec.emit("frame_started", conn=conn.cid)
+            failpoints.hit("listener.frame_started")
+        if not bodies:
+            if conn.state is _State.IDLE and conn.reader.in_frame:
+                with self._lock:
+                    if conn.state is _State.IDLE:
+                        conn.state = _State.READING
+            failpoints.hit("listener.frame_read")
+            return
+        with self._lock:  # the frame-completion decision
+            for _ in bodies:
+                self.rec.emit("frame_completed", conn=conn.cid, after_stop=self._stopping)
+            if conn.state is _State.CANCELLED:
+                return  # stop shut this one down: its frame is never dispatched
+            conn.bodies.extend(bodies)
+            if conn.state is not _State.QUEUED:
+                conn.state = _State.QUEUED
+                self._ready.append(conn)
+        failpoints.hit("listener.frame_read")
+
+    def _dispatch_ready(self, sel: selectors.BaseSelector) -> None:
+        while self._ready:
+            conn = self._ready.popleft()
+            while conn.bodies and conn.sock.fileno() != -1:
+                body = conn.bodies.popleft()
+                try:
+                    req = wire.decode_request(body)
+                except WireError as exc:
+                    self.rec.emit("bad_request", conn=conn.cid, error=str(exc))
+                    self._send(conn, wire.Reply(status="error", error_type="bad_request", message=str(exc)))
+                    continue
+                failpoints.hit("listener.before_dispatch")
+                with self._lock:  # the dispatch decision
+                    go = self._may_dispatch()
+                    if go:
+                        conn.state = _State.DISPATCHING
+                        self.rec.emit("dispatch_started", conn=conn.cid, cmd=req.cmd, id=req.id)
+                    else:
+                        self.rec.emit("dispatch_refused", conn=conn.cid, cmd=req.cmd, id=req.id)
+                if go:
+                    reply = self._call_backend(req)
+                    self.rec.emit("dispatch_finished", conn=conn.cid, cmd=req.cmd, status=reply.status)
+                else:
+                    reply = wire.Reply(status="error", id=req.id, error_type="shutting_down",
+                                       message=f"{self.label} is shutting down; request not dispatched")
+                self._send(conn, reply)
+            if conn.sock.fileno() != -1:
+                with self._lock:
+                    if conn.state in (_State.QUEUED, _State.DISPATCHING):
+                        conn.state = _State.IDLE
+                    if self._stopping and conn.state is _State.IDLE:
+                        # answered, and no further read may be dispatched: cancel it now
+                        conn.state = _State.CANCELLED
+                        try:
+                            conn.sock.shutdown(socket.SHUT_RD)
+                        except OSError:
+                            pass
+
+    def _call_backend(self, req: wire.Request) -> wire.Reply:
+        try:
+            failpoints.hit(f"backend.{req.cmd}")
+            reply = self.backend.handle(req)
+            reply.id = req.id
+            return reply
+        except BackendError as exc:
+            return wire.Reply(status="error", id=req.id, error_type=exc.error_type,  # type: ignore[arg-type]
+                              phase=exc.phase, message=str(exc))
+        except Exception as exc:
+            return wire.Reply(status="error", id=req.id, error_type="operation_failed",
+                              message=f"{type(exc).__name__}: {exc}")
+
+    def _send(self, conn: _Conn, reply: wire.Reply) -> None:
+        """Write a whole reply; a vanished or stuck peer only loses its own connection."""
+        data = wire.encode_reply(reply)
+        try:
+            conn.sock.settimeout(WRITE_TIMEOUT)
+            conn.sock.sendall(data)
+            conn.sock.setblocking(False)
+        except OSError as exc:
+            self.rec.emit("reply_failed", conn=conn.cid, error=str(exc))
+            try:
+                conn.sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    def _close(self, sel: selectors.BaseSelector, conn: _Conn, *, why: str) -> None:
+        with self._lock:
+            self._conns.pop(conn.sock.fileno(), None)
+        try:
+            sel.unregister(conn.sock)
+        except (KeyError, ValueError):
+            pass
+        conn.sock.close()
+        conn.bodies.clear()
+        self.rec.emit("connection_closed", conn=conn.cid, why=why)

@@ -1,0 +1,251 @@
+"""Planted-bug variants of the reference listener, registry and worker, by name.
+
+Each variant changes one seam of the reference to reproduce one real bug (most
+are bugs kvcached or vLLM shipped, or had in review).  A checker, fault or
+scenario earns trust by staying quiet on ``reference`` and firing on the variant
+it names.  Later issues run these inside worker processes and benchmarks, so
+they live in the package, registered in :data:`VARIANTS`.
+"""
+
+from __future__ import annotations
+
+import os
+import selectors
+import shutil
+import socket
+from dataclasses import dataclass
+
+from harness.errors import ConfigError
+from harness.reference.listener import WorkerListener, _Conn, _State
+from harness.reference.registry import Registry
+from harness.reference.worker import ReferenceWorker
+
+__all__ = ["Variant", "VARIANTS", "get_variant"]
+
+
+# ----------------------------------------------------------------- listeners
+class TimedJoinTeardown(WorkerListener):
+    """kvcached 50090d0: join with a timeout, then tear down and report success anyway."""
+
+    def _wait_drained(self, timeout: float) -> bool:
+        super()._wait_drained(timeout)
+        return True
+
+
+class NoConnTracking(WorkerListener):
+    """Stop does not touch accepted connections: a parked read stays parked until the drain ends."""
+
+    def _cancel_reads(self, victims: list[_Conn]) -> None:
+        self.rec.emit("reads_cancelled", n=0, conns=[])
+
+
+class DispatchAfterStop(WorkerListener):
+    """The dispatch decision ignores the stop flag: a frame that completes during stop is still run."""
+
+    def _may_dispatch(self) -> bool:
+        return True
+
+
+class TeardownWhileAlive(WorkerListener):
+    """Tears down as soon as stop begins, while a handler may still be inside the backend."""
+
+    def _wait_drained(self, timeout: float) -> bool:
+        return True
+
+
+class StopFromHandlerDeadlocks(WorkerListener):
+    """stop() from a handler waits for its own thread to exit: stuck for the whole drain timeout."""
+
+    def _stop_from_handler(self) -> bool:
+        return self._exited.wait(self.config.drain_timeout)
+
+
+class WakeByConnect(WorkerListener):
+    """kvcached 0.1.6: wakes the serving thread by connecting to its own socket path.
+
+    If the path was removed or replaced while live, the wake-up never arrives and
+    stop can never finish.
+    """
+
+    def _wake(self) -> None:
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            s.settimeout(1.0)
+            s.connect(os.fspath(self.path))
+        except OSError:
+            pass
+        finally:
+            s.close()
+
+
+class UnlinkByPath(WorkerListener):
+    """Unlinks whatever is at the socket path, even another listener's socket that replaced ours."""
+
+    def _teardown(self) -> None:
+        try:
+            self.path.unlink()
+        except FileNotFoundError:
+            pass
+        super()._teardown()
+
+
+class RmtreeDir(WorkerListener):
+    """Removes the whole socket directory, taking other ranks' live sockets with it."""
+
+    def _teardown(self) -> None:
+        super()._teardown()
+        shutil.rmtree(self.path.parent, ignore_errors=True)
+
+
+class RaiseOnCleanupError(WorkerListener):
+    """Lets a cleanup error escape stop() (paired with a registry that then drops the entry)."""
+
+    def stop(self, timeout: float | None = None) -> bool:
+        if self._thread is not None and not self._torn_down:
+            self._begin_stop()
+            if not self._wait_drained(self.config.drain_timeout if timeout is None else timeout):
+                return self._finish_stop(False, reason="drain timeout")
+            self._teardown()  # may raise
+            self._torn_down = True
+        return self._finish_stop(True)
+
+
+class HeadOfLineBlocking(WorkerListener):
+    """kvcached 0.1.6: serves one connection at a time, waiting on each new one to speak.
+
+    One client that connects and sends nothing stalls every other request.
+    """
+
+    def _accept(self, sel: selectors.BaseSelector) -> None:
+        super()._accept(sel)
+        with self._lock:
+            fresh = [c for c in self._conns.values() if c.state is _State.IDLE and not c.reader.in_frame]
+        for conn in fresh:  # block until the new client's first byte (or stop shuts it down)
+            try:
+                conn.sock.setblocking(True)
+                conn.sock.recv(1, socket.MSG_PEEK)
+                conn.sock.setblocking(False)
+            except OSError:
+                pass
+
+
+# ---------------------------------------------------------------- registries
+class ConcurrentStopReportsTrue(Registry):
+    """kvcached review: stop_all empties the registry first, so a concurrent stop sees nothing
+    left and reports True while the first is still draining."""
+
+    def stop_all(self, timeout: float | None = None) -> bool:
+        with self._lock:
+            left = list(self._entries.values())
+            self._entries.clear()
+        ok = all([listener.stop(timeout) for listener in left])
+        if not ok:
+            with self._lock:
+                for listener in left:
+                    if not listener.torn_down:
+                        self._entries[self.key_of(listener)] = listener
+        return ok
+
+
+class DropRegistrationOnError(Registry):
+    """kvcached review: a cleanup exception drops the entry, leaving nothing for a retry."""
+
+    def stop_all(self, timeout: float | None = None) -> bool:
+        ok = True
+        for listener in self.listeners():
+            try:
+                ok = listener.stop(timeout) and ok
+            except Exception:
+                ok = False
+            finally:
+                self._forget(self.key_of(listener), listener)
+        return ok
+
+
+class RestartDropsOld(Registry):
+    """start() replaces a registered listener whether or not it stopped."""
+
+    def _stop_old(self, old: WorkerListener) -> bool:
+        old.stop()
+        return True
+
+
+class UnboundedExitHook(Registry):
+    """The kvcached seed's hidden cost: the exit hook drains each listener for its full timeout."""
+
+    def exit_hook(self) -> None:
+        self.rec.emit("exit_hook_started", listeners=len(self), budget=None)
+        for listener in self.listeners():
+            listener.stop()
+        self.rec.emit("exit_hook_finished", ok=len(self) == 0, left=len(self))
+
+
+# ------------------------------------------------------------------- workers
+class TeardownIgnoresStop(ReferenceWorker):
+    """kvcached 7d32e5e: integration shutdown tears the allocator down even when stop returned False."""
+
+    def _stop_listeners(self) -> bool:
+        self.registry.stop_all()
+        return True
+
+
+@dataclass(frozen=True)
+class Variant:
+    """A named system under test: which listener, registry and worker classes make it up."""
+
+    name: str
+    bug: str
+    listener: type[WorkerListener] = WorkerListener
+    registry: type[Registry] = Registry
+    worker: type[ReferenceWorker] = ReferenceWorker
+
+
+def _variants(*vs: Variant) -> dict[str, Variant]:
+    return {v.name: v for v in vs}
+
+
+VARIANTS: dict[str, Variant] = _variants(
+    Variant("reference", "none: keeps every line of the stop contract"),
+    Variant("timed_join_teardown", "a timed join, then teardown and True while the handler runs",
+            listener=TimedJoinTeardown),
+    Variant("no_conn_tracking", "a read in progress is not cancelled when stop begins",
+            listener=NoConnTracking),
+    Variant("dispatch_after_stop", "a request whose frame completes after stop began is dispatched",
+            listener=DispatchAfterStop),
+    Variant("teardown_while_alive", "teardown and True while the serving thread is still alive",
+            listener=TeardownWhileAlive),
+    Variant("drop_registration_on_error", "a cleanup error drops the registration: no retry possible",
+            listener=RaiseOnCleanupError, registry=DropRegistrationOnError),
+    Variant("concurrent_stop_true", "a concurrent stop reports True while another is draining",
+            registry=ConcurrentStopReportsTrue),
+    Variant("stop_from_handler_deadlocks", "stop() called from a handler waits for itself",
+            listener=StopFromHandlerDeadlocks),
+    Variant("wake_by_connect", "stop wakes the thread through the socket path: path removed, stop hangs",
+            listener=WakeByConnect),
+    Variant("unlink_by_path", "teardown unlinks a socket that replaced ours at the path",
+            listener=UnlinkByPath),
+    Variant("rmtree_dir", "teardown removes the directory with another rank's live socket in it",
+            listener=RmtreeDir),
+    Variant("head_of_line_blocking", "one idle client stalls every other client",
+            listener=HeadOfLineBlocking),
+    Variant("restart_drops_old", "restart replaces a listener that did not stop",
+            registry=RestartDropsOld),
+    Variant("unbounded_exit_hook", "the exit hook waits drain_timeout per stuck listener",
+            registry=UnboundedExitHook),
+    Variant("teardown_ignores_stop", "integration shutdown tears the allocator down after a failed stop",
+            worker=TeardownIgnoresStop),
+)
+
+
+def get_variant(name: str) -> Variant:
+    """The variant registered as ``name``; ConfigError with the known names otherwise."""
+    try:
+        return VARIANTS[name]
+    except KeyError:
+        import difflib
+
+        near = difflib.get_close_matches(name, VARIANTS, n=1)
+        hint = f" (did you mean {near[0]!r}?)" if near else ""
+        raise ConfigError(f"unknown variant {name!r}{hint}; known: {', '.join(VARIANTS)}") from None
+
+
