@@ -37,8 +37,8 @@ class Hook:
     def __call__(self, op: str, group_id: int, offset: int) -> None:
         self.calls.append((op, group_id, offset))
         if op == "map":
-            n, self.maps = self.maps, self.maps + 1
-            if n == self.fail_at:
+            self.maps += 1
+            if self.maps - 1 == self.fail_at:
                 raise RuntimeError("CUDA out of memory (injected)")
         elif op == "rollback" and self.rollback_fails:
             raise RuntimeError("release failed (injected)")
@@ -88,9 +88,8 @@ def test_map_holds_real_memory() -> None:
     group = alloc._groups[0]
     for tensors in group.tensors:
         for block in tensors.values():
-            assert isinstance(block, torch.Tensor)
+            assert isinstance(block, torch.Tensor) and block.device == torch.device("cpu")
             assert block.dtype == torch.uint8 and block.numel() == P
-            assert block.device == torch.device("cpu")
     assert group.tensors[0][0].data_ptr() != group.tensors[1][0].data_ptr()
     assert alloc.map(0, [0, P]) == [P]
 
@@ -130,8 +129,7 @@ def test_map_failure_rolls_back_this_call_only() -> None:
     with pytest.raises(OperationFailed, match="rolled back") as info:
         alloc.map(0, [0, P, 2 * P, 3 * P])
     assert isinstance(info.value.__cause__, RuntimeError)
-    assert alloc.mapped_offsets(0) == {0}
-    assert alloc.used_bytes() == 2 * P
+    assert alloc.mapped_offsets(0) == {0} and alloc.used_bytes() == 2 * P
     assert alloc.quarantined_offsets(0) == frozenset()
     assert [c for c in hook.calls if c[0] == "rollback"] == [
         ("rollback", 0, 2 * P), ("rollback", 0, P), ("rollback", 0, P)]
@@ -164,8 +162,7 @@ def test_unmap_is_idempotent() -> None:
     alloc.map(0, [0, P])
     for _ in range(2):
         alloc.unmap(0, [P, 3 * P])
-    assert alloc.mapped_offsets(0) == {0}
-    assert alloc.used_bytes() == 2 * P
+    assert alloc.mapped_offsets(0) == {0} and alloc.used_bytes() == 2 * P
     with pytest.raises(BadRequest):
         alloc.unmap(0, [1])
 
@@ -267,7 +264,6 @@ offsets_st = st.lists(offset_st, max_size=3)
 
 class AllocatorMachine(RuleBasedStateMachine):
     """A pure-Python model (block counts per page) against the real KVAllocator."""
-
     T = 2
 
     def __init__(self) -> None:
@@ -278,8 +274,7 @@ class AllocatorMachine(RuleBasedStateMachine):
         self.blocks: dict[int, dict[int, int]] = {}
         self.quarantined: dict[int, set[int]] = {}
         self.pending: tuple[str, int, list[int]] | None = None
-        self.committed: set[str] = set()
-        self.aborted: set[str] = set()
+        self.committed, self.aborted = set[str](), set[str]()
 
     def check(self, expected: type[BackendError] | None, call: Callable[[], object]) -> object:
         try:
@@ -291,11 +286,8 @@ class AllocatorMachine(RuleBasedStateMachine):
         return result
 
     def validate(self, gid: int, offsets: list[int]) -> type[BackendError] | None:
-        if gid not in self.caps:
-            return BadRequest
-        if any(o < 0 or o % P or o >= self.caps[gid] for o in offsets):
-            return BadRequest
-        return None
+        cap = self.caps.get(gid, 0)
+        return BadRequest if any(o < 0 or o % P or o >= cap for o in offsets) or not cap else None
 
     def mapped(self, gid: int) -> set[int]:
         return {o for o, n in self.blocks[gid].items() if n == self.T}

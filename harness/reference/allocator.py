@@ -237,7 +237,7 @@ class KVAllocator:
     def _rollback(self, group: _Group, group_id: int, touched: list[int]) -> list[int]:
         """Release this call's blocks; return the offsets whose release failed."""
         lost: list[int] = []
-        for off in reversed(touched[:-1]):
+        for off in reversed(touched):
             try:
                 for tensors in reversed(group.tensors):
                     if off in tensors:
