@@ -12,7 +12,6 @@ parent times how long interpreter exit then takes and looks at what is left.
 
 from __future__ import annotations
 
-import os
 import socket
 import subprocess
 import sys
@@ -32,7 +31,7 @@ def _child(mode: str, variant_name: str, root: str) -> None:
     from harness.reference import wire
     from harness.reference.listener import ListenerConfig
     from harness.reference.variants import get_variant
-    from harness.reference.worker import ReferenceWorker, WorkerSpec
+    from harness.reference.worker import WorkerSpec
 
     variant = get_variant(variant_name)
     registry = variant.registry(exit_budget=EXIT_BUDGET_S, exit_hook=True)

@@ -11,29 +11,32 @@ from __future__ import annotations
 
 import os
 import socket
+import time
 from pathlib import Path
 
 from harness import failpoints
-from harness.contract.rig import MiB, Rig, violated
+from harness.contract.rig import MiB, Pending, Rig, violated
 from harness.errors import ListenerBusy
 from harness.history import Event
 from harness.reference import wire
+from harness.reference.listener import WorkerListener
 from harness.reference.variants import Variant
+from harness.reference.worker import ReferenceWorker
 from harness.timeouts import scaled
 
 SHORT_DRAIN_S = 0.3  # drain_timeout where a check needs the drain to time out
 AT_ONCE_S = 2.0  # "at once": generous bound separating prompt from stuck (scaled)
 
-MAP = "map_to_kv_tensors"
+MAP: wire.Command = "map_to_kv_tensors"
 
 
 def _map(*pages: int, id: str | None = None) -> wire.Request:
     return wire.Request(cmd=MAP, offsets=[p * 2 * MiB for p in pages], id=id)
 
 
-def _park_map(rig: Rig, w: object, page: int = 0) -> tuple[failpoints.Failpoint, object]:
+def _park_map(rig: Rig, w: ReferenceWorker, page: int = 0) -> tuple[failpoints.Failpoint, Pending]:
     fp = failpoints.arm(f"backend.{MAP}", "pause", count=1)
-    pending = rig.request_async(w, _map(page, id="parked"))  # type: ignore[arg-type]
+    pending = rig.request_async(w, _map(page, id="parked"))
     if not fp.wait_reached(timeout=scaled()):
         raise violated("the parked request never reached the backend")
     return fp, pending
@@ -50,7 +53,7 @@ def _is_eof(sock: socket.socket, timeout: float) -> bool:
         return False
 
 
-def _dispatched_after(events: list[Event], t_ns: int, pred: object = None) -> list[Event]:
+def _dispatched_after(events: list[Event], t_ns: int) -> list[Event]:
     return [e for e in events if e.kind == "dispatch_started" and e.t_ns > t_ns]
 
 
@@ -198,11 +201,15 @@ def concurrent_stop_waits(variant: Variant, root: Path) -> None:
         fp, parked = _park_map(rig, w)
         first = rig.call_async(rig.registry.stop_all, "stop-1")
         rig.wait("drain_started")
-        second = rig.call_async(lambda: (rig.registry.stop_all(), rig.rec.emit("second_stop_returned"))[0],
-                                "stop-2")
+        def second_stop() -> bool:
+            ok = rig.registry.stop_all()
+            rig.rec.emit("second_stop_returned", ok=ok)
+            return ok
+
+        second = rig.call_async(second_stop, "stop-2")
         rig.rec.wait_until(lambda evs: sum(e.kind == "drain_started" for e in evs) >= 2
                            or any(e.kind == "second_stop_returned" for e in evs), scaled())
-        early = second.done and second.result() is True and not parked.done  # type: ignore[attr-defined]
+        early = second.done and second.result() is True and not parked.done
         fp.release()
         first.result()
         second.result()
@@ -221,7 +228,7 @@ def stop_from_handler_returns(variant: Variant, root: Path) -> None:
             seen["s"] = _now() - t0
             return wire.Reply(status="success")
 
-    listener_ref: list = []
+    listener_ref: list[WorkerListener] = []
     with Rig(variant, root, drain_timeout=1.0) as rig:
         w = rig.worker(backend=StopInside())
         listener_ref.append(rig.listener(w))
@@ -229,8 +236,9 @@ def stop_from_handler_returns(variant: Variant, root: Path) -> None:
         final = rig.listener(w).stop()
     if seen.get("ok") is not False:
         raise violated(f"stop() from a handler returned {seen.get('ok')!r}, not False")
-    if float(seen["s"]) >= 0.5:  # type: ignore[arg-type]
-        raise violated(f"stop() from a handler took {seen['s']:.2f}s: it waited for its own thread")
+    took = seen.get("s")
+    if not isinstance(took, float) or took >= 0.5:
+        raise violated(f"stop() from a handler took {took}s: it waited for its own thread")
     if final is not True:
         raise violated("stop() after the handler returned did not finish the stop")
 
@@ -240,10 +248,11 @@ def cleanup_error_keeps_registration(variant: Variant, root: Path) -> None:
     with Rig(variant, root) as rig:
         w = rig.worker()
         failpoints.arm("cleanup.unlink", "raise", count=1, message="unlink failed")
+        ok: object
         try:
             ok = rig.registry.stop_all()
         except Exception as exc:
-            ok = exc  # type: ignore[assignment]
+            ok = exc
         kept = len(rig.registry) == 1
         retry = rig.registry.stop_all()
         if ok is not False:
@@ -335,6 +344,4 @@ def served_while_stalled(variant: Variant, root: Path) -> None:
 
 
 def _now() -> float:
-    import time
-
     return time.monotonic()

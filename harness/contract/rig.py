@@ -8,7 +8,6 @@ that cannot stop by itself, so a check never leaks a thread, socket or path.
 
 from __future__ import annotations
 
-import os
 import socket
 import threading
 from collections.abc import Callable

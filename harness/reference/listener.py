@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 import selectors
 import socket
 import struct
@@ -50,6 +51,7 @@ DEFAULT_DRAIN_TIMEOUT = 5.0  # seconds stop() waits for a handler inside the bac
 WRITE_TIMEOUT = 5.0  # seconds a reply write may block before the connection is dropped
 RECV_CHUNK = 65536  # bytes read per readable event
 _PEERCRED = struct.Struct("3i")  # struct ucred: pid, uid, gid
+_PP_DIR = re.compile(r"pp[0-9]+")  # a pipeline-stage subdirectory of the path rule
 
 
 class Backend(Protocol):
@@ -87,7 +89,7 @@ class _State(Enum):
 
 
 class _Conn:
-    __slots__ = ("sock", "cid", "reader", "state", "bodies")
+    __slots__ = ("bodies", "cid", "reader", "sock", "state")
 
     def __init__(self, sock: socket.socket, cid: int, max_frame: int) -> None:
         self.sock = sock
@@ -153,9 +155,9 @@ class WorkerListener:
         """
         if self._thread is not None:
             raise ConfigError(f"listener {self.label} at {self.path} was already started; start a new one")
-        self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
+            self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
             self._take_over_stale_path()
             old_umask = os.umask(0o177)
             try:
@@ -317,13 +319,14 @@ class WorkerListener:
         self.rec.emit("teardown_step", step=step)
 
     def _remove_empty_dirs(self) -> None:
-        """rmdir the socket's directory, then its parent up to the instance root, while empty.
+        """rmdir the socket's ``pp<N>`` directory, then the instance directory, while empty.
 
-        Another rank's socket left in a directory (ENOTEMPTY) or its concurrent
+        Only directories of the path rule are touched (never a parent we did not
+        create).  Another rank's socket left in one (ENOTEMPTY) or its concurrent
         removal (ENOENT) is normal.
         """
         d = self.path.parent
-        while True:
+        while d.name.startswith(DIR_PREFIX) or _PP_DIR.fullmatch(d.name):
             try:
                 d.rmdir()
             except OSError as exc:
@@ -331,8 +334,6 @@ class WorkerListener:
                     raise
                 if exc.errno != errno.ENOENT:
                     return
-            if d.name.startswith(DIR_PREFIX) or d.parent == d:
-                return
             d = d.parent
 
     # ----------------------------------------------------------- serving side

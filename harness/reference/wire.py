@@ -123,7 +123,7 @@ def decode_reply(body: bytes) -> Reply:
 
 def parse_length(header: bytes, max_frame: int = MAX_FRAME) -> int:
     """The body length from a 4-byte header; FrameTooLarge when 0 or over ``max_frame``."""
-    (size,) = HEADER.unpack(header)
+    size: int = HEADER.unpack(header)[0]
     if size == 0:
         raise FrameTooLarge("frame length 0: a frame carries at least one byte of msgpack")
     if size > max_frame:

@@ -1,0 +1,54 @@
+"""Every line of the stop contract: kept by the reference, broken by the planted bug it names."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from harness.contract import CHECKS, Check, run_check
+from harness.reference.variants import VARIANTS
+
+REFERENCE = VARIANTS["reference"]
+CONTRACT_LINES = range(1, 12)  # DESIGN.md's stop contract has eleven lines
+
+
+def _id(c: Check) -> str:
+    return f"L{c.line}-{c.name}"
+
+
+@pytest.mark.parametrize("check", CHECKS, ids=_id)
+def test_reference_keeps(check: Check, lc_root: Path, no_thread_leak: None) -> None:
+    outcome = run_check(check, REFERENCE, lc_root)
+    assert outcome.kept, outcome.detail
+
+
+@pytest.mark.parametrize(
+    ("check", "variant"),
+    [(c, v) for c in CHECKS for v in c.catches],
+    ids=[f"{_id(c)}-{v}" for c in CHECKS for v in c.catches],
+)
+def test_planted_bug_caught(check: Check, variant: str, lc_root: Path) -> None:
+    outcome = run_check(check, VARIANTS[variant], lc_root)
+    assert not outcome.kept, f"{check.name} did not catch {variant}"
+    assert "check crashed" not in outcome.detail, outcome.detail
+
+
+def test_every_line_has_a_check() -> None:
+    assert sorted({c.line for c in CHECKS}) == list(CONTRACT_LINES)
+
+
+def test_every_variant_is_caught_by_a_check() -> None:
+    caught = {v for c in CHECKS for v in c.catches}
+    assert caught == set(VARIANTS) - {"reference"}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("variant", sorted(set(VARIANTS) - {"reference"}))
+def test_full_matrix_each_variant_breaks_only_where_expected(variant: str, lc_root: Path) -> None:
+    """Every check against the variant: those naming it must fire; none may crash."""
+    for check in CHECKS:
+        outcome = run_check(check, VARIANTS[variant], lc_root)
+        assert "check crashed" not in outcome.detail, outcome.detail
+        if variant in check.catches:
+            assert not outcome.kept, f"{check.name} missed {variant}"
