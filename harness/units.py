@@ -47,7 +47,7 @@ def parse_size(value: str | int) -> int:
         negative, or is not a whole number of bytes.
     """
     if isinstance(value, bool) or not isinstance(value, (str, int)):
-        raise ConfigError(f"size must be a string such as '512MiB' or an int of bytes, got {value!r}")
+        raise ConfigError(f"size must be a string or an int of bytes, e.g. '512MiB' or 1048576, got {value!r}")
     if isinstance(value, int):
         if value < 0:
             raise ConfigError(f"size {value!r} is negative; give bytes >= 0, e.g. 1073741824 or '1GiB'")
@@ -71,7 +71,7 @@ def parse_duration(value: str | float | int) -> float:
         negative, or not finite.
     """
     if isinstance(value, bool) or not isinstance(value, (str, int, float)):
-        raise ConfigError(f"duration must be a string such as '500ms' or a number of seconds, got {value!r}")
+        raise ConfigError(f"duration must be a string or a number of seconds, e.g. '500ms' or 0.5, got {value!r}")
     if not isinstance(value, str):
         if not (math.isfinite(value) and value >= 0):
             raise ConfigError(f"duration {value!r} must be finite and >= 0 seconds, e.g. 0.5 or '500ms'")

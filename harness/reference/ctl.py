@@ -137,7 +137,10 @@ def _scan(root: Path, shm_dir: Path) -> dict[str, Instance]:
             if not d.is_dir() or d.is_symlink():
                 continue
             key = d.name[len(DIR_PREFIX):]
-            arts = list(_socket_artifacts(key, d))
+            try:
+                arts = list(_socket_artifacts(key, d))
+            except OSError:  # unreadable (another user's): show the directory itself
+                arts = []
             if not arts:
                 arts.append(Artifact("dir", key, _ipc_from_key(key), d, None, "unknown"))
             found[key] = (d, arts)
@@ -150,9 +153,9 @@ def _scan(root: Path, shm_dir: Path) -> dict[str, Instance]:
             art = Artifact("usage", key, rec.ipc if rec else _ipc_from_key(key), shm_dir / name, rec, _state(rec))
             found.setdefault(key, (None, []))[1].append(art)
     out: dict[str, Instance] = {}
-    for key, (d, arts) in found.items():
+    for key, (sock_dir, arts) in found.items():
         ipc = next((a.owner.ipc for a in arts if a.owner is not None), _ipc_from_key(key))
-        out[key] = Instance(key, ipc, d, tuple(arts))
+        out[key] = Instance(key, ipc, sock_dir, tuple(arts))
     return out
 
 
@@ -167,12 +170,25 @@ def list_instances(root: str | os.PathLike[str] | None = None,
     return [found[k] for k in sorted(found)]
 
 
+def _cannot(path: Path, exc: OSError, removed: list[Path]) -> HarnessError:
+    done = f" (removed {len(removed)} path{'' if len(removed) == 1 else 's'} before it)" if removed else ""
+    return HarnessError(f"cannot remove {path}: {exc.strerror or exc}{done}; is it another user's?")
+
+
 def _remove_file(path: Path, removed: list[Path]) -> None:
     try:
         path.unlink()
     except FileNotFoundError:
-        return
+        return  # a concurrent removal is normal
+    except OSError as exc:
+        raise _cannot(path, exc, removed) from exc
     removed.append(path)
+
+
+def _socket_first(name: str) -> tuple[str, bool, str]:
+    """Order ``w0.sock, w0.owner, w1.sock, ...``: each socket, then its record."""
+    stem, _, suffix = name.partition(".")
+    return stem, suffix != "sock", suffix
 
 
 def _remove_tree(top: Path, removed: list[Path]) -> None:
@@ -182,7 +198,7 @@ def _remove_tree(top: Path, removed: list[Path]) -> None:
         return
     for dirpath, dirnames, filenames in os.walk(top, topdown=False):
         here = Path(dirpath)
-        for name in sorted(filenames):
+        for name in sorted(filenames, key=_socket_first):
             _remove_file(here / name, removed)
         for name in sorted(dirnames):
             if (here / name).is_symlink():
@@ -191,6 +207,8 @@ def _remove_tree(top: Path, removed: list[Path]) -> None:
             here.rmdir()
         except FileNotFoundError:
             continue
+        except OSError as exc:
+            raise _cannot(here, exc, removed) from exc
         removed.append(here)
 
 
@@ -231,7 +249,8 @@ def delete_instance(ipc: str, root: str | os.PathLike[str] | None = None,
     Resource handling: sockets are unlinked, not connected to; a live owner's
         listener keeps serving on its open socket but can no longer be reached.
     Error handling: InstanceInUse naming the live pid (nothing is removed)
-        when an owner still runs and ``force`` is False.
+        when an owner still runs and ``force`` is False; HarnessError naming
+        the path that cannot be removed (what was removed before it stays removed).
     """
     base = Path(root if root is not None else default_root())
     shm = Path(shm_dir)
@@ -260,7 +279,8 @@ def sweep(root: str | os.PathLike[str] | None = None, shm_dir: str | os.PathLike
     """Remove every instance none of whose owners runs (dead, or no owner record).
 
     Returns: the removed paths and the live instances left alone.
-    Error handling: OSError other than ENOENT propagates (a concurrent removal is normal).
+    Error handling: HarnessError naming the path that cannot be removed (ENOENT,
+        a concurrent removal, is normal).
     """
     shm = Path(shm_dir)
     removed: list[Path] = []

@@ -11,6 +11,7 @@ import os
 import threading
 import time
 
+from harness import failpoints
 from harness.errors import ConfigError, ListenerBusy
 from harness.history import Emitter, NullRecorder
 from harness.reference.listener import WorkerListener
@@ -122,6 +123,7 @@ class Registry:
         """
         left = self.listeners()
         self.rec.emit("exit_hook_started", listeners=len(left), budget=self.exit_budget)
+        failpoints.hit("exit_hook")
         deadline = time.monotonic() + self.exit_budget
         for listener in left:
             listener._begin_stop()

@@ -249,3 +249,22 @@ def get_variant(name: str) -> Variant:
         raise ConfigError(f"unknown variant {name!r}{hint}; known: {', '.join(VARIANTS)}") from None
 
 
+
+
+def load_variant(spec: str) -> Variant:
+    """A variant by registered name, or by ``module:attribute`` naming a :class:`Variant`.
+
+    The module is imported by the caller's process (in a worker: after the fork).
+    """
+    if ":" not in spec:
+        return get_variant(spec)
+    import importlib
+
+    module_name, _, attr = spec.partition(":")
+    try:
+        obj = getattr(importlib.import_module(module_name), attr)
+    except (ImportError, AttributeError) as exc:
+        raise ConfigError(f"cannot load variant {spec!r}: {exc}; give module:attribute of a Variant") from None
+    if not isinstance(obj, Variant):
+        raise ConfigError(f"{spec!r} is a {type(obj).__name__}, not a harness.reference.variants.Variant")
+    return obj

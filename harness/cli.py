@@ -1,0 +1,318 @@
+"""The ``lastcall`` command line: ``main(argv) -> int``, one subcommand per concern.
+
+Commands:
+  contract   prove every stop-contract check twice: kept by the reference, broken by its planted bug
+  serve      run one reference worker in the foreground until SIGTERM or SIGINT
+  ctl        list, delete or sweep the sockets and usage segments instances leave behind
+
+Exit codes:
+  0    ok
+  1    contract: the reference broke a check, or a planted bug was not caught
+  2    usage error or bad input (bad flag, unknown name, instance in use): one line on stderr
+  3    internal error: one line on stderr naming the file the traceback was written to
+  130  interrupted (Ctrl-C outside ``serve``)
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import os
+import shutil
+import sys
+import tempfile
+import traceback
+from collections.abc import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, NoReturn
+
+from harness import __version__
+from harness.errors import ConfigError, HarnessError
+from harness.units import parse_duration, parse_size
+
+if TYPE_CHECKING:
+    from harness.contract import Check, Outcome
+
+__all__ = ["main", "build_parser", "EXIT_OK", "EXIT_BROKEN", "EXIT_USAGE", "EXIT_INTERNAL", "EXIT_INTERRUPTED"]
+
+EXIT_OK = 0  # the command did what was asked
+EXIT_BROKEN = 1  # contract: a check failed its expectation
+EXIT_USAGE = 2  # bad invocation or input; the message says what to change
+EXIT_INTERNAL = 3  # a bug in lastcall; the traceback is in a temp file
+EXIT_INTERRUPTED = 130  # Ctrl-C (128 + SIGINT)
+REFERENCE = "reference"  # the variant that must keep every check
+DETAIL_MIN = 30  # columns of detail shown however narrow the terminal
+
+
+class UsageError(HarnessError):
+    """A bad command line, as argparse reports it (exit code 2)."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that raises instead of printing usage and exiting, so main() has one boundary."""
+
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(f"{self.prog}: error: {message} (see {self.prog} --help)")
+
+
+# ------------------------------------------------------------------ argument types
+def _arg_type(fn: Callable[[str], object], name: str) -> Callable[[str], object]:
+    def convert(text: str) -> object:
+        try:
+            return fn(text)
+        except ConfigError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    convert.__name__ = name
+    return convert
+
+
+def _int_at_least(low: int) -> Callable[[str], int]:
+    def convert(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not an integer, e.g. {low}") from None
+        if value < low:
+            raise argparse.ArgumentTypeError(f"{value} must be >= {low}")
+        return value
+
+    return convert
+
+
+def _pick(kind: str, name: str, known: Sequence[str]) -> str:
+    """``name`` if known, else ConfigError with the nearest known name and the full list."""
+    if name in known:
+        return name
+    near = difflib.get_close_matches(name, known, n=1)
+    hint = f"; did you mean {near[0]!r}?" if near else ""
+    raise ConfigError(f"unknown {kind} {name!r}{hint} (known: {', '.join(known)})")
+
+
+def _unique(names: Iterable[str]) -> list[str]:
+    return list(dict.fromkeys(names))
+
+
+# ------------------------------------------------------------------------ contract
+def _expectation(check: Check, variant: str) -> str | None:
+    """The expected result: "kept" for the reference, "broken" for a bug the check names, else None."""
+    if variant == REFERENCE:
+        return "kept"
+    return "broken" if variant in check.catches else None
+
+
+def _first_line(text: str) -> str:
+    return text.strip().splitlines()[0] if text.strip() else ""
+
+
+def _cmd_contract(args: argparse.Namespace) -> int:
+    from harness.contract import CHECKS, run_check
+    from harness.reference.variants import VARIANTS
+
+    by_name = {c.name: c for c in CHECKS}
+    checks = [by_name[_pick("check", n, list(by_name))] for n in _unique(args.check)] or list(CHECKS)
+    chosen = [_pick("variant", n, list(VARIANTS)) for n in _unique(args.variant)]
+    plan: list[tuple[Check, str]] = []
+    for check in checks:
+        names = list(VARIANTS) if args.all else chosen or [REFERENCE, *check.catches]
+        plan += [(check, v) for v in names]
+    width_c = max(len("check"), *(len(c.name) for c, _ in plan))
+    width_v = max(len("variant"), *(len(v) for _, v in plan))
+    prefix = f"{'line':>4}  {'check':<{width_c}}  {'variant':<{width_v}}  {'result':<6}  {'time':>7}  "
+    room = max(DETAIL_MIN, shutil.get_terminal_size().columns - len(prefix)) if sys.stdout.isatty() else None
+    print(f"{prefix}detail", flush=True)
+    outcomes: list[tuple[Check, Outcome]] = []
+    for check, name in plan:
+        out = run_check(check, VARIANTS[name])
+        outcomes.append((check, out))
+        expect = _expectation(check, name)
+        detail = "" if out.kept else _first_line(out.detail)
+        if expect == "kept" and not out.kept:
+            detail = f"SURPRISE: {detail}"
+        elif expect == "broken" and out.kept:
+            detail = "SURPRISE: the check names this bug but it was kept"
+        if room is not None and len(detail) > room:
+            detail = detail[: room - 3] + "..."
+        result = "kept" if out.kept else "BROKEN"
+        row = f"{check.line:>4}  {check.name:<{width_c}}  {name:<{width_v}}  {result:<6}  {out.seconds:>6.2f}s"
+        print(f"{row}  {detail}".rstrip(), flush=True)
+    return _contract_summary(outcomes)
+
+
+def _contract_summary(outcomes: list[tuple[Check, Outcome]]) -> int:
+    ref = [o for _, o in outcomes if o.variant == REFERENCE]
+    named = [(c, o) for c, o in outcomes if _expectation(c, o.variant) == "broken"]
+    bugs = _unique(o.variant for _, o in named)
+    caught = [v for v in bugs if all(not o.kept for _, o in named if o.variant == v)]
+    extra = sum(1 for c, o in outcomes if _expectation(c, o.variant) is None and not o.kept)
+    wrong = [(c, o) for c, o in outcomes if _expectation(c, o.variant) == ("broken" if o.kept else "kept")]
+    parts = []
+    if ref:
+        parts.append(f"reference keeps {sum(o.kept for o in ref)}/{len(ref)} checks")
+    if bugs:
+        parts.append(f"{len(caught)}/{len(bugs)} planted bugs caught by the checks that name them")
+    if extra:
+        parts.append(f"{extra} more broken by checks that do not name the bug")
+    parts.append(f"{len(wrong)} surprise{'' if len(wrong) == 1 else 's'}")
+    total = sum(o.seconds for _, o in outcomes)
+    print(f"{'; '.join(parts)} ({total:.1f}s)", flush=True)
+    for check, out in wrong:
+        what = (f"reference broke {check.name} (line {check.line}): {_first_line(out.detail)}"
+                if out.variant == REFERENCE else f"{out.variant} was not caught by {check.name} (line {check.line})")
+        print(f"  {what}\n    replay: lastcall contract --check {check.name} --variant {out.variant}")
+    return EXIT_BROKEN if wrong else EXIT_OK
+
+
+# --------------------------------------------------------------------------- serve
+def _cmd_serve(args: argparse.Namespace) -> int:
+    from harness.reference.paths import socket_path
+
+    if args.rank >= args.tp:
+        raise ConfigError(f"--rank {args.rank} must be smaller than --tp {args.tp}")
+    socket_path(args.ipc, args.rank, args.pp, args.root)  # refuse a too-long path before importing torch
+    from harness.reference.listener import ListenerConfig
+    from harness.reference.serve import serve
+    from harness.reference.worker import WorkerSpec
+
+    spec = WorkerSpec(args.ipc, rank=args.rank, pp=args.pp, root=args.root, capacity=args.capacity,
+                      config=ListenerConfig(drain_timeout=args.drain_timeout))
+    return serve(spec)
+
+
+# ----------------------------------------------------------------------------- ctl
+def _table(rows: list[tuple[str, ...]]) -> None:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    for r in rows:
+        print("  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)).rstrip())
+
+
+def _cmd_ctl_list(args: argparse.Namespace) -> int:
+    from harness.reference.ctl import list_instances
+    from harness.reference.paths import default_root
+
+    rows: list[tuple[str, ...]] = [("kind", "ipc", "rank/pp", "pid", "state", "path")]
+    for inst in list_instances(args.root, args.shm_dir):
+        for a in inst.artifacts:
+            where = f"{a.rank}/{a.pp}" if a.rank is not None else "-"
+            rows.append((a.kind, a.ipc, where, str(a.owner.pid) if a.owner else "-", a.state, str(a.path)))
+    if len(rows) == 1:
+        print(f"no lastcall instances under {args.root or default_root()} or in {args.shm_dir}")
+    else:
+        _table(rows)
+    return EXIT_OK
+
+
+def _cmd_ctl_delete(args: argparse.Namespace) -> int:
+    from harness.reference.ctl import delete_instance
+
+    removed = delete_instance(args.ipc, args.root, args.shm_dir, force=args.force)
+    for path in removed:
+        print(f"removed {path}")
+    if not removed:
+        print(f"nothing to delete for {args.ipc}")
+    return EXIT_OK
+
+
+def _cmd_ctl_sweep(args: argparse.Namespace) -> int:
+    from harness.reference.ctl import sweep
+
+    result = sweep(args.root, args.shm_dir)
+    for path in result.removed:
+        print(f"removed {path}")
+    for inst in result.kept:
+        print(f"kept {inst.ipc} (live pid {', '.join(str(o.pid) for o in inst.live_owners)})")
+    if not result.removed:
+        print("nothing to sweep")
+    return EXIT_OK
+
+
+# -------------------------------------------------------------------------- parser
+def build_parser() -> argparse.ArgumentParser:
+    """The whole command line; each subparser sets ``func`` to its command."""
+    fmt = argparse.RawDescriptionHelpFormatter
+    codes = (__doc__ or "").split("Exit codes:", 1)[1].rstrip()
+    parser = _Parser(prog="lastcall", formatter_class=fmt, epilog=f"exit codes:{codes}",
+                     description="lastcall: test and fault injection for the shutdown paths of IPC listeners.")
+    parser.add_argument("--version", action="version", version=f"lastcall {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    p = sub.add_parser("contract", help="run the stop-contract checks", formatter_class=fmt,
+                       description="Run each stop-contract check against the reference (must keep it) and "
+                                   "against the planted bugs it names (must break it), one row per pair.",
+                       epilog="exit codes: 0 every expectation met, 1 a surprise (named in the summary), "
+                              "2 unknown name, 3 internal error")
+    group = p.add_mutually_exclusive_group()
+    group.add_argument("--variant", action="append", default=[], metavar="NAME",
+                       help="run against these variants instead (repeatable; 'reference' is one)")
+    group.add_argument("--all", action="store_true", help="the full matrix: every check x every variant")
+    p.add_argument("--check", action="append", default=[], metavar="NAME", help="only these checks (repeatable)")
+    p.set_defaults(func=_cmd_contract)
+
+    p = sub.add_parser("serve", help="run one reference worker until SIGTERM/SIGINT", formatter_class=fmt,
+                       description="Serve one reference worker in the foreground. The socket path is the first "
+                                   "line on stdout; SIGTERM or SIGINT shuts it down (a drain that times out is "
+                                   "retried) and the process exits 0 with nothing left behind.",
+                       epilog="exit codes: 0 shut down cleanly, 2 bad flag or socket in use, 3 internal error")
+    p.add_argument("--ipc", required=True, metavar="NAME", help="instance name (names the socket directory)")
+    p.add_argument("--rank", type=_int_at_least(0), default=0, help="tensor-parallel rank (default 0)")
+    p.add_argument("--pp", type=_int_at_least(0), default=0, help="pipeline stage (default 0)")
+    p.add_argument("--tp", type=_int_at_least(1), default=1, help="tensor-parallel size; rank < tp (default 1)")
+    p.add_argument("--root", metavar="DIR", help="socket root (default $LASTCALL_ROOT or the temp dir)")
+    p.add_argument("--capacity", type=_arg_type(parse_size, "size"), default=1 << 30, metavar="SIZE",
+                   help="KV address space of group 0, e.g. 512MiB (default 1GiB)")
+    p.add_argument("--drain-timeout", type=_arg_type(parse_duration, "duration"), default=5.0,
+                   metavar="SECONDS", help="how long stop waits for a handler, e.g. 500ms (default 5s)")
+    p.set_defaults(func=_cmd_serve)
+
+    ctl = sub.add_parser("ctl", help="list, delete or sweep leftover instances",
+                         description="Instances are socket directories under the root and usage segments "
+                                     "in the shm dir; owner records say whether their process is alive.")
+    ctl_sub = ctl.add_subparsers(dest="action", metavar="ACTION", required=True)
+    for name, func, about in (("list", _cmd_ctl_list, "one line per socket or segment, with its owner"),
+                              ("delete", _cmd_ctl_delete, "remove one instance's sockets, records and segment"),
+                              ("sweep", _cmd_ctl_sweep, "remove every instance whose owners are all dead")):
+        q = ctl_sub.add_parser(name, help=about, description=about)
+        if name == "delete":
+            q.add_argument("ipc", metavar="IPC", help="the instance's ipc name (or the key list shows)")
+            q.add_argument("--force", action="store_true", help="delete even while an owner is alive")
+        q.add_argument("--root", metavar="DIR", help="socket root (default $LASTCALL_ROOT or the temp dir)")
+        q.add_argument("--shm-dir", default="/dev/shm", metavar="DIR", help="where usage segments live")
+        q.set_defaults(func=func)
+    return parser
+
+
+# ------------------------------------------------------------------ error boundary
+def _write_traceback() -> str:
+    fd, path = tempfile.mkstemp(prefix="lastcall-crash-", suffix=".txt")
+    with os.fdopen(fd, "w") as f:
+        f.write(traceback.format_exc())
+    return path
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run one command; returns its exit code (see the module docstring)."""
+    try:
+        args = build_parser().parse_args(argv)
+        return int(args.func(args))
+    except SystemExit as exc:  # --help and --version
+        return exc.code if isinstance(exc.code, int) else EXIT_OK
+    except UsageError as exc:
+        print(exc, file=sys.stderr)
+        return EXIT_USAGE
+    except HarnessError as exc:
+        print(f"lastcall: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print("lastcall: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except BrokenPipeError:  # `lastcall ... | head`: stop quietly, and keep Python's final flush quiet too
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_BROKEN
+    except Exception as exc:
+        path = _write_traceback()
+        print(f"lastcall: internal error: {type(exc).__name__}: {exc} (traceback in {path}; please report it)",
+              file=sys.stderr)
+        return EXIT_INTERNAL
+
+
+if __name__ == "__main__":
+    sys.exit(main())

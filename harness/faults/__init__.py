@@ -1,0 +1,1 @@
+"""Fault kinds: client-side (the harness is the misbehaving peer), failpoints, environment."""

@@ -1,0 +1,401 @@
+"""The launcher: an engine and tp x pp worker processes, controlled and recorded, never left behind.
+
+::
+
+    with Cluster(tp=2, variant="reference") as c:
+        c.worker(0).call("arm", site="backend.map_to_kv_tensors", action="pause", count=1)
+        pending = c.engine.call_async("map", offsets=[0])
+        c.wait(lambda e: e.kind == "fault_reached")
+        ...
+    outcome = c.outcome          # "ok", or "hung" with every process's stacks
+
+Every process is forked from the preloaded fork server (spawn.py), connects back
+to this cluster's control socket and sends its events there; the cluster's
+:class:`~harness.history.Recorder` is the only writer of the run's history.
+Names derive from a short run id, so parallel runs never collide.  A watchdog
+bounds the whole run: past the deadline every process's stacks are gathered
+into the history, the process group is killed and reaped, and the outcome is
+``hung``.  Teardown is orderly exit, then SIGTERM, then SIGKILL, each on a
+budget; every child is reaped.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import os
+import shutil
+import signal
+import socket
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from harness.errors import HarnessError
+from harness.history import Event, Recorder
+from harness.launch.channel import Channel
+from harness.launch.spawn import ForkServer, LaunchError, become_subreaper
+from harness.timeouts import scaled
+
+__all__ = ["Cluster", "Proc", "RemoteError", "RunOutcome", "LaunchError", "run_id_for"]
+
+ORDERLY_S = 10.0  # seconds for every process to exit after the exit command (scaled)
+TERM_S = 3.0  # seconds after SIGTERM before SIGKILL (scaled)
+STACKS_S = 1.0  # seconds to wait for a process to report its stacks over the control channel
+_counter = itertools.count()
+
+
+def run_id_for(node_id: str, repeat: int = 0) -> str:
+    """A short id from (test node id, repeat index): stable, and distinct for parallel runs."""
+    return hashlib.blake2s(f"{node_id}#{repeat}#{os.getpid()}#{next(_counter)}".encode(), digest_size=4).hexdigest()
+
+
+class RemoteError(HarnessError):
+    """A command failed inside a child; ``error_type`` is the wire error type when there was one."""
+
+    def __init__(self, message: str, error_type: str | None = None) -> None:
+        super().__init__(message)
+        self.error_type = error_type
+
+
+@dataclass
+class RunOutcome:
+    """How a run ended: ``ok``, ``hung`` (the watchdog killed it) or ``failed`` (could not start)."""
+
+    status: str = "ok"
+    stacks: dict[str, str] = field(default_factory=dict)
+    exits: dict[str, int] = field(default_factory=dict)  # label -> exit code (negative: killed by signal)
+    detail: str = ""
+    leftovers: list[str] = field(default_factory=list)  # paths the run left, found before the harness removed them
+
+
+class Proc:
+    """A handle on one child process."""
+
+    def __init__(self, cluster: Cluster, pid: int) -> None:
+        self.cluster = cluster
+        self.pid = pid
+        self.role = ""
+        self.label = ""
+        self.path = ""  # the worker's socket path, or the engine's usage segment
+        self.stderr_path = ""
+        self.chan: Channel | None = None
+        self.ready = threading.Event()
+        self.exited = threading.Event()
+        self.status: int | None = None  # wait status
+        self.exit_t_ns = 0
+        self._replies: dict[int, dict[str, Any]] = {}
+        self._cond = threading.Condition()
+        self._ids = itertools.count(1)
+
+    def __repr__(self) -> str:
+        return f"<Proc {self.label} pid={self.pid}>"
+
+    @property
+    def exit_code(self) -> int | None:
+        return None if self.status is None else os.waitstatus_to_exitcode(self.status)
+
+    @property
+    def alive(self) -> bool:
+        return not self.exited.is_set()
+
+    def _reply(self, msg: dict[str, Any]) -> None:
+        with self._cond:
+            self._replies[int(msg["id"])] = msg
+            self._cond.notify_all()
+
+    def _gone(self) -> None:
+        with self._cond:
+            self._cond.notify_all()
+
+    def send(self, op: str, **args: Any) -> int:
+        """Send a command without waiting; returns its id for :meth:`result`."""
+        if self.chan is None:
+            raise RemoteError(f"{self.label or self.pid}: no control connection")
+        cid = next(self._ids)
+        if not self.chan.send({"t": "cmd", "id": cid, "op": op, "args": args}):
+            raise RemoteError(f"{self.label}: control connection lost (process exited?)")
+        return cid
+
+    def result(self, cid: int, timeout: float | None = None) -> Any:
+        """Wait for the reply to command ``cid``. RemoteError if it failed, or the process went away."""
+        limit = scaled() if timeout is None else timeout
+        with self._cond:
+            self._cond.wait_for(lambda: cid in self._replies or self.exited.is_set(), limit)
+            msg = self._replies.pop(cid, None)
+        if msg is None:
+            why = f"exited with status {self.exit_code}" if self.exited.is_set() else f"no reply in {limit:.1f}s"
+            raise RemoteError(f"{self.label}: command {cid} got no reply: {why}")
+        if not msg.get("ok"):
+            raise RemoteError(f"{self.label}: {msg.get('error')}", msg.get("error_type"))
+        return msg.get("value")
+
+    def call(self, op: str, *, timeout: float | None = None, **args: Any) -> Any:
+        """Run ``op`` in the child and return its value (RemoteError on failure)."""
+        return self.result(self.send(op, **args), timeout)
+
+    def kill(self, sig: int = signal.SIGKILL) -> None:
+        try:
+            os.kill(self.pid, sig)
+        except ProcessLookupError:
+            pass
+
+    def wait_exited(self, timeout: float | None = None) -> bool:
+        return self.exited.wait(scaled() if timeout is None else timeout)
+
+    def stderr_tail(self, n: int = 2000) -> str:
+        try:
+            with open(self.stderr_path, errors="replace") as f:
+                return f.read()[-n:]
+        except OSError:
+            return ""
+
+
+class Cluster:
+    """An engine and ``tp x pp`` workers of one variant, for one run."""
+
+    def __init__(self, *, tp: int = 1, pp: int = 1, variant: str = "reference", drain_timeout: float = 5.0,
+                 deadline: float = 60.0, exit_budget: float | None = None, device: str = "cpu",
+                 capacity: int = 64 << 20, ipc_timeout: float = 10.0, run_id: str | None = None,
+                 recorder: Recorder | None = None, shm_dir: str = "/dev/shm") -> None:
+        self.tp, self.pp = tp, pp
+        self.variant = variant
+        self.run_id = run_id or run_id_for("cluster")
+        self.dir = Path(f"/tmp/lc-{self.run_id}")
+        self.root = self.dir / "r"
+        self.ipc = f"r{self.run_id}"
+        self.shm_dir = shm_dir
+        self.rec = recorder if recorder is not None else Recorder(role="harness")
+        self.deadline_s = scaled(deadline)
+        self.outcome = RunOutcome()
+        self._common = {"ipc": self.ipc, "root": str(self.root), "tp": tp, "pp_size": pp, "variant": variant,
+                        "drain_timeout": drain_timeout, "exit_budget": exit_budget, "device": device,
+                        "capacity": capacity, "ipc_timeout": ipc_timeout, "shm_dir": shm_dir}
+        self._procs: dict[int, Proc] = {}
+        self._lock = threading.Lock()
+        self._changed = threading.Condition()  # notified when a process becomes ready or exits
+        self._server: socket.socket | None = None
+        self._closed = threading.Event()
+        self._watchdog: threading.Thread | None = None
+        self.engine: Proc | None = None
+        self.workers: list[Proc] = []
+        self.pgid = 0
+
+    # ------------------------------------------------------------------ start
+    def start(self) -> Cluster:
+        """Spawn the engine and workers and wait until every one is ready.
+
+        Error handling: LaunchError naming the process, its exit status and the
+        tail of its stderr when one dies (or hangs) before it is ready; what was
+        started is torn down first.
+        """
+        become_subreaper()
+        self.root.mkdir(parents=True, mode=0o700)
+        server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        server.bind(str(self.dir / "c.sock"))
+        server.listen(64)
+        self._server = server
+        threading.Thread(target=self._accept, name="lastcall-control-accept", daemon=True).start()
+        specs = [self._spec("engine", 0, 0)] + [self._spec("worker", r, p) for p in range(self.pp)
+                                                for r in range(self.tp)]
+        self._watchdog = threading.Thread(target=self._watch, name="lastcall-watchdog", daemon=True)
+        self._watchdog.start()
+        pids = ForkServer.shared().spawn_group(specs, self._on_exit)
+        self.pgid = pids[0]
+        for pid, spec in zip(pids, specs, strict=True):
+            proc = self._proc(pid)
+            proc.role, proc.label, proc.stderr_path = spec["role"], spec["label"], spec["stderr"]
+            self.rec.emit("process_spawned", pid=pid, role=spec["role"], label=spec["label"])
+        procs = [self._procs[pid] for pid in pids]
+        self.engine, self.workers = procs[0], procs[1:]
+        for proc in procs:
+            self._wait_ready(proc)
+        return self
+
+    def _spec(self, role: str, rank: int, pp: int) -> dict[str, Any]:
+        label = "engine" if role == "engine" else f"pp{pp}/rank{rank}"
+        stem = "engine" if role == "engine" else f"w{pp}-{rank}"
+        return dict(self._common, role=role, rank=rank, pp=pp, label=label, ctl=str(self.dir / "c.sock"),
+                    stderr=str(self.dir / f"{stem}.err"), stdout=str(self.dir / f"{stem}.out"),
+                    stacks=str(self.dir / f"{stem}.stacks"))
+
+    def _wait_ready(self, proc: Proc) -> None:
+        with self._changed:
+            self._changed.wait_for(lambda: proc.ready.is_set() or proc.exited.is_set() or self._closed.is_set(),
+                                   scaled())
+        if not proc.ready.is_set():
+            why = f"exited with status {proc.exit_code}" if proc.exited.is_set() else "was not ready in time"
+            tail = proc.stderr_tail()
+            self.close()
+            raise LaunchError(f"{proc.role} {proc.label} (pid {proc.pid}) {why} before it was ready;"
+                              f" its stderr ends:\n{tail}")
+
+    def _proc(self, pid: int) -> Proc:
+        with self._lock:
+            proc = self._procs.get(pid)
+            if proc is None:
+                proc = self._procs[pid] = Proc(self, pid)
+            return proc
+
+    # ------------------------------------------------------- control channel
+    def _accept(self) -> None:
+        assert self._server is not None
+        while True:
+            try:
+                sock, _ = self._server.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._read, args=(Channel(sock),), name="lastcall-control-reader",
+                             daemon=True).start()
+
+    def _read(self, chan: Channel) -> None:
+        proc: Proc | None = None
+        for msg in chan.messages():
+            t = msg.get("t")
+            if t == "event":
+                self.rec.add(Event(int(msg["t_ns"]), int(msg["pid"]), str(msg["role"]), str(msg["rank"]),
+                                   str(msg["thread"]), str(msg["kind"]), dict(msg["data"])))
+            elif t == "reply" and proc is not None:
+                proc._reply(msg)
+            elif t == "hello":
+                proc = self._proc(int(msg["pid"]))
+                proc.chan = chan
+            elif t == "ready" and proc is not None:
+                proc.path = str(msg.get("path", ""))
+                proc.ready.set()
+                with self._changed:
+                    self._changed.notify_all()
+        chan.close()
+        if proc is not None:
+            proc._gone()
+
+    def _on_exit(self, pid: int, status: int, t_ns: int) -> None:
+        proc = self._proc(pid)
+        proc.status, proc.exit_t_ns = status, t_ns
+        self.rec.add(Event(t_ns, pid, proc.role, proc.label, "", "process_exited",
+                           {"status": os.waitstatus_to_exitcode(status)}))
+        proc.exited.set()
+        proc._gone()
+        with self._changed:
+            self._changed.notify_all()
+
+    # ------------------------------------------------------------- accessors
+    def worker(self, rank: int = 0, pp: int = 0) -> Proc:
+        return self.workers[pp * self.tp + rank]
+
+    def wait(self, match: str | Callable[[Event], bool], after: int = 0, timeout: float | None = None) -> Event:
+        """The first matching event (from index ``after``); RemoteError on timeout."""
+        ev = self.rec.wait_for(match, scaled() if timeout is None else timeout, after=after)
+        if ev is None:
+            raise RemoteError(f"no {match if isinstance(match, str) else 'matching'} event in time")
+        return ev
+
+    def mark(self) -> int:
+        return len(self.rec.events())
+
+    # -------------------------------------------------------------- watchdog
+    def _watch(self) -> None:
+        if self._closed.wait(self.deadline_s):
+            return
+        self.outcome.status = "hung"
+        self.rec.emit("watchdog_fired", deadline_s=self.deadline_s)
+        live = [p for p in list(self._procs.values()) if p.alive]
+        for proc in live:
+            self.outcome.stacks[proc.label] = self._stacks_of(proc)
+            self.rec.emit("stacks", label=proc.label, pid=proc.pid, text=self.outcome.stacks[proc.label])
+        self._kill_all()
+
+    def _stacks_of(self, proc: Proc) -> str:
+        try:
+            return str(proc.call("stacks", timeout=scaled(STACKS_S)))
+        except RemoteError:
+            pass
+        proc.kill(signal.SIGUSR1)  # faulthandler dumps every thread to the .stacks file
+        proc.exited.wait(scaled(STACKS_S))  # a grace period for the dump, not a synchronisation
+        path = self.dir / (("engine" if proc.role == "engine" else f"w{proc.label[2:].replace('/rank', '-')}")
+                           + ".stacks")
+        try:
+            return path.read_text(errors="replace") or "(no stacks: the process did not answer)"
+        except OSError:
+            return "(no stacks)"
+
+    def _kill_all(self) -> None:
+        if self.pgid:
+            try:
+                os.killpg(self.pgid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        for proc in list(self._procs.values()):
+            proc.kill(signal.SIGKILL)
+        for proc in list(self._procs.values()):
+            proc.wait_exited(scaled(5))
+
+    # ---------------------------------------------------------------- close
+    def close(self) -> RunOutcome:
+        """Orderly exit, then SIGTERM, then SIGKILL; reap everything; release the run's files.
+
+        Returns: the run's outcome (also kept as ``self.outcome``).
+        Error handling: never raises; a process that will not die is reported
+            in ``outcome.detail``.
+        """
+        procs = list(self._procs.values())
+        if self.outcome.status != "hung":
+            for proc in procs:
+                if proc.alive and proc.chan is not None:
+                    try:
+                        proc.send("exit", shutdown=True)
+                    except RemoteError:
+                        pass
+            self._wait_all(procs, scaled(ORDERLY_S))
+            left = [p for p in procs if p.alive]
+            for proc in left:
+                self.rec.emit("sigterm_sent", label=proc.label, pid=proc.pid)
+                proc.kill(signal.SIGTERM)
+            self._wait_all(left, scaled(TERM_S))
+            if any(p.alive for p in procs):
+                self.rec.emit("sigkill_sent", labels=[p.label for p in procs if p.alive])
+                self._kill_all()
+        self._closed.set()
+        if self._watchdog is not None and self._watchdog is not threading.current_thread():
+            self._watchdog.join(scaled())
+        self.outcome.exits = {p.label: p.exit_code for p in procs if p.exit_code is not None}
+        stuck = [p.label for p in procs if p.alive]
+        if stuck:
+            self.outcome.detail = f"not reaped: {stuck}"
+        if self._server is not None:
+            self._server.close()
+        self.outcome.leftovers = self.leftovers()
+        self._remove_leftovers()
+        return self.outcome
+
+    def leftovers(self) -> list[str]:
+        """Paths of this run still present: everything under the socket root, and its shm segments."""
+        found = sorted(str(p) for p in self.root.rglob("*")) if self.root.exists() else []
+        try:
+            found += sorted(os.path.join(self.shm_dir, n) for n in os.listdir(self.shm_dir) if self.ipc in n)
+        except OSError:
+            pass
+        return found
+
+    def _remove_leftovers(self) -> None:
+        for path in self.leftovers():
+            if path.startswith(self.shm_dir):
+                try:
+                    os.unlink(path)
+                except OSError:
+                    pass
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def _wait_all(self, procs: list[Proc], budget: float) -> None:
+        end = time.monotonic() + budget
+        for proc in procs:
+            proc.exited.wait(max(0.0, end - time.monotonic()))
+
+    def __enter__(self) -> Cluster:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

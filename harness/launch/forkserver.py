@@ -1,0 +1,174 @@
+"""A preloaded fork server: engine and worker processes in tens of milliseconds.
+
+A fresh interpreter that imports torch takes about a second; a fork of one that
+already has takes a few milliseconds.  The server (``python -m
+harness.launch.forkserver FD``) imports the reference stack once, never
+initialises CUDA and never starts a thread, then forks on request.  A target's
+own modules are imported after the fork, in the child (kvcached fixes its
+socket directory at import time).
+
+A forked child *returns* from the server loop and runs its role's main in the
+module's ordinary flow, so it ends through normal interpreter finalization:
+atexit hooks run and non-daemon threads are joined (multiprocessing children
+end with os._exit and skip both).
+
+Protocol (framed msgpack over a socketpair, see channel.py):
+harness -> server ``{"op": "spawn_group", "req": n, "specs": [...]}`` and ``{"op": "quit"}``;
+server -> harness ``{"op": "ready"}``, ``{"op": "spawned", "req": n, "pids": [...]}``,
+``{"op": "exited", "pid", "status", "t_ns"}`` for every child it reaps.
+In a group the first spec is the engine: it leads a new process group that the
+workers join, and holds the write end of a death pipe whose read end each
+worker watches.  If the harness goes away, the server kills its children.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import selectors
+import signal
+import socket
+import sys
+import time
+from typing import Any
+
+import msgspec
+
+from harness.launch.channel import MAX_MESSAGE, Channel
+from harness.reference import wire
+
+__all__ = ["serve", "main"]
+
+
+def preload() -> None:
+    """Import what every child needs, so a fork finds it loaded. Must not touch CUDA or start threads."""
+    import torch  # noqa: F401
+
+    import harness.launch.child  # noqa: F401
+    import harness.reference.client  # noqa: F401
+    import harness.reference.variants  # noqa: F401
+
+    # Move everything imported so far out of the collector's sight: children share these pages
+    # copy-on-write, and interpreter exit does not spend most of a second collecting torch's objects.
+    gc.collect()
+    gc.freeze()
+
+
+def _reap(chan: Channel, children: set[int]) -> None:
+    while True:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+        children.discard(pid)
+        chan.send({"op": "exited", "pid": pid, "status": status, "t_ns": time.monotonic_ns()})
+
+
+def _redirect(path: str | None, fds: tuple[int, ...]) -> None:
+    target = os.open(path or os.devnull, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    for fd in fds:
+        os.dup2(target, fd)
+    os.close(target)
+
+
+def _fork_group(specs: list[dict[str, Any]], keep: list[int]) -> tuple[list[int], dict[str, Any] | None]:
+    """Fork every spec. In the parent: (pids, None). In a child: ([], its spec)."""
+    death_r, death_w = os.pipe()
+    pids: list[int] = []
+    pgid = 0
+    for i, spec in enumerate(specs):
+        pid = os.fork()
+        if pid == 0:
+            os.setpgid(0, pgid)
+            signal.set_wakeup_fd(-1)
+            signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+            for fd in keep:
+                os.close(fd)
+            engine = i == 0
+            os.close(death_r if engine else death_w)
+            spec = dict(spec, death_fd=death_w if engine else death_r)
+            devnull = os.open(os.devnull, os.O_RDONLY)
+            os.dup2(devnull, 0)
+            os.close(devnull)
+            _redirect(spec.get("stdout"), (1,))
+            _redirect(spec.get("stderr"), (2,))
+            return [], spec
+        if i == 0:
+            pgid = pid
+        try:
+            os.setpgid(pid, pgid)
+        except OSError:
+            pass  # the child already did it, or already exited: both fine
+        pids.append(pid)
+    os.close(death_r)
+    os.close(death_w)
+    return pids, None
+
+
+def serve(fd: int) -> dict[str, Any] | None:
+    """The server loop. Returns a child's spec in a forked child, None when the server should exit."""
+    sock = socket.socket(fileno=fd)
+    chan = Channel(sock)
+    wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+    signal.signal(signal.SIGCHLD, lambda *_: None)
+    signal.set_wakeup_fd(wake_w)
+    sel = selectors.DefaultSelector()
+    sel.register(sock, selectors.EVENT_READ)
+    sel.register(wake_r, selectors.EVENT_READ)
+    reader = wire.FrameReader(MAX_MESSAGE)
+    decoder = msgspec.msgpack.Decoder()
+    children: set[int] = set()
+    chan.send({"op": "ready", "pid": os.getpid()})
+    while True:
+        for key, _ in sel.select():
+            if key.fileobj == wake_r:
+                try:
+                    while os.read(wake_r, 256):
+                        pass
+                except BlockingIOError:
+                    pass
+                _reap(chan, children)
+                continue
+            try:
+                data = sock.recv(1 << 16)
+            except OSError:
+                data = b""
+            msgs = [decoder.decode(b) for b in reader.feed(data)] if data else [{"op": "quit"}]
+            for msg in msgs:
+                if msg.get("op") == "spawn_group":
+                    pids, spec = _fork_group(msg["specs"], keep=[fd, wake_r, wake_w])
+                    if spec is not None:
+                        sock.detach()  # its fd is closed: the object must not close a reused number
+                        sel.close()
+                        return spec
+                    children.update(pids)
+                    chan.send({"op": "spawned", "req": msg["req"], "pids": pids})
+                elif msg.get("op") == "quit":
+                    for pid in children:
+                        try:
+                            os.kill(pid, signal.SIGKILL)
+                        except ProcessLookupError:
+                            pass
+                    for pid in list(children):
+                        try:
+                            os.waitpid(pid, 0)
+                        except ChildProcessError:
+                            pass
+                    sel.close()
+                    return None
+
+
+def main() -> int:
+    preload()
+    spec = serve(int(sys.argv[1]))
+    if spec is None:
+        return 0
+    from harness.launch.child import run
+
+    return run(spec)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,228 @@
+"""Real processes: an engine and workers forked from the fork server, controlled and recorded.
+
+Each seed case runs against the reference (the check passes) and against the
+planted-bug variant it exists to catch (the same check fails).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from harness.faults import client as cf
+from harness.history import Event
+from harness.launch.cluster import Cluster, LaunchError, RemoteError
+from harness.reference import wire
+from harness.reference.ctl import delete_instance
+from harness.timeouts import scaled
+
+MAP = "backend.map_to_kv_tensors"
+MiB = 1 << 20
+Make = Callable[..., Cluster]
+
+
+@pytest.fixture
+def make() -> Iterator[Make]:
+    """Start clusters; every one is closed (and checked for leftovers) at the end of the test."""
+    made: list[Cluster] = []
+
+    def start(**kw: object) -> Cluster:
+        c = Cluster(**kw)  # type: ignore[arg-type]
+        made.append(c)
+        return c.start()
+
+    yield start
+    for c in made:
+        outcome = c.close()
+        assert outcome.detail == "", outcome.detail
+
+
+def kinds_after(c: Cluster, t_ns: int, kind: str) -> list[Event]:
+    return [e for e in c.rec.events() if e.kind == kind and e.t_ns > t_ns]
+
+
+# ------------------------------------------------------------------ seed cases
+def stalled_read_case(c: Cluster) -> list[str]:
+    """Header sent, body withheld, a handler parked: stop cancels the read; the body never dispatches."""
+    w = c.worker(0)
+    problems = []
+    mark = c.mark()
+    peer = cf.stall_after_header(w.path, wire.Request(cmd="map_to_kv_tensors", offsets=[2 * MiB], id="late"))
+    c.wait("frame_started", after=mark)
+    w.call("arm", site=MAP, action="pause", count=1)
+    mapped = c.engine.send("map", offsets=[0])
+    c.wait("fault_reached")
+    stop = w.send("stop")
+    started = c.wait("stop_started")
+    if not peer.closed_by_listener(scaled(2)):
+        problems.append("the stalled read was not cancelled when stop began")
+    peer.finish()
+    w.call("release", site=MAP)
+    if w.result(stop) is not True:
+        problems.append("stop did not return True after the drain")
+    c.engine.result(mapped)
+    late = [e for e in kinds_after(c, started.t_ns, "dispatch_started") if e.data.get("id") == "late"]
+    if late:
+        problems.append(f"late dispatch: {late}")
+    peer.close()
+    return problems
+
+
+def drained_case(c: Cluster) -> list[str]:
+    """A handler parked inside backend.map_to_kv_tensors is drained and its reply delivered."""
+    w = c.worker(0)
+    w.call("arm", site=MAP, action="pause", count=1)
+    mapped = c.engine.send("map", offsets=[0, 2 * MiB])
+    c.wait("fault_reached")
+    stop = w.send("stop")
+    first = c.wait(lambda e: e.kind in ("drain_started", "stop_returned"))
+    problems = []
+    if first.kind == "stop_returned":
+        problems.append("stop returned while the handler was inside the backend")
+    w.call("release", site=MAP)
+    if w.result(stop) is not True:
+        problems.append("stop did not return True")
+    try:
+        if c.engine.result(mapped) != [0, 2 * MiB]:
+            problems.append("the drained map's reply was wrong")
+    except RemoteError as exc:
+        problems.append(f"the drained map failed: {exc}")
+    return problems
+
+
+def drain_timeout_case(c: Cluster) -> list[str]:
+    """Parked past drain_timeout: False, nothing torn down; after release a retry cleans everything."""
+    w = c.worker(0)
+    w.call("arm", site=MAP, action="pause", count=1)
+    mapped = c.engine.send("map", offsets=[0])
+    c.wait("fault_reached")
+    problems = []
+    if w.call("shutdown") is not False:
+        problems.append("shutdown returned True while a handler was parked past drain_timeout")
+    if not os.path.exists(w.path):
+        problems.append("the socket was removed by a stop that timed out")
+    if w.call("torn_down") is not False:
+        problems.append("the allocator was torn down while a handler was parked")
+    w.call("release", site=MAP)
+    try:
+        c.engine.result(mapped)
+    except RemoteError as exc:
+        problems.append(f"the parked map failed after release: {exc}")
+    if w.call("shutdown") is not True or os.path.exists(w.path):
+        problems.append("the retry did not stop and clean up")
+    return problems
+
+
+CASES = [
+    pytest.param(stalled_read_case, "no_conn_tracking", id="stalled-read"),
+    pytest.param(drained_case, "teardown_while_alive", id="drained"),
+    pytest.param(drain_timeout_case, "timed_join_teardown", id="drain-timeout"),
+]
+
+
+@pytest.mark.parametrize(("case", "variant"), CASES)
+def test_seed_case_on_reference(make: Make, case: Callable[[Cluster], list[str]], variant: str) -> None:
+    c = make(drain_timeout=0.5)
+    assert case(c) == []
+
+
+@pytest.mark.parametrize(("case", "variant"), CASES)
+def test_seed_case_catches_variant(make: Make, case: Callable[[Cluster], list[str]], variant: str) -> None:
+    c = make(drain_timeout=0.5, variant=variant)
+    try:
+        problems = case(c)
+    finally:
+        for w in c.workers:  # the variant may have left a handler parked
+            if w.alive:
+                w.call("reset")
+    assert problems, f"{case.__name__} did not catch {variant}"
+
+
+# ------------------------------------------------------------- process deaths
+def test_worker_sigkilled_mid_request_leaves_socket_and_ctl_delete_cleans(make: Make) -> None:
+    c = make(tp=2)
+    victim = c.worker(1)
+    victim.call("arm", site=MAP, action="pause", count=1)
+    mapped = c.engine.send("map", offsets=[0])
+    c.wait("fault_reached")
+    victim.kill(signal.SIGKILL)
+    assert victim.wait_exited()
+    assert victim.exit_code == -signal.SIGKILL
+    with pytest.raises(RemoteError, match="pp0/rank1"):
+        c.engine.result(mapped)
+    assert os.path.exists(victim.path), "a SIGKILLed worker cannot clean up: its socket must still be there"
+    assert Path(victim.path).with_suffix(".owner").exists()
+    removed = delete_instance(c.ipc, root=str(c.root), shm_dir=c.shm_dir, force=True)
+    assert victim.path in [str(p) for p in removed]
+    assert not os.path.exists(victim.path)
+
+
+def test_engine_killed_every_worker_exits(make: Make) -> None:
+    c = make(tp=2, pp=2)
+    assert c.engine is not None
+    c.engine.kill(signal.SIGKILL)
+    for w in c.workers:
+        assert w.wait_exited(), f"{w.label} outlived its engine"
+        assert w.exit_code == 0
+    reasons = {e.rank: e.data["reason"] for e in c.rec.events("main_returned")}
+    assert reasons == {w.label: "engine_died" for w in c.workers}
+    assert all(not os.path.exists(w.path) for w in c.workers), "workers shut down in order before exiting"
+
+
+def test_hang_ignoring_sigterm_ends_as_hung_with_stacks() -> None:
+    c = Cluster(deadline=3.0, drain_timeout=0.2)
+    c.start()
+    w = c.worker(0)
+    w.call("arm", site=MAP, action="pause")
+    c.engine.send("map", offsets=[0])
+    c.wait("fault_reached")
+    w.call("hang")  # SIGTERM ignored, a non-daemon thread that never ends
+    t0 = time.monotonic()
+    outcome = c.close()
+    assert outcome.status == "hung"
+    assert "lastcall-hang" in outcome.stacks[w.label]
+    assert outcome.exits[w.label] == -signal.SIGKILL
+    assert time.monotonic() - t0 < scaled(3.0) + scaled(10)
+    assert any(e.kind == "stacks" for e in c.rec.events())
+    assert outcome.leftovers, "the killed worker's socket is reported as left behind"
+
+
+def test_worker_dying_at_start_gives_status_and_stderr() -> None:
+    with pytest.raises(LaunchError) as info:
+        Cluster(variant="no_such_module_xyz:V").start()
+    msg = str(info.value)
+    assert "worker pp0/rank0" in msg and "exited with status 1 before it was ready" in msg
+    assert "cannot load variant 'no_such_module_xyz:V'" in msg
+
+
+# ------------------------------------------------------------------- exit hook
+def test_exit_hook_runs_at_normal_exit_and_is_timed(make: Make) -> None:
+    c = make(drain_timeout=5.0, exit_budget=0.5)
+    w = c.worker(0)
+    w.call("exit", shutdown=False)  # leave the listener registered: the exit hook must stop it
+    assert w.wait_exited() and w.exit_code == 0
+    ev = {e.kind: e for e in c.rec.events() if e.pid == w.pid}
+    assert ev["exit_hook_started"].data["listeners"] == 1
+    assert ev["exit_hook_finished"].data == {"ok": True, "left": 0}
+    assert ev["main_returned"].t_ns < ev["exit_hook_started"].t_ns < ev["exit_hook_finished"].t_ns
+    assert ev["exit_hook_finished"].t_ns < ev["process_exited"].t_ns
+    assert not os.path.exists(w.path)
+
+
+def test_exit_hook_bounded_when_it_cannot_drain(make: Make) -> None:
+    c = make(drain_timeout=5.0, exit_budget=0.5)
+    w = c.worker(0)
+    w.call("arm", site=MAP, action="pause")
+    c.engine.send("map", offsets=[0])
+    c.wait("fault_reached")
+    w.call("exit", shutdown=False)
+    assert w.wait_exited()
+    ev = {e.kind: e for e in c.rec.events() if e.pid == w.pid}
+    hook_s = (ev["exit_hook_finished"].t_ns - ev["exit_hook_started"].t_ns) / 1e9
+    assert ev["exit_hook_finished"].data["ok"] is False
+    assert 0.4 < hook_s < 0.5 + scaled(1.0), f"the exit hook took {hook_s:.2f}s for a 0.5s budget"
