@@ -32,6 +32,8 @@ __all__ = [
     "StateConsistencyError",
     "FailpointError",
     "InjectedFault",
+    "HandshakeError",
+    "PortInUse",
 ]
 
 
@@ -142,3 +144,17 @@ class FailpointError(HarnessError):
 
 class InjectedFault(HarnessError):
     """Raised by a failpoint armed with action ``raise``."""
+
+
+class HandshakeError(HarnessError):
+    """A handshake failed: no reply in time, an error reply, or a reply that cannot be decoded.
+
+    The message names the listener's host:port and the (pp_rank, tp_rank) asked for.
+    """
+
+
+class PortInUse(ListenerError):
+    """A listener could not bind its TCP port because something already holds it.
+
+    Raised by ``start()`` (never a hang); the message names host:port and the fix.
+    """

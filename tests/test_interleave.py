@@ -104,6 +104,7 @@ def test_summarize_excludes_warmup_windows_and_computes_ratios() -> None:
     assert res.median_ns("op", "base") == 103.0
     assert res.ratio("op", "new") == pytest.approx(128.0 / 103.0)
     assert st.ratios["base"] == 1.0
+    assert st.window_ratios("new") == pytest.approx([127 / 102, 128 / 103, 129 / 104])
 
 
 def test_summarize_rejects_mismatched_input() -> None:
@@ -173,7 +174,7 @@ def test_run_interleaved_with_a_fake_clock_is_exact() -> None:
     assert "".join(order[::2]) == "BABA" + "ABAB" + "BABA" + "ABAB" + "BABA"  # per round: x then y
     text = format_result(res, targets={"x": "<= 1.10"}, title="fake")
     assert text.splitlines()[0] == "fake"
-    assert "B/A" in text and "3.000" in text and "<= 1.10" in text
+    assert "B/A" in text and "3.000" in text and "<= 1.10" in text and "3.00..3.00" in text
 
 
 def test_run_interleaved_checks_its_arms() -> None:

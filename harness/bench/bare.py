@@ -41,6 +41,11 @@ class BareListener:
         self._wake_r, self._wake_w = -1, -1
         self._thread: threading.Thread | None = None
 
+    @property
+    def thread(self) -> threading.Thread | None:
+        """The serving thread while started."""
+        return self._thread
+
     def start(self) -> None:
         """Bind, listen and start the serving thread (a client may connect on return)."""
         if self._thread is not None:

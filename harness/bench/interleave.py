@@ -120,6 +120,15 @@ class OpStats:
         """``arm``'s median of window medians over the baseline's."""
         return ratio(self.arms[arm].median_ns, self.arms[self.baseline].median_ns)
 
+    def window_ratios(self, arm: str) -> list[float]:
+        """Per measured round, ``arm``'s window median over the baseline's in the same round.
+
+        Windows of one round are adjacent in time, so the spread of these says how
+        much the machine moved the comparison (a noise indicator, not an interval).
+        """
+        mine, base = self.arms[arm].window_medians_ns, self.arms[self.baseline].window_medians_ns
+        return [ratio(m, b) for m, b in zip(mine, base, strict=True)]
+
     @property
     def ratios(self) -> dict[str, float]:
         """The ratio of every arm (the baseline's is 1.0)."""
@@ -222,7 +231,7 @@ def summarize(windows: Sequence[Window], medians: Sequence[float], *, baseline: 
     if baseline not in arms:
         raise ValueError(f"baseline {baseline!r} is not one of the arms {arms}")
     per_op = {op: OpStats(op, baseline, {a: ArmStats(a) for a in arms}) for op in ops}
-    for w, m in zip(windows, medians):
+    for w, m in zip(windows, medians, strict=True):
         st = per_op[w.op].arms[w.arm]
         (st.warmup_medians_ns if w.warmup else st.window_medians_ns).append(float(m))
     counts = {len(st.window_medians_ns) for o in per_op.values() for st in o.arms.values()}
@@ -302,7 +311,7 @@ def format_rows(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     widths = [max(len(r[i]) for r in table) for i in range(ncol)]
 
     def line(r: Sequence[str]) -> str:
-        cells = [r[0].ljust(widths[0])] + [c.rjust(w) for c, w in zip(r[1:], widths[1:])]
+        cells = [r[0].ljust(widths[0])] + [c.rjust(w) for c, w in zip(r[1:], widths[1:], strict=True)]
         return "  ".join(cells).rstrip()
 
     rule = "  ".join("-" * w for w in widths)
@@ -321,14 +330,17 @@ def format_result(result: Result, *, unit: str = "us", targets: Mapping[str, str
     scale = _UNITS[unit]
     others = [a for a in result.arms if a != result.baseline]
     headers = ["op", *(f"{a} ({unit})" for a in result.arms),
-               *(f"{a}/{result.baseline}" for a in others)]
+               *(f"{a}/{result.baseline}" for a in others),
+               *(f"per-window {a}/{result.baseline} min..max" for a in others)]
     if targets:
         headers.append("target")
     rows: list[list[str]] = []
     for op in result.ops:
         st = result.per_op[op]
+        spreads = [st.window_ratios(a) for a in others]
         row = [op, *(f"{st.arms[a].median_ns / scale:.1f}" for a in result.arms),
-               *(f"{st.ratio(a):.3f}" for a in others)]
+               *(f"{st.ratio(a):.3f}" for a in others),
+               *(f"{min(r):.2f}..{max(r):.2f}" for r in spreads)]
         if targets:
             row.append(targets.get(op, ""))
         rows.append(row)

@@ -27,6 +27,7 @@ from typing import Any
 
 from harness import failpoints
 from harness.launch.channel import Channel
+from harness.osthread import name_os_thread
 
 __all__ = ["ControlClient", "ExitRequest", "run"]
 
@@ -77,6 +78,7 @@ class ControlClient:
         self.chan.send(msg)
 
     def _serve(self) -> None:
+        name_os_thread("lc-control")
         for msg in self.chan.messages():
             if msg.get("t") == "cmd":
                 threading.Thread(target=self._run_cmd, args=(msg,), name=f"lastcall-cmd-{msg.get('op')}",

@@ -44,8 +44,8 @@ def preload() -> None:
     """Import what every child needs, so a fork finds it loaded. Must not touch CUDA or start threads."""
     import torch  # noqa: F401
 
-    import harness.launch.child  # noqa: F401
-    import harness.reference.client  # noqa: F401
+    import harness.launch.child
+    import harness.reference.client
     import harness.reference.variants  # noqa: F401
 
     # Move everything imported so far out of the collector's sight: children share these pages
@@ -135,7 +135,7 @@ def serve(fd: int) -> dict[str, Any] | None:
                 data = sock.recv(1 << 16)
             except OSError:
                 data = b""
-            msgs = [decoder.decode(b) for b in reader.feed(data)] if data else [{"op": "quit"}]
+            msgs: list[dict[str, Any]] = [decoder.decode(b) for b in reader.feed(data)] if data else [{"op": "quit"}]
             for msg in msgs:
                 if msg.get("op") == "spawn_group":
                     pids, spec = _fork_group(msg["specs"], keep=[fd, wake_r, wake_w])

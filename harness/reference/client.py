@@ -84,11 +84,9 @@ def targets_for(ipc: str, tp: int, pp: int = 1, root: str | None = None) -> list
 
 
 def resolve_timeout(timeout: float | None = None) -> float:
-    """The timeout to use: ``timeout`` if given, else ``LASTCALL_IPC_TIMEOUT``, else 60 s.
+    """Returns: ``timeout`` if given, else ``LASTCALL_IPC_TIMEOUT``, else 60 (seconds).
 
-    Returns: a positive finite number of seconds.
-    Error handling: ConfigError naming the value (or the variable) when it is not
-        a positive finite number.
+    Error handling: ConfigError naming the value (or the variable) unless it is a positive finite number.
     """
     name, shown, value = "timeout", repr(timeout), math.nan
     if timeout is None:
@@ -115,10 +113,9 @@ def _left(deadline: float) -> float:
 class Connection:
     """One connection to one rank, kept alive across requests; thread-safe (one exchange at a time).
 
-    It connects on the first request.  After a failed exchange the socket is
-    dropped (a late reply must not be read as the next one's) and the next
-    request connects afresh.  A kept-alive socket that the listener closed while
-    idle is replaced transparently when the request provably was not sent.
+    It connects on the first request.  A failed exchange drops the socket (a late reply must not pass
+    for the next one's); the next request connects afresh.  A kept-alive socket the listener closed
+    while idle is replaced at once when the request provably was not sent.
     """
 
     def __init__(self, target: Target, *, timeout: float | None = None) -> None:
@@ -128,19 +125,12 @@ class Connection:
         self._sock: socket.socket | None = None
         self._closed = False
 
-    @property
-    def connected(self) -> bool:
-        """Whether a socket is open now (it opens on the next request otherwise)."""
-        return self._sock is not None
-
     def request(self, req: wire.Request) -> wire.Reply:
         """Send ``req`` (with a fresh ``id`` unless it has one) and read its reply.
 
         Returns: the reply, whatever its status (an ``error`` reply is returned, not raised).
-        Error handling: ClientError naming the rank (and the path where it helps)
-            on timeout, connection error, a malformed reply or one whose id does not
-            match; RequestNotSent when it never reached the rank; ClientError when
-            this connection was closed.
+        Error handling: ClientError naming the rank and path on timeout, connection error, a malformed
+            reply or a mismatched id; RequestNotSent when it never reached the rank (or after close()).
         """
         if req.id is None:
             req = msgspec.structs.replace(req, id=uuid.uuid4().hex)
@@ -148,7 +138,7 @@ class Connection:
         with self._lock:
             if self._closed:
                 raise RequestNotSent(f"connection to {self.target.path} is closed; open a new Connection",
-                                  rank=self.target.label)
+                                     rank=self.target.label)
             reused = self._sock is not None
             try:
                 reply = self._exchange(req.cmd, data)
@@ -156,15 +146,14 @@ class Connection:
                 if not reused:
                     raise
                 reply = self._exchange(req.cmd, data)  # a stale kept-alive socket: once more, fresh
-        if reply.id != req.id:
+            if reply.id == req.id:
+                return reply
             self._drop()
-            if reply.id is None and reply.status == "error":
-                raise ClientError(f"{req.cmd} refused before dispatch: {reply.message}", rank=self.target.label,
-                                  error_type=reply.error_type, phase=reply.phase)
-            raise ClientError(f"reply id {reply.id!r} does not match request id {req.id!r} for {req.cmd} "
-                              f"at {self.target.path}; the connection was out of step and is closed",
-                              rank=self.target.label)
-        return reply
+        if reply.id is None and reply.status == "error":  # the listener could not read our frame
+            raise ClientError(f"{req.cmd} refused before dispatch: {reply.message}", rank=self.target.label,
+                              error_type=reply.error_type, phase=reply.phase)
+        raise ClientError(f"reply id {reply.id!r} does not match request id {req.id!r} for {req.cmd} at "
+                          f"{self.target.path}; the connection was out of step and is closed", rank=self.target.label)
 
     def _exchange(self, cmd: str, data: bytes) -> wire.Reply:
         """One request/reply under the lock; drops the socket on any failure."""
@@ -197,12 +186,9 @@ class Connection:
         return bytes(buf)
 
     def _error(self, cmd: str, exc: Exception, sent: bool) -> ClientError:
-        why = f"{cmd} to {self.target.path} failed: {type(exc).__name__}: {exc}"
-        for kind, text in _WHY:
-            if isinstance(exc, kind):
-                why = text.format(cmd=cmd, path=self.target.path, exc=exc, timeout=self.timeout,
-                                  step="no reply to" if sent else "could not send")
-                break
+        text = next((t for kind, t in _WHY if isinstance(exc, kind)), "{cmd} to {path} failed: {exc!r}")
+        why = text.format(cmd=cmd, path=self.target.path, exc=exc, timeout=self.timeout,
+                          step="no reply to" if sent else "could not send")
         return (ClientError if sent else RequestNotSent)(why, rank=self.target.label)
 
     def _drop(self) -> None:
@@ -215,10 +201,8 @@ class Connection:
         self._closed = True
         sock = self._sock
         if sock is not None:
-            try:
+            with contextlib.suppress(OSError):
                 sock.shutdown(socket.SHUT_RDWR)  # wakes an exchange in progress on another thread
-            except OSError:
-                pass
         with self._lock:
             self._drop()
 
@@ -232,8 +216,7 @@ class Connection:
 def request(target: Target, req: wire.Request, *, timeout: float | None = None) -> wire.Reply:
     """One request on a fresh connection, closed afterwards (what kvcached does per message).
 
-    Returns: the reply, whatever its status.
-    Error handling: as :meth:`Connection.request`; ConfigError for a bad timeout.
+    Returns: the reply, whatever its status.  Error handling: as :meth:`Connection.request`.
     """
     with Connection(target, timeout=timeout) as conn:
         return conn.request(req)
@@ -253,20 +236,18 @@ Outcome = tuple[dict[str, wire.Reply], dict[str, ClientError]]
 
 
 class Client:
-    """The engine's side of every rank of one instance.
+    """The engine's side of every rank of one instance; thread-safe.
 
-    ``keep_alive=True`` keeps one :class:`Connection` per rank; otherwise each
-    request opens a fresh connection.  Requests to several ranks run concurrently
-    on a small thread pool (one thread per rank, started on first use).
+    ``keep_alive=True`` keeps one :class:`Connection` per rank, else each request opens a fresh one.
+    Requests to several ranks run concurrently on a thread pool (one thread per rank, made on first use).
+    Error handling: ConfigError for no targets, a duplicate rank or a bad timeout.
     """
 
     def __init__(self, targets: Sequence[Target], *, timeout: float | None = None, keep_alive: bool = False) -> None:
         self.targets = tuple(targets)
-        if not self.targets:
-            raise ConfigError("targets=[]: a Client needs at least one Target, e.g. targets_for('engine0', tp=1)")
-        bad = [t for t in self.targets if not isinstance(t, Target)]
-        if bad:
-            raise ConfigError(f"targets holds {bad[0]!r}, not a Target; build them with targets_for()")
+        if not self.targets or not all(isinstance(t, Target) for t in self.targets):
+            raise ConfigError(f"targets={list(self.targets)!r}: pass one or more Target, e.g. "
+                              "targets_for('engine0', tp=1)")
         labels = [t.label for t in self.targets]
         dups = sorted({lb for lb in labels if labels.count(lb) > 1})
         if dups:
@@ -278,7 +259,6 @@ class Client:
         self._pool: ThreadPoolExecutor | None = None
         self._closed = False
 
-    # ------------------------------------------------------------- primitives
     def _send(self, target: Target, req: wire.Request) -> wire.Reply | ClientError:
         """One rank's exchange; a failure (or an error / unexpected status) is returned, not raised."""
         try:
@@ -317,9 +297,8 @@ class Client:
         return self._gather([(t, req) for t in self.targets])
 
     def _unknown(self, what: str, labels: Sequence[str], detail: str) -> StateConsistencyError:
-        order = [t.label for t in self.targets if t.label in labels]
-        return StateConsistencyError(f"{what}: outcome unknown, ranks may now differ; {detail}",
-                                     rank=", ".join(order))
+        order = ", ".join(t.label for t in self.targets if t.label in labels)
+        return StateConsistencyError(f"{what}: outcome unknown, ranks may now differ; {detail}", rank=order)
 
     def _fail(self, what: str, failures: dict[str, ClientError], undo_failed: dict[str, ClientError]) -> NoReturn:
         """Raise RankError for ``failures``, or StateConsistencyError (caused by it) when a failed
@@ -336,35 +315,27 @@ class Client:
         """Send ``req`` to every rank concurrently.
 
         Returns: every rank's reply keyed by label, in target order.
-        Error handling: RankError listing every failed rank (``failures``: label ->
-            ClientError); a reply with status ``error`` counts as a failure and its
-            ClientError carries the reply's error_type and phase.  ClientError when
-            the client is closed.
+        Error handling: RankError listing every failed rank (``failures``: label -> ClientError); an
+            ``error`` reply counts as failed, its error_type and phase kept.  ClientError once closed.
         """
         replies, failures = self._all(req)
         if failures:
             raise _rank_error(req.cmd, failures, len(self.targets))
         return replies
 
-    # ------------------------------------------------------------- operations
     def kv_tensors_created(self, group_id: int = 0) -> bool:
         """Returns: True only when every rank says group ``group_id``'s KV tensors exist.
-
-        Error handling: RankError when a rank fails to answer.
-        """
+        Error handling: RankError when a rank fails to answer."""
         replies = self.broadcast(wire.Request(cmd="kv_tensors_created", group_id=group_id))
         return all(r.created is True for r in replies.values())
 
     def map(self, offsets: Sequence[int], group_id: int = 0) -> list[int]:
         """Map ``offsets`` on every rank.
 
-        Returns: the offsets newly mapped, in the first rank's order (then any
-            other rank newly mapped that the first did not).
-        Error handling: when any rank fails, each rank that succeeded has the
-            offsets it newly mapped unmapped again, then RankError names the failed
-            ranks.  StateConsistencyError (caused by that RankError) instead when the
-            rollback failed somewhere, or a failed rank may have mapped (no reply
-            after the request went out).
+        Returns: the offsets newly mapped, in the first rank's order (then any only another rank mapped).
+        Error handling: when any rank fails, each rank that succeeded unmaps what it newly mapped, then
+            RankError names the failed ranks; StateConsistencyError (caused by that RankError) instead
+            when a rollback failed, or a failed rank may have mapped (no reply after the request went out).
         """
         req = wire.Request(cmd="map_to_kv_tensors", group_id=group_id, offsets=list(offsets))
         replies, failures = self._all(req)
@@ -376,17 +347,14 @@ class Client:
         self._fail(f"map of {req.offsets}", failures, self._gather(undo)[1] if undo else {})
 
     def unmap(self, offsets: Sequence[int], group_id: int = 0) -> None:
-        """Unmap ``offsets`` on every rank: one ``unmap_from_kv_tensors`` for a single
-        target, else a two-phase unmap under a fresh transaction id.
+        """Unmap ``offsets`` on every rank: ``unmap_from_kv_tensors`` for a single target, else two-phase
+        (prepare all, commit all) under a fresh transaction id.
 
         Returns: None once every rank has released the pages.
-        Error handling: a prepare failing anywhere aborts the transaction on every
-            rank (pages stay mapped everywhere) and raises RankError naming the
-            failed ranks (the message adds any rank whose abort failed too).  A
-            commit failing is retried once on its rank; failing again raises
-            StateConsistencyError naming the ranks (the others have released the
-            pages).  Single target: RankError, or StateConsistencyError when no
-            reply came after the request went out.
+        Error handling: a failed prepare aborts the transaction on every rank (pages stay mapped) and
+            raises RankError naming the failed ranks (and any whose abort failed too).  A failed commit
+            is retried once; failing again, StateConsistencyError names the ranks (the others released
+            the pages).  Single target: as :meth:`map` without the rollback.
         """
         offsets = list(offsets)
         n = len(self.targets)
@@ -403,18 +371,16 @@ class Client:
             _, abort_failed = self._all(wire.Request(cmd="abort_unmap_from_kv_tensors", group_id=group_id,
                                                      transaction_id=txn))
             if abort_failed:
-                detail = "; ".join(str(e) for e in abort_failed.values())
-                raise RankError(f"{err}; abort failed too, the transaction may stay pending there: {detail}",
-                                failures) from None
+                raise RankError(f"{err}; abort failed too, the transaction may stay pending there: "
+                                + "; ".join(str(e) for e in abort_failed.values()), failures) from None
             raise err
         commit = wire.Request(cmd="commit_unmap_from_kv_tensors", group_id=group_id, transaction_id=txn)
         _, failed = self._all(commit)
         if failed:
             _, still = self._gather([(t, commit) for t in self.targets if t.label in failed])
             if still:
-                detail = "; ".join(str(e) for e in still.values())
-                raise self._unknown(f"commit of unmap transaction {txn} failed twice (others committed)",
-                                    list(still), detail)
+                raise self._unknown(f"commit of unmap transaction {txn} failed twice (the other ranks "
+                                    "committed)", list(still), "; ".join(str(e) for e in still.values()))
 
     def close(self) -> None:
         """Close kept-alive connections and stop the thread pool.  Idempotent; never raises."""

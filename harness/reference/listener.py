@@ -3,7 +3,7 @@
 It keeps every line of the stop contract in DESIGN.md.  How:
 
 * One serving thread multiplexes the server socket, every accepted connection
-  and a self-pipe with :mod:`selectors`; reads are non-blocking and fed to a
+  and a self-pipe with epoll; reads are non-blocking and fed to a
   :class:`~harness.reference.wire.FrameReader`, so an idle or stalled client
   never delays another (no head-of-line blocking).  Backend calls run on that
   thread, one at a time (serialised per listener).
@@ -29,7 +29,7 @@ from __future__ import annotations
 import errno
 import os
 import re
-import selectors
+import select
 import socket
 import struct
 import threading
@@ -42,6 +42,7 @@ from typing import Protocol
 from harness import failpoints
 from harness.errors import BackendError, ConfigError, ListenerError, WireError
 from harness.history import Emitter, NullRecorder
+from harness.osthread import name_os_thread
 from harness.reference import wire
 from harness.reference.paths import DIR_PREFIX, OwnerRecord, owner_path
 
@@ -114,6 +115,9 @@ class WorkerListener:
         self.ipc = ipc
         self.config = config or ListenerConfig()
         self.rec: Emitter = recorder if recorder is not None else NullRecorder()
+        self._on = not isinstance(self.rec, NullRecorder)  # build request-path events only when recorded
+        self._uid = os.getuid()
+        self._ep: select.epoll  # set by the serving thread
         self._lock = threading.Lock()  # guards _stopping, _conns and every dispatch decision
         self._stop_lock = threading.Lock()  # serialises teardown between concurrent stops
         self._stopping = False  # set once, under _lock, by the first stop
@@ -337,32 +341,42 @@ class WorkerListener:
             d = d.parent
 
     # ----------------------------------------------------------- serving side
+    # The request path.  Events are built only when a recorder listens (``self._on``).
     def _serve(self, started: threading.Event) -> None:
         assert self._server is not None
-        sel = selectors.DefaultSelector()
-        sel.register(self._server, selectors.EVENT_READ, None)
-        sel.register(self._wake_r, selectors.EVENT_READ, None)
+        name_os_thread(f"lc-listen-{self.pp}.{self.rank}")
+        ep = select.epoll()
+        server_fd = self._server.fileno()
+        ep.register(server_fd, select.EPOLLIN)
+        ep.register(self._wake_r, select.EPOLLIN)
+        self._ep = ep
         started.set()
         try:
             while not self._stopping:
-                for key, _ in sel.select():
-                    if key.fileobj is self._server:
-                        self._accept(sel)
-                    elif key.fileobj == self._wake_r:
+                for fd, _ in ep.poll():
+                    if fd == server_fd:
+                        self._accept()
+                    elif fd == self._wake_r:
                         self._drain_pipe()
                     else:
-                        conn = key.data
-                        assert isinstance(conn, _Conn)
-                        self._on_readable(sel, conn)
-                self._dispatch_ready(sel)
-            self._dispatch_ready(sel)  # everything left answers shutting_down
+                        conn = self._conns.get(fd)
+                        if conn is not None and conn.state is not _State.CANCELLED:
+                            self._on_readable(conn)
+                if self._ready:
+                    self._dispatch_ready()
+            self._dispatch_ready()  # everything left answers shutting_down
         except BaseException as exc:
             self.rec.emit("thread_crashed", error=f"{type(exc).__name__}: {exc}")
             raise
         finally:
-            for conn in list(self._conns.values()):
-                self._close(sel, conn, why="listener stopping")
-            sel.close()
+            ep.close()
+            with self._lock:
+                left = list(self._conns.values())
+                self._conns.clear()
+            for conn in left:  # one pass: no per-connection unregister, lock or read
+                conn.sock.close()
+                if self._on:
+                    self.rec.emit("connection_closed", conn=conn.cid, why="listener stopping")
             self.rec.emit("thread_exited")
             self._exited.set()
 
@@ -373,7 +387,7 @@ class WorkerListener:
         except BlockingIOError:
             pass
 
-    def _accept(self, sel: selectors.BaseSelector) -> None:
+    def _accept(self) -> None:
         assert self._server is not None
         while True:
             try:
@@ -387,7 +401,7 @@ class WorkerListener:
             if self.config.check_peer_uid:
                 pid, uid, _gid = _PEERCRED.unpack(
                     sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _PEERCRED.size))
-                if uid != os.getuid():
+                if uid != self._uid:
                     self.rec.emit("peer_rejected", peer_pid=pid, peer_uid=uid)
                     sock.close()
                     continue
@@ -401,22 +415,24 @@ class WorkerListener:
                     continue
                 conn = _Conn(sock, cid, self.config.max_frame)
                 self._conns[sock.fileno()] = conn
-                self.rec.emit("accepted", conn=cid)
-            sel.register(sock, selectors.EVENT_READ, conn)
+                if self._on:
+                    self.rec.emit("accepted", conn=cid)
+            self._ep.register(sock.fileno(), select.EPOLLIN)
+            self._on_readable(conn)  # a client's frame has usually arrived with its connect
 
-    def _on_readable(self, sel: selectors.BaseSelector, conn: _Conn) -> None:
+    def _on_readable(self, conn: _Conn) -> None:
         try:
             data = conn.sock.recv(RECV_CHUNK)
         except (BlockingIOError, InterruptedError):
             return
         except OSError as exc:
-            self._close(sel, conn, why=f"read error: {exc}")
+            self._close(conn, why=f"read error: {exc}")
             return
         if not data:
             why = "cancelled by stop" if conn.state is _State.CANCELLED else "peer closed"
             if conn.reader.in_frame:
                 why += " mid-frame"
-            self._close(sel, conn, why=why)
+            self._close(conn, why=why)
             return
         was_in_frame = conn.reader.in_frame
         try:
@@ -424,10 +440,11 @@ class WorkerListener:
         except WireError as exc:  # a bad length: framing is lost; answer if we can, then close
             self.rec.emit("bad_frame", conn=conn.cid, error=str(exc))
             self._send(conn, wire.Reply(status="error", error_type="bad_request", message=str(exc)))
-            self._close(sel, conn, why="framing lost")
+            self._close(conn, why="framing lost")
             return
-        if not was_in_frame and (bodies or conn.reader.in_frame):
-            self.rec.emit("frame_started", conn=conn.cid)
+        if not was_in_frame:
+            if self._on:
+                self.rec.emit("frame_started", conn=conn.cid)
             failpoints.hit("listener.frame_started")
         if not bodies:
             if conn.state is _State.IDLE and conn.reader.in_frame:
@@ -437,8 +454,9 @@ class WorkerListener:
             failpoints.hit("listener.frame_read")
             return
         with self._lock:  # the frame-completion decision
-            for _ in bodies:
-                self.rec.emit("frame_completed", conn=conn.cid, after_stop=self._stopping)
+            if self._on:
+                for _ in bodies:
+                    self.rec.emit("frame_completed", conn=conn.cid, after_stop=self._stopping)
             if conn.state is _State.CANCELLED:
                 return  # stop shut this one down: its frame is never dispatched
             conn.bodies.extend(bodies)
@@ -447,7 +465,7 @@ class WorkerListener:
                 self._ready.append(conn)
         failpoints.hit("listener.frame_read")
 
-    def _dispatch_ready(self, sel: selectors.BaseSelector) -> None:
+    def _dispatch_ready(self) -> None:
         while self._ready:
             conn = self._ready.popleft()
             while conn.bodies and conn.sock.fileno() != -1:
@@ -463,19 +481,21 @@ class WorkerListener:
                     go = self._may_dispatch()
                     if go:
                         conn.state = _State.DISPATCHING
-                        self.rec.emit("dispatch_started", conn=conn.cid, cmd=req.cmd, id=req.id)
+                        if self._on:
+                            self.rec.emit("dispatch_started", conn=conn.cid, cmd=req.cmd, id=req.id)
                     else:
                         self.rec.emit("dispatch_refused", conn=conn.cid, cmd=req.cmd, id=req.id)
                 if go:
                     reply = self._call_backend(req)
-                    self.rec.emit("dispatch_finished", conn=conn.cid, cmd=req.cmd, status=reply.status)
+                    if self._on:
+                        self.rec.emit("dispatch_finished", conn=conn.cid, cmd=req.cmd, status=reply.status)
                 else:
                     reply = wire.Reply(status="error", id=req.id, error_type="shutting_down",
                                        message=f"{self.label} is shutting down; request not dispatched")
                 self._send(conn, reply)
             if conn.sock.fileno() != -1:
                 with self._lock:
-                    if conn.state in (_State.QUEUED, _State.DISPATCHING):
+                    if conn.state is _State.QUEUED or conn.state is _State.DISPATCHING:
                         conn.state = _State.IDLE
                     if self._stopping and conn.state is _State.IDLE:
                         # answered, and no further read may be dispatched: cancel it now
@@ -499,26 +519,38 @@ class WorkerListener:
                               message=f"{type(exc).__name__}: {exc}")
 
     def _send(self, conn: _Conn, reply: wire.Reply) -> None:
-        """Write a whole reply; a vanished or stuck peer only loses its own connection."""
+        """Write a whole reply; a vanished or stuck peer only loses its own connection.
+
+        A reply fits the socket buffer almost always: one non-blocking send.  Only
+        a short write falls back to a blocking write bounded by WRITE_TIMEOUT.
+        """
         data = wire.encode_reply(reply)
+        sock = conn.sock
         try:
-            conn.sock.settimeout(WRITE_TIMEOUT)
-            conn.sock.sendall(data)
-            conn.sock.setblocking(False)
+            try:
+                sent = sock.send(data)
+            except BlockingIOError:
+                sent = 0
+            if sent < len(data):
+                sock.settimeout(WRITE_TIMEOUT)
+                sock.sendall(data[sent:])
+                sock.setblocking(False)
         except OSError as exc:
             self.rec.emit("reply_failed", conn=conn.cid, error=str(exc))
             try:
-                conn.sock.shutdown(socket.SHUT_RDWR)
+                sock.shutdown(socket.SHUT_RDWR)
             except OSError:
                 pass
 
-    def _close(self, sel: selectors.BaseSelector, conn: _Conn, *, why: str) -> None:
+    def _close(self, conn: _Conn, *, why: str) -> None:
+        fd = conn.sock.fileno()
         with self._lock:
-            self._conns.pop(conn.sock.fileno(), None)
+            self._conns.pop(fd, None)
         try:
-            sel.unregister(conn.sock)
-        except (KeyError, ValueError):
+            self._ep.unregister(fd)
+        except (OSError, ValueError):
             pass
         conn.sock.close()
         conn.bodies.clear()
-        self.rec.emit("connection_closed", conn=conn.cid, why=why)
+        if self._on:
+            self.rec.emit("connection_closed", conn=conn.cid, why=why)

@@ -10,7 +10,6 @@ they live in the package, registered in :data:`VARIANTS`.
 from __future__ import annotations
 
 import os
-import selectors
 import shutil
 import socket
 from dataclasses import dataclass
@@ -116,8 +115,8 @@ class HeadOfLineBlocking(WorkerListener):
     One client that connects and sends nothing stalls every other request.
     """
 
-    def _accept(self, sel: selectors.BaseSelector) -> None:
-        super()._accept(sel)
+    def _accept(self) -> None:
+        super()._accept()
         with self._lock:
             fresh = [c for c in self._conns.values() if c.state is _State.IDLE and not c.reader.in_frame]
         for conn in fresh:  # block until the new client's first byte (or stop shuts it down)

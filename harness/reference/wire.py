@@ -151,6 +151,10 @@ class FrameReader:
         return bool(self._buf) or self._need is not None
 
     def feed(self, data: bytes) -> list[bytes]:
+        if not self._buf and self._need is None and len(data) > HEADER.size:  # fast path: one whole frame
+            size = parse_length(data[: HEADER.size], self.max_frame)
+            if len(data) == HEADER.size + size:
+                return [data[HEADER.size :]]
         self._buf += data
         out: list[bytes] = []
         while True:

@@ -1,0 +1,343 @@
+"""Round-trip cost of the reference listener vs a bare listener with the same framing.
+
+Run:  .venv/bin/python benchmarks/ipc_roundtrip.py [--backend noop|allocator|both] [--quick]
+
+What it measures (all in one process; servers on their own threads, the client
+on the main thread; history recording off: the reference listener gets no
+recorder, i.e. a NullRecorder):
+
+1. Per-request round trip with one fresh connection per request (connect, send
+   one frame, read the reply, close: kvcached's ``_send_and_receive_message``),
+   reference listener vs :class:`harness.bench.bare.BareListener`, both serving
+   the same backend object, interleaved ABBA windows, median of window medians:
+
+   * ``kv_tensors_created``: one small request;
+   * ``map 16``: a map of 16 distinct page offsets, timed; the same offsets are
+     unmapped right after by an untimed request to the same listener, so pages
+     never run out with the real allocator (same on both backends);
+   * ``unmap pair``: prepare + commit of a two-phase unmap of 16 offsets, both
+     requests timed together; the 16 pages are mapped first by an untimed request.
+
+   Once with the NoopBackend (listener cost dominates) and once with the real
+   allocator (``AllocatorBackend(KVAllocator(page_size=2 MiB))``, CPU memory).
+   Beside it, the serving thread's own CPU time per ``kv_tensors_created``
+   request (``pthread_getcpuclockid``), which wake-up latency does not inflate.
+2. ``stop()`` latency of a reference listener with 0, 16 and 256 idle
+   connections parked (connected and accepted), median of 15 fresh listeners each.
+3. A ``kv_tensors_created`` round trip on a listener with 16 idle clients
+   parked vs one with none (two reference listeners), interleaved windows.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import functools
+import itertools
+import os
+import platform
+import resource
+import shutil
+import socket
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from harness.bench.bare import BareListener
+from harness.bench.interleave import Arm, Request, Step, format_result, format_rows, run_interleaved
+from harness.reference import wire
+from harness.reference.allocator import KVAllocator, MiB
+from harness.reference.backend import AllocatorBackend, NoopBackend
+from harness.reference.listener import Backend, WorkerListener
+from harness.reference.paths import socket_path
+
+PAGE = 2 * MiB
+CAPACITY = 1 << 30  # group 0's address space: 512 pages; only 16 are ever mapped at once
+PAGES = CAPACITY // PAGE
+N_OFFSETS = 16
+RATIO_TARGET = 1.10  # reference / bare, per op, no-op backend
+STOP_TARGET_MS = 2.0  # median stop() with 256 parked connections
+LOADED_TARGET = 2.0  # loaded / unloaded request latency
+OPS = ("kv_tensors_created", "map 16", "unmap pair")
+
+
+# ----------------------------------------------------------------- client
+def roundtrip(path: str, req: wire.Request) -> wire.Reply:
+    """One request on a fresh connection: connect, send, receive, close."""
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        s.connect(path)
+        s.sendall(wire.encode_request(req))
+        return wire.decode_reply(wire.recv_frame(s))
+    finally:
+        s.close()
+
+
+def call(path: str, req: wire.Request, expect: str) -> wire.Reply:
+    rep = roundtrip(path, req)
+    if rep.status != expect:
+        raise RuntimeError(f"{req.cmd} on {path}: expected {expect}, got {rep}")
+    return rep
+
+
+class Client:
+    """The three ops against one socket path; offsets and transaction ids rotate via shared counters."""
+
+    def __init__(self, path: str, seq: Iterator[int]) -> None:
+        self.path = path
+        self.seq = seq
+        self.offsets: list[int] = []
+
+    def created(self) -> None:
+        call(self.path, wire.Request(cmd="kv_tensors_created"), "success")
+
+    def pick(self) -> None:
+        base = next(self.seq) * N_OFFSETS
+        self.offsets = [((base + j) % PAGES) * PAGE for j in range(N_OFFSETS)]
+
+    def map(self) -> None:
+        rep = call(self.path, wire.Request(cmd="map_to_kv_tensors", offsets=self.offsets), "success")
+        if len(rep.newly_mapped_offsets or ()) != N_OFFSETS:
+            raise RuntimeError(f"map mapped {rep.newly_mapped_offsets}, expected {N_OFFSETS} new offsets")
+
+    def unmap(self) -> None:
+        call(self.path, wire.Request(cmd="unmap_from_kv_tensors", offsets=self.offsets), "success")
+
+    def pick_and_map(self) -> None:
+        self.pick()
+        self.map()
+
+    def unmap_pair(self) -> None:
+        txn = f"t{next(self.seq)}"
+        call(self.path, wire.Request(cmd="prepare_unmap_from_kv_tensors", offsets=self.offsets,
+                                     transaction_id=txn), "prepared")
+        call(self.path, wire.Request(cmd="commit_unmap_from_kv_tensors", transaction_id=txn), "committed")
+
+    def ops(self) -> dict[str, Request]:
+        return {
+            "kv_tensors_created": self.created,
+            "map 16": Step(self.map, before=self.pick, after=self.unmap),
+            "unmap pair": Step(self.unmap_pair, before=self.pick_and_map),
+        }
+
+
+def park(path: str, n: int, listener: WorkerListener) -> list[socket.socket]:
+    """Open ``n`` idle connections and return once the listener has accepted them all.
+
+    The barrier: one request on an extra connection.  The listener accepts in
+    queue order until EAGAIN before serving anything, so when that reply is in,
+    every earlier connection was accepted; the count is checked anyway.
+    """
+    socks: list[socket.socket] = []
+    try:
+        for _ in range(n):
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            socks.append(s)
+            s.connect(path)
+        call(path, wire.Request(cmd="kv_tensors_created"), "success")
+        tracked = len(listener._conns)
+        if tracked < n:
+            raise RuntimeError(f"{tracked} connections tracked, expected at least {n}")
+    except BaseException:
+        close_all(socks)
+        raise
+    return socks
+
+
+def close_all(socks: list[socket.socket]) -> None:
+    for s in socks:
+        s.close()
+    socks.clear()
+
+
+def thread_cpu_ns(thread: threading.Thread | None) -> int:
+    if thread is None or thread.ident is None:
+        raise RuntimeError("server thread not running")
+    return time.clock_gettime_ns(time.pthread_getcpuclockid(thread.ident))
+
+
+def server_cpu(servers: dict[str, tuple[str, threading.Thread | None]], n: int, rounds: int) -> str:
+    """Serving-thread CPU per kv_tensors_created request, arms alternated per round; medians."""
+    per: dict[str, list[float]] = {name: [] for name in servers}
+    names = list(servers)
+    for r in range(rounds + 1):  # round 0 warms up
+        for name in names if r % 2 else reversed(names):
+            path, thread = servers[name]
+            c0 = thread_cpu_ns(thread)
+            for _ in range(n):
+                call(path, wire.Request(cmd="kv_tensors_created"), "success")
+            if r:
+                per[name].append((thread_cpu_ns(thread) - c0) / n)
+    base = statistics.median(per[names[-1]])
+    rows = [[name, f"{statistics.median(v) / 1e3:.1f}", f"{statistics.median(v) / base:.3f}"]
+            for name, v in per.items()]
+    head = f"serving-thread CPU per kv_tensors_created request, {rounds} rounds x {n}, median"
+    return head + "\n" + format_rows(["arm", "CPU (us/request)", f"vs {names[-1]}"], rows)
+
+
+# ---------------------------------------------------------------- servers
+@contextmanager
+def reference(root: Path, ipc: str, backend: Backend) -> Iterator[WorkerListener]:
+    lst = WorkerListener(socket_path(ipc, 0, root=root), backend)  # recorder=None: NullRecorder
+    lst.start()
+    try:
+        yield lst
+    finally:
+        if not lst.stop():
+            raise RuntimeError(f"reference listener {ipc} did not stop")
+
+
+@contextmanager
+def bare(root: Path, name: str, backend: Backend) -> Iterator[BareListener]:
+    lst = BareListener(root / f"{name}.sock", backend)
+    lst.start()
+    try:
+        yield lst
+    finally:
+        if not lst.stop():
+            raise RuntimeError(f"bare listener {name} did not stop")
+
+
+def make_backend(kind: str) -> tuple[Backend, KVAllocator | None]:
+    if kind == "noop":
+        return NoopBackend(), None
+    alloc = KVAllocator(page_size=PAGE)
+    alloc.create_kv_tensors(0, CAPACITY)
+    return AllocatorBackend(alloc), alloc
+
+
+# ------------------------------------------------------------------ parts
+def part_ipc(root: Path, kind: str, windows: int, requests: int) -> str:
+    backend, alloc = make_backend(kind)
+    seq = itertools.count()
+    try:
+        with reference(root, f"rt-{kind}", backend) as ref, bare(root, f"bare-{kind}", backend) as base:
+            arms = [Arm("reference", Client(os.fspath(ref.path), seq).ops()),
+                    Arm("bare", Client(os.fspath(base.path), seq).ops())]
+            res = run_interleaved(arms, ops=OPS, windows=windows, requests=requests, baseline="bare")
+            cpu = server_cpu({"reference": (os.fspath(ref.path), ref.thread),
+                              "bare": (os.fspath(base.path), base.thread)}, requests, windows)
+        leaked = alloc.used_bytes() if alloc is not None else 0
+    finally:
+        if alloc is not None:
+            alloc.teardown()
+    if leaked:
+        raise RuntimeError(f"{leaked} bytes still mapped after the run: a map was not undone")
+    if kind == "noop":
+        targets = {op: f"<= {RATIO_TARGET:.2f} {verdict(res.ratio(op, 'reference') <= RATIO_TARGET)}"
+                   for op in OPS}
+    else:
+        targets = {op: "(informational)" for op in OPS}
+    title = f"Round trip, one fresh connection per request, backend: {kind}"
+    return format_result(res, targets=targets, title=title) + "\n\n" + cpu
+
+
+def part_stop(root: Path, parked: tuple[int, ...], reps: int) -> str:
+    rows: list[list[str]] = []
+    for n in parked:
+        times: list[int] = []
+        for i in range(reps):
+            lst = WorkerListener(socket_path(f"stop-{n}-{i}", 0, root=root), NoopBackend())
+            lst.start()
+            socks: list[socket.socket] = []
+            try:
+                socks = park(os.fspath(lst.path), n, lst)
+                t0 = time.perf_counter_ns()
+                ok = lst.stop()
+                t1 = time.perf_counter_ns()
+                if not ok:
+                    raise RuntimeError(f"stop() returned False with {n} parked")
+                if lst.path.exists() or lst.path.parent.exists():
+                    raise RuntimeError(f"stop() left {lst.path} or its directory behind")
+                times.append(t1 - t0)
+            finally:
+                close_all(socks)
+                lst.stop()
+        target = f"<= {STOP_TARGET_MS:.1f} ms {verdict(statistics.median(times) / 1e6 <= STOP_TARGET_MS)}" \
+            if n == max(parked) else ""
+        rows.append([str(n), f"{statistics.median(times) / 1e6:.3f}", f"{min(times) / 1e6:.3f}",
+                     f"{max(times) / 1e6:.3f}", f"{reps}/{reps}", target])
+    head = f"stop() latency, reference listener, idle connections parked; {reps} fresh listeners per row"
+    return head + "\n" + format_rows(
+        ["parked", "median (ms)", "min (ms)", "max (ms)", "returned True", "target"], rows)
+
+
+def part_loaded(root: Path, parked: int, windows: int, requests: int) -> str:
+    backend = NoopBackend()
+    seq = itertools.count()
+    with reference(root, "unloaded", backend) as quiet, reference(root, "loaded", backend) as busy:
+        socks = park(os.fspath(busy.path), parked, busy)
+        try:
+            arms = [Arm("unloaded", {"kv_tensors_created": Client(os.fspath(quiet.path), seq).created}),
+                    Arm("loaded", {"kv_tensors_created": Client(os.fspath(busy.path), seq).created})]
+            res = run_interleaved(arms, windows=windows, requests=requests, baseline="unloaded")
+            still = len(busy._conns)
+        finally:
+            close_all(socks)
+    if still < parked:
+        raise RuntimeError(f"only {still} of {parked} parked connections survived the run")
+    ok = res.ratio("kv_tensors_created", "loaded") <= LOADED_TARGET
+    title = (f"Request latency with {parked} idle clients parked (loaded) vs none (unloaded); "
+             "two reference listeners, no-op backend")
+    return format_result(res, targets={"kv_tensors_created": f"<= {LOADED_TARGET:.1f} {verdict(ok)}"},
+                         title=title)
+
+
+def verdict(ok: bool) -> str:
+    return "ok" if ok else "MISSED"
+
+
+def raise_fd_limit(need: int) -> str:
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < need and soft != hard:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+        soft = hard
+    if soft < need:
+        raise SystemExit(f"fd limit {soft} is below the {need} this benchmark needs; raise `ulimit -n`")
+    return f"fd limit {soft}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    p.add_argument("--backend", choices=["noop", "allocator", "both"], default="both")
+    p.add_argument("--windows", type=int, default=9, help="measured windows per op and arm (default 9)")
+    p.add_argument("--requests", type=int, default=300, help="requests per window (default 300)")
+    p.add_argument("--stop-reps", type=int, default=15, help="fresh listeners per stop row (default 15)")
+    p.add_argument("--quick", action="store_true", help="smoke run: 3 windows x 50 requests, 3 stop reps")
+    p.add_argument("--skip", nargs="*", default=[], choices=["ipc", "stop", "loaded"], help="parts to leave out")
+    args = p.parse_args(argv)
+    if args.quick:
+        args.windows, args.requests, args.stop_reps = 3, 50, 3
+    parked = (0, 16, 256)
+    fd_note = raise_fd_limit(2 * max(parked) + 64)
+    kinds = ["noop", "allocator"] if args.backend == "both" else [args.backend]
+    print(f"# ipc_roundtrip  {datetime.datetime.now().astimezone().isoformat(timespec='seconds')}")
+    print(f"# python {platform.python_version()} on {platform.platform()}, {os.cpu_count()} CPUs, {fd_note}")
+    print(f"# argv: {' '.join(sys.argv[1:]) or '(defaults)'}\n", flush=True)
+    root = Path(tempfile.mkdtemp(prefix="lc-", dir="/tmp"))
+    sections: list[Callable[[], str]] = []
+    if "ipc" not in args.skip:
+        sections += [functools.partial(part_ipc, root, k, args.windows, args.requests) for k in kinds]
+    if "stop" not in args.skip:
+        sections.append(lambda: part_stop(root, parked, args.stop_reps))
+    if "loaded" not in args.skip:
+        sections.append(lambda: part_loaded(root, 16, args.windows, args.requests))
+    try:
+        for section in sections:
+            print(section() + "\n", flush=True)
+    finally:
+        leftovers = sorted(p.name for p in root.iterdir())
+        shutil.rmtree(root, ignore_errors=True)
+    if leftovers:
+        print(f"WARNING: left behind under the temp root: {leftovers}")
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

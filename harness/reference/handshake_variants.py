@@ -1,0 +1,119 @@
+"""Planted-bug variants of the reference handshake listener, by name.
+
+Each variant overrides one or two seams of
+:class:`~harness.reference.handshake.HandshakeListener` to reproduce a bug vLLM's
+NIXL side channel shipped (see /work/shared/notes/vllm-nixl-listener.md).  A check
+earns trust by passing on ``reference`` and failing on the variant that breaks its
+contract line; tests/test_handshake.py does both.
+
+A variant may leave its thread running (that is its bug).  Test cleanup reaps it
+with the reference's own seams, e.g. ``HandshakeListener._stop_thread(lst, t)``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import zmq
+
+from harness.errors import ConfigError, ListenerError
+from harness.reference.handshake import HandshakeListener, envelope_of
+
+__all__ = ["HANDSHAKE_VARIANTS", "RECV_TIMEOUT_MS", "get_handshake_variant"]
+
+RECV_TIMEOUT_MS = 1000  # vLLM 0.11.1+: the receive timeout on which the stop flag is checked
+
+
+class NeverStopped(HandshakeListener):
+    """vLLM 0.11.0 before the fix: shutdown() does not touch the listener thread.
+
+    It reports success; the thread keeps the port bound until the process exits,
+    so the next listener on that port cannot bind (contract lines 2 and 4).
+    """
+
+    def _stop_thread(self, timeout: float) -> bool:
+        return True
+
+    def _release(self) -> None:
+        return None  # the thread still polls the self-pipe
+
+
+class JoinTimeoutZero(HandshakeListener):
+    """vLLM 0.11.0: shutdown() asks the thread to stop, joins with timeout=0 and reports success.
+
+    True comes back while the thread may still be serving and holding the port
+    (contract line 2: True only once the thread has exited).
+    """
+
+    def _stop_thread(self, timeout: float) -> bool:
+        self._request_stop()
+        assert self._thread is not None
+        self._thread.join(timeout=0)
+        return True
+
+    def _release(self) -> None:
+        return None  # the thread may still poll the self-pipe
+
+
+class PollTimeout1s(HandshakeListener):
+    """vLLM 0.11.1+: the thread checks the stop flag only when a 1 s receive times out.
+
+    An idle shutdown takes up to 1 s; a peer that sends at least once a second
+    defers it forever (contract line 2: shutdown wakes the thread at once).
+    """
+
+    def _serve_loop(self, router: zmq.Socket[Any]) -> None:
+        router.setsockopt(zmq.RCVTIMEO, RECV_TIMEOUT_MS)
+        while True:
+            try:
+                frames = router.recv_multipart()
+            except zmq.Again:
+                if self._stop.is_set():
+                    return
+                continue
+            self._on_message(router, frames)
+
+
+class ReadyWaitNoTimeout(HandshakeListener):
+    """vLLM 0.33.0 defect 1: a failed bind kills the thread without a word, and the
+    starter waits on the ready event with no timeout: with the port held, start()
+    hangs (contract line 1).
+
+    The bind error is kept, so once a test sets ``_ready`` itself (the only way
+    out) start() raises it: a test never leaves a hung thread behind.
+    """
+
+    def _wait_ready(self, timeout: float) -> bool:
+        self._ready.wait()
+        return True
+
+    def _report_bind_failure(self, error: ListenerError) -> None:
+        self._bind_error = error  # and the ready event is never set
+
+
+class DiesOnBadMessage(HandshakeListener):
+    """vLLM 0.33.0 defect 3 (PR #54757): any exception while handling one message
+    escapes and kills the thread; every later handshake fails (contract line 3)."""
+
+    def _on_message(self, router: zmq.Socket[Any], frames: list[bytes]) -> None:
+        envelope = envelope_of(frames)
+        meta = self._answer(frames[len(envelope):])  # raises on a bad message: nothing catches it
+        self._send_metadata(router, envelope, meta)
+
+
+HANDSHAKE_VARIANTS: dict[str, type[HandshakeListener]] = {
+    "reference": HandshakeListener,
+    "never_stopped": NeverStopped,
+    "join_timeout_zero": JoinTimeoutZero,
+    "poll_timeout_1s": PollTimeout1s,
+    "ready_wait_no_timeout": ReadyWaitNoTimeout,
+    "dies_on_bad_message": DiesOnBadMessage,
+}
+
+
+def get_handshake_variant(name: str) -> type[HandshakeListener]:
+    """The listener class registered as ``name``; ConfigError with the known names otherwise."""
+    try:
+        return HANDSHAKE_VARIANTS[name]
+    except KeyError:
+        raise ConfigError(f"unknown handshake variant {name!r}; known: {', '.join(HANDSHAKE_VARIANTS)}") from None
