@@ -94,7 +94,7 @@ class ControlClient:
             reply = {"t": "reply", "id": msg["id"], "ok": True, "value": handler(**msg.get("args", {}))}
         except Exception as exc:
             reply = {"t": "reply", "id": msg["id"], "ok": False, "error": f"{type(exc).__name__}: {exc}",
-                     "error_type": getattr(exc, "error_type", None)}
+                     "error_type": getattr(exc, "error_type", None), "error_class": type(exc).__name__}
         self.chan.send(reply)
 
 
@@ -134,6 +134,15 @@ def _common_handlers(ctl: ControlClient, exit_req: ExitRequest) -> dict[str, Han
 
     return {"arm": arm, "release": release, "disarm": failpoints.disarm, "reset": failpoints.reset,
             "exit": exit_, "stacks": _stacks, "hang": _hang, "ping": lambda: os.getpid()}
+
+
+def process_resources() -> dict[str, Any]:
+    """This process's threads by name and fds by (kind, target): what leak checkers compare."""
+    from harness.probes.procs import proc_entry
+
+    entry = proc_entry(os.getpid())
+    fds = [] if entry is None else [[f.fd, f.kind, f.target] for f in entry.fds]
+    return {"threads": sorted(t.name for t in threading.enumerate()), "fds": fds}
 
 
 def _install_process_hooks(ctl: ControlClient, exit_req: ExitRequest, spec: dict[str, Any]) -> None:

@@ -56,9 +56,10 @@ def run_id_for(node_id: str, repeat: int = 0) -> str:
 class RemoteError(HarnessError):
     """A command failed inside a child; ``error_type`` is the wire error type when there was one."""
 
-    def __init__(self, message: str, error_type: str | None = None) -> None:
+    def __init__(self, message: str, error_type: str | None = None, error_class: str | None = None) -> None:
         super().__init__(message)
         self.error_type = error_type
+        self.error_class = error_class  # the exception class raised in the child, e.g. StateConsistencyError
 
 
 @dataclass
@@ -130,7 +131,7 @@ class Proc:
             why = f"exited with status {self.exit_code}" if self.exited.is_set() else f"no reply in {limit:.1f}s"
             raise RemoteError(f"{self.label}: command {cid} got no reply: {why}")
         if not msg.get("ok"):
-            raise RemoteError(f"{self.label}: {msg.get('error')}", msg.get("error_type"))
+            raise RemoteError(f"{self.label}: {msg.get('error')}", msg.get("error_type"), msg.get("error_class"))
         return msg.get("value")
 
     def call(self, op: str, *, timeout: float | None = None, **args: Any) -> Any:

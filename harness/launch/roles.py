@@ -6,7 +6,7 @@ import os
 from typing import Any
 
 from harness import failpoints
-from harness.launch.child import SHUTDOWN_TRIES, ControlClient, ExitRequest
+from harness.launch.child import SHUTDOWN_TRIES, ControlClient, ExitRequest, process_resources
 from harness.reference import wire
 from harness.reference.listener import ListenerConfig
 from harness.reference.paths import OwnerRecord, usage_segment_name
@@ -28,6 +28,7 @@ def worker_main(spec: dict[str, Any], ctl: ControlClient, exit_req: ExitRequest)
                        config=ListenerConfig(drain_timeout=spec.get("drain_timeout", 5.0)),
                        capacity=spec.get("capacity", 1 << 30), device=device)
     worker = variant.worker(wspec, registry=registry, listener_cls=variant.listener, recorder=ctl)
+    ctl.emit("process_resources", when="before_start", **process_resources())
     worker.start()
     ctl.handlers.update({
         "shutdown": worker.shutdown,
@@ -39,10 +40,13 @@ def worker_main(spec: dict[str, Any], ctl: ControlClient, exit_req: ExitRequest)
     ctl.send({"t": "ready", "path": worker.path})
     exit_req.wait()
     ctl.emit("exit_requested", reason=exit_req.reason, shutdown=exit_req.shutdown)
+    stopped = False
     if exit_req.shutdown:
         for _ in range(SHUTDOWN_TRIES):
             if worker.shutdown():
+                stopped = True
                 break
+    ctl.emit("process_resources", when="after_shutdown" if stopped else "at_exit", **process_resources())
     failpoints.hit("process.exit")
     failpoints.hit("process.exit")
     ctl.emit("main_returned", reason=exit_req.reason)

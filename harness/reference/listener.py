@@ -188,7 +188,7 @@ class WorkerListener:
                                         name=f"lastcall-listener-{self.label}")
         self._thread.start()
         started.wait()
-        self.rec.emit("listener_started", path=str(self.path), rank=self.rank, pp=self.pp)
+        self.rec.emit("listener_started", listener=self.label, path=str(self.path), rank=self.rank, pp=self.pp)
 
     def _take_over_stale_path(self) -> None:
         """Remove a socket left at our path by a dead owner; refuse one whose owner lives.
@@ -203,7 +203,7 @@ class WorkerListener:
                 f"{self.label}: {self.path} is in use by live pid {rec.pid}; stop that listener, "
                 f"or use another ipc name (a leftover of a dead owner is removed with `lastcall ctl delete`)")
         self.path.unlink()
-        self.rec.emit("stale_socket_removed", path=str(self.path))
+        self.rec.emit("stale_socket_removed", listener=self.label, path=str(self.path))
 
     # ------------------------------------------------------------------- stop
     def stop(self, timeout: float | None = None) -> bool:
@@ -239,11 +239,11 @@ class WorkerListener:
                     self._torn_down = True
             return self._finish_stop(True)
         except Exception as exc:  # a cleanup error: keep everything for a retry
-            self.rec.emit("cleanup_failed", error=f"{type(exc).__name__}: {exc}")
+            self.rec.emit("cleanup_failed", listener=self.label, error=f"{type(exc).__name__}: {exc}")
             return self._finish_stop(False, reason=f"cleanup failed: {exc}")
 
     def _finish_stop(self, ok: bool, reason: str = "") -> bool:
-        self.rec.emit("stop_returned", ok=ok, reason=reason, label=self.label)
+        self.rec.emit("stop_returned", listener=self.label, ok=ok, reason=reason)
         return ok
 
     def _begin_stop(self) -> None:
@@ -252,7 +252,7 @@ class WorkerListener:
             if self._stopping:
                 return
             self._stopping = True
-            self.rec.emit("stop_started", label=self.label)
+            self.rec.emit("stop_started", listener=self.label)
             victims = [c for c in self._conns.values() if c.state in (_State.IDLE, _State.READING)]
             self._cancel_reads(victims)
         self._wake()
@@ -266,7 +266,7 @@ class WorkerListener:
                 conn.sock.shutdown(socket.SHUT_RDWR)
             except OSError:
                 pass
-        self.rec.emit("reads_cancelled", n=len(victims), conns=[c.cid for c in victims])
+        self.rec.emit("reads_cancelled", listener=self.label, n=len(victims), conns=[c.cid for c in victims])
 
     def _wake(self) -> None:
         """Wake the serving thread through the self-pipe (never through the socket path)."""
@@ -281,9 +281,9 @@ class WorkerListener:
 
     def _wait_drained(self, timeout: float) -> bool:
         """Wait until the serving thread has exited; False if ``timeout`` passed first."""
-        self.rec.emit("drain_started", timeout=timeout)
+        self.rec.emit("drain_started", listener=self.label, timeout=timeout)
         ok = self._exited.wait(timeout)
-        self.rec.emit("drain_finished", ok=ok)
+        self.rec.emit("drain_finished", listener=self.label, ok=ok)
         return ok
 
     def _stop_from_handler(self) -> bool:
@@ -301,9 +301,9 @@ class WorkerListener:
             if (st.st_dev, st.st_ino) == self._ident:
                 self.path.unlink()
             else:
-                self.rec.emit("teardown_step", step="unlink_skipped", why="socket path replaced")
+                self.rec.emit("teardown_step", listener=self.label, step="unlink_skipped", why="socket path replaced")
         except FileNotFoundError:
-            self.rec.emit("teardown_step", step="unlink_skipped", why="socket path gone")
+            self.rec.emit("teardown_step", listener=self.label, step="unlink_skipped", why="socket path gone")
         try:
             owner_path(self.path).unlink()
         except FileNotFoundError:
@@ -320,7 +320,7 @@ class WorkerListener:
     # ---------------------------------------------------------------- helpers
     def _step(self, step: str) -> None:
         failpoints.hit(f"cleanup.{step}")
-        self.rec.emit("teardown_step", step=step)
+        self.rec.emit("teardown_step", listener=self.label, step=step)
 
     def _remove_empty_dirs(self) -> None:
         """rmdir the socket's ``pp<N>`` directory, then the instance directory, while empty.
@@ -366,7 +366,7 @@ class WorkerListener:
                     self._dispatch_ready()
             self._dispatch_ready()  # everything left answers shutting_down
         except BaseException as exc:
-            self.rec.emit("thread_crashed", error=f"{type(exc).__name__}: {exc}")
+            self.rec.emit("thread_crashed", listener=self.label, error=f"{type(exc).__name__}: {exc}")
             raise
         finally:
             ep.close()
@@ -376,8 +376,8 @@ class WorkerListener:
             for conn in left:  # one pass: no per-connection unregister, lock or read
                 conn.sock.close()
                 if self._on:
-                    self.rec.emit("connection_closed", conn=conn.cid, why="listener stopping")
-            self.rec.emit("thread_exited")
+                    self.rec.emit("connection_closed", listener=self.label, conn=conn.cid, why="listener stopping")
+            self.rec.emit("thread_exited", listener=self.label)
             self._exited.set()
 
     def _drain_pipe(self) -> None:
@@ -395,14 +395,14 @@ class WorkerListener:
             except (BlockingIOError, InterruptedError):
                 return
             except OSError as exc:  # EMFILE and friends: leave it pending, keep serving
-                self.rec.emit("accept_failed", error=str(exc))
+                self.rec.emit("accept_failed", listener=self.label, error=str(exc))
                 return
             failpoints.hit("listener.accepted")
             if self.config.check_peer_uid:
                 pid, uid, _gid = _PEERCRED.unpack(
                     sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _PEERCRED.size))
                 if uid != self._uid:
-                    self.rec.emit("peer_rejected", peer_pid=pid, peer_uid=uid)
+                    self.rec.emit("peer_rejected", listener=self.label, peer_pid=pid, peer_uid=uid)
                     sock.close()
                     continue
             sock.setblocking(False)
@@ -410,13 +410,13 @@ class WorkerListener:
                 self._next_cid += 1
                 cid = self._next_cid
                 if self._stopping:
-                    self.rec.emit("accepted_after_stop", conn=cid)
+                    self.rec.emit("accepted_after_stop", listener=self.label, conn=cid)
                     sock.close()
                     continue
                 conn = _Conn(sock, cid, self.config.max_frame)
                 self._conns[sock.fileno()] = conn
                 if self._on:
-                    self.rec.emit("accepted", conn=cid)
+                    self.rec.emit("accepted", listener=self.label, conn=cid)
             self._ep.register(sock.fileno(), select.EPOLLIN)
             self._on_readable(conn)  # a client's frame has usually arrived with its connect
 
@@ -438,13 +438,13 @@ class WorkerListener:
         try:
             bodies = conn.reader.feed(data)
         except WireError as exc:  # a bad length: framing is lost; answer if we can, then close
-            self.rec.emit("bad_frame", conn=conn.cid, error=str(exc))
+            self.rec.emit("bad_frame", listener=self.label, conn=conn.cid, error=str(exc))
             self._send(conn, wire.Reply(status="error", error_type="bad_request", message=str(exc)))
             self._close(conn, why="framing lost")
             return
         if not was_in_frame:
             if self._on:
-                self.rec.emit("frame_started", conn=conn.cid)
+                self.rec.emit("frame_started", listener=self.label, conn=conn.cid)
             failpoints.hit("listener.frame_started")
         if not bodies:
             if conn.state is _State.IDLE and conn.reader.in_frame:
@@ -456,7 +456,7 @@ class WorkerListener:
         with self._lock:  # the frame-completion decision
             if self._on:
                 for _ in bodies:
-                    self.rec.emit("frame_completed", conn=conn.cid, after_stop=self._stopping)
+                    self.rec.emit("frame_completed", listener=self.label, conn=conn.cid, after_stop=self._stopping)
             if conn.state is _State.CANCELLED:
                 return  # stop shut this one down: its frame is never dispatched
             conn.bodies.extend(bodies)
@@ -473,7 +473,7 @@ class WorkerListener:
                 try:
                     req = wire.decode_request(body)
                 except WireError as exc:
-                    self.rec.emit("bad_request", conn=conn.cid, error=str(exc))
+                    self.rec.emit("bad_request", listener=self.label, conn=conn.cid, error=str(exc))
                     self._send(conn, wire.Reply(status="error", error_type="bad_request", message=str(exc)))
                     continue
                 failpoints.hit("listener.before_dispatch")
@@ -482,13 +482,13 @@ class WorkerListener:
                     if go:
                         conn.state = _State.DISPATCHING
                         if self._on:
-                            self.rec.emit("dispatch_started", conn=conn.cid, cmd=req.cmd, id=req.id)
+                            self.rec.emit("dispatch_started", listener=self.label, conn=conn.cid, cmd=req.cmd, id=req.id)
                     else:
-                        self.rec.emit("dispatch_refused", conn=conn.cid, cmd=req.cmd, id=req.id)
+                        self.rec.emit("dispatch_refused", listener=self.label, conn=conn.cid, cmd=req.cmd, id=req.id)
                 if go:
                     reply = self._call_backend(req)
                     if self._on:
-                        self.rec.emit("dispatch_finished", conn=conn.cid, cmd=req.cmd, status=reply.status)
+                        self.rec.emit("dispatch_finished", listener=self.label, conn=conn.cid, cmd=req.cmd, status=reply.status)
                 else:
                     reply = wire.Reply(status="error", id=req.id, error_type="shutting_down",
                                        message=f"{self.label} is shutting down; request not dispatched")
@@ -536,21 +536,16 @@ class WorkerListener:
                 sock.sendall(data[sent:])
                 sock.setblocking(False)
         except OSError as exc:
-            self.rec.emit("reply_failed", conn=conn.cid, error=str(exc))
+            self.rec.emit("reply_failed", listener=self.label, conn=conn.cid, error=str(exc))
             try:
                 sock.shutdown(socket.SHUT_RDWR)
             except OSError:
                 pass
 
     def _close(self, conn: _Conn, *, why: str) -> None:
-        fd = conn.sock.fileno()
         with self._lock:
-            self._conns.pop(fd, None)
-        try:
-            self._ep.unregister(fd)
-        except (OSError, ValueError):
-            pass
-        conn.sock.close()
+            self._conns.pop(conn.sock.fileno(), None)
+        conn.sock.close()  # closing the only descriptor also takes it out of the epoll set
         conn.bodies.clear()
         if self._on:
-            self.rec.emit("connection_closed", conn=conn.cid, why=why)
+            self.rec.emit("connection_closed", listener=self.label, conn=conn.cid, why=why)

@@ -35,7 +35,7 @@ class NoConnTracking(WorkerListener):
     """Stop does not touch accepted connections: a parked read stays parked until the drain ends."""
 
     def _cancel_reads(self, victims: list[_Conn]) -> None:
-        self.rec.emit("reads_cancelled", n=0, conns=[])
+        self.rec.emit("reads_cancelled", listener=self.label, n=0, conns=[])
 
 
 class DispatchAfterStop(WorkerListener):

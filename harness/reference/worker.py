@@ -94,8 +94,11 @@ class ReferenceWorker:
             if not self._stop_listeners():
                 self.rec.emit("teardown_deferred", label=f"pp{self.spec.pp}/rank{self.spec.rank}")
                 return False
+            label = f"pp{self.spec.pp}/rank{self.spec.rank}"
+            self.rec.emit("allocator_state", label=label, mapped=sorted(self.allocator.mapped_offsets(0)),
+                          pending=self.allocator.pending_transaction())
             self.allocator.teardown()
-            self.rec.emit("allocator_torn_down", label=f"pp{self.spec.pp}/rank{self.spec.rank}")
+            self.rec.emit("allocator_torn_down", label=label)
             self._shut_down = True
             return True
 

@@ -1,0 +1,214 @@
+"""Checkers of the stop contract, judged from the listener's own events.
+
+Events used (emitted by the reference listener, worker and registry; a target
+adapter emits the same names): ``stop_started``, ``reads_cancelled``,
+``drain_started``, ``drain_finished``, ``teardown_step``, ``stop_returned``,
+``frame_started``, ``frame_completed``, ``connection_closed``,
+``dispatch_started``, ``dispatch_finished``, ``allocator_torn_down``,
+``teardown_deferred``.  Each carries ``listener`` (its label); with the pid it
+names one listener.
+"""
+
+from __future__ import annotations
+
+from harness.checkers.base import RunRecord, Verdict, checker, key_of, ok, unknown, violated
+from harness.checkers.params import Params, StopLatency, Within
+from harness.history import Event
+
+Key = tuple[int, str]
+
+
+def _first(events: list[Event], kind: str) -> dict[Key, Event]:
+    out: dict[Key, Event] = {}
+    for e in events:
+        if e.kind == kind and key_of(e) not in out:
+            out[key_of(e)] = e
+    return out
+
+
+@checker("no_late_dispatch", "nothing is dispatched once stop has begun (frames completing later, queued ones)")
+def no_late_dispatch(run: RunRecord, p: Params) -> Verdict:
+    evs = run.ordered
+    started = _first(evs, "stop_started")
+    if not started:
+        return unknown("no_late_dispatch", "no stop_started in the history: no stop to judge against")
+    late = [e for e in evs if e.kind == "dispatch_started" and key_of(e) in started
+            and e.t_ns > started[key_of(e)].t_ns]
+    if late:
+        first = late[0]
+        return violated("no_late_dispatch",
+                        f"{len(late)} request(s) dispatched after stop began on {first.data.get('listener')}: "
+                        f"{[e.data.get('cmd') for e in late]}", [started[key_of(first)], *late])
+    return ok("no_late_dispatch", f"{len(started)} stop(s), no dispatch after any of them")
+
+
+@checker("no_dispatch_after_teardown", "no backend call starts, or is still running, once the allocator is torn down")
+def no_dispatch_after_teardown(run: RunRecord, p: Params) -> Verdict:
+    evs = run.ordered
+    torn = {e.pid: e for e in evs if e.kind == "allocator_torn_down"}
+    if not torn:
+        return ok("no_dispatch_after_teardown", "no allocator was torn down")
+    open_: dict[tuple[int, str, object], Event] = {}
+    bad: list[Event] = []
+    for e in evs:
+        k = (e.pid, str(e.data.get("listener")), e.data.get("conn"))
+        if e.kind == "dispatch_started":
+            open_[k] = e
+            if e.pid in torn and e.t_ns > torn[e.pid].t_ns:
+                bad.append(e)
+        elif e.kind == "dispatch_finished":
+            start = open_.pop(k, None)
+            if e.pid in torn and start is not None and start.t_ns < torn[e.pid].t_ns < e.t_ns:
+                bad += [start, e]
+    bad += [e for e in open_.values() if e.pid in torn and e.t_ns < torn[e.pid].t_ns]
+    if bad:
+        return violated("no_dispatch_after_teardown",
+                        f"a backend call overlapped or followed allocator teardown ({len(bad)} events)",
+                        [*{e.pid: torn[e.pid] for e in bad}.values(), *bad])
+    return ok("no_dispatch_after_teardown")
+
+
+@checker("reads_cancelled", "reads in progress when stop begins are cancelled at once, not after the drain")
+def reads_cancelled(run: RunRecord, p: Within) -> Verdict:
+    evs = run.ordered
+    started = _first(evs, "stop_started")
+    if not started:
+        return unknown("reads_cancelled", "no stop_started in the history")
+    bad: list[Event] = []
+    checked = 0
+    for key, stop in started.items():
+        live: dict[object, Event] = {}
+        for e in evs:
+            if key_of(e) != key or e.t_ns > stop.t_ns:
+                continue
+            if e.kind in ("accepted", "frame_started"):
+                live[e.data.get("conn")] = e
+            elif e.kind in ("frame_completed", "connection_closed"):
+                live.pop(e.data.get("conn"), None)
+        deadline = stop.t_ns + int(p.within * 1e9)
+        cancelled: set[object] = set()
+        for e in evs:
+            if key_of(e) == key and stop.t_ns <= e.t_ns <= deadline:
+                if e.kind == "reads_cancelled":
+                    cancelled.update(e.data.get("conns", ()))
+                elif e.kind == "connection_closed":
+                    cancelled.add(e.data.get("conn"))
+        checked += len(live)
+        bad += [e for conn, e in live.items() if conn not in cancelled]
+    # the harness's own view: a stalled peer must see its connection closed within the bound
+    for stall in run.of("peer_stalled"):
+        closed = [e for e in run.of("peer_closed") if e.data.get("step") == stall.data.get("step")]
+        stop_t = min((s.t_ns for s in started.values()), default=0)
+        if stall.t_ns < stop_t and (not closed or closed[0].t_ns > stop_t + int(p.within * 1e9)):
+            bad.append(stall)
+        checked += 1
+    if bad:
+        return violated("reads_cancelled", f"{len(bad)} read(s) in progress at stop were not cancelled within "
+                        f"{p.within}s", [*started.values(), *bad])
+    return ok("reads_cancelled", f"{checked} read(s) in progress at stop, all cancelled")
+
+
+@checker("handler_drained", "a handler inside the backend when stop begins finishes before stop returns True")
+def handler_drained(run: RunRecord, p: Params) -> Verdict:
+    evs = run.ordered
+    bad: list[Event] = []
+    for ret in (e for e in evs if e.kind == "stop_returned" and e.data.get("ok")):
+        inflight: dict[object, Event] = {}
+        for e in evs:
+            if key_of(e) != key_of(ret) or e.t_ns > ret.t_ns:
+                continue
+            if e.kind == "dispatch_started":
+                inflight[e.data.get("conn")] = e
+            elif e.kind == "dispatch_finished":
+                inflight.pop(e.data.get("conn"), None)
+        if inflight:
+            bad += [*inflight.values(), ret]
+    if bad:
+        return violated("handler_drained", "stop returned True while a handler was still inside the backend", bad)
+    return ok("handler_drained")
+
+
+@checker("retained_for_retry", "a stop that returns False tears nothing down; the listener stays for a retry")
+def retained_for_retry(run: RunRecord, p: Params) -> Verdict:
+    evs = run.ordered
+    bad: list[Event] = []
+    for ret in (e for e in evs if e.kind == "stop_returned" and e.data.get("ok") is False):
+        prev = [e.t_ns for e in evs if key_of(e) == key_of(ret) and e.kind in ("stop_returned", "stop_started")
+                and e.t_ns < ret.t_ns]
+        since = max(prev) if prev else 0
+        bad += [e for e in evs if key_of(e) == key_of(ret) and e.kind == "teardown_step"
+                and since <= e.t_ns <= ret.t_ns and e.data.get("step") in ("close", "unlink", "rmdir")]
+    falses = [e for e in evs if e.kind == "stop_returned" and e.data.get("ok") is False]
+    if bad:
+        return violated("retained_for_retry", "a stop that returned False had already torn down", [*falses, *bad])
+    return ok("retained_for_retry", f"{len(falses)} stop(s) returned False, none tore anything down")
+
+
+@checker("teardown_deferred", "the allocator is torn down only after every listener of its process has stopped")
+def teardown_deferred(run: RunRecord, p: Params) -> Verdict:
+    evs = run.ordered
+    bad: list[Event] = []
+    for torn in (e for e in evs if e.kind == "allocator_torn_down"):
+        last: dict[str, Event] = {}
+        for e in evs:
+            if e.pid == torn.pid and e.kind == "stop_returned" and e.t_ns < torn.t_ns:
+                last[str(e.data.get("listener"))] = e
+        started = {str(e.data.get("listener")) for e in evs if e.pid == torn.pid and e.kind == "listener_started"}
+        failed = [e for e in last.values() if not e.data.get("ok")]
+        missing = started - set(last)
+        if failed or missing:
+            bad += [*failed, torn]
+    if bad:
+        return violated("teardown_deferred", "the allocator was torn down although a listener had not stopped", bad)
+    return ok("teardown_deferred")
+
+
+def _phases(evs: list[Event], stop: Event) -> dict[str, float]:
+    """Seconds per phase of the stop that began with ``stop`` (as far as the events tell)."""
+    k = key_of(stop)
+    after = [e for e in evs if key_of(e) == k and e.t_ns >= stop.t_ns]
+
+    def t(kind: str) -> int | None:
+        return next((e.t_ns for e in after if e.kind == kind), None)
+
+    out: dict[str, float] = {}
+    cancel, d0, d1 = t("reads_cancelled"), t("drain_started"), t("drain_finished")
+    ret = next((e.t_ns for e in after if e.kind == "stop_returned" and e.data.get("ok")), None)
+    if cancel is not None:
+        out["stop_accepting"] = out["cancel_reads"] = (cancel - stop.t_ns) / 1e9
+    if d0 is not None and d1 is not None:
+        out["drain"] = (d1 - d0) / 1e9
+    if d1 is not None and ret is not None:
+        out["teardown"] = (ret - d1) / 1e9
+    if ret is not None:
+        out["total"] = (ret - stop.t_ns) / 1e9
+    return out
+
+
+@checker("stop_latency", "stop (or one phase of it) completes within a generous bound")
+def stop_latency(run: RunRecord, p: StopLatency) -> Verdict:
+    evs = run.ordered
+    if p.step is not None:
+        began = [e for e in evs if e.kind == "step_started" and e.data.get("step") == p.step]
+        done = [e for e in evs if e.kind == "step_returned" and e.data.get("step") == p.step]
+        if not began or not done:
+            return unknown("stop_latency", f"step {p.step!r} has no start and return in the history")
+        took = (done[0].t_ns - began[0].t_ns) / 1e9
+        if took > p.within:
+            return violated("stop_latency", f"step {p.step} took {took:.3f}s > {p.within}s", [began[0], done[0]])
+        return ok("stop_latency", f"step {p.step} took {took * 1e3:.1f} ms")
+    stops = list(_first(evs, "stop_started").values())
+    if not stops:
+        return unknown("stop_latency", "no stop in the history")
+    figures = {f"{s.data.get('listener')}": _phases(evs, s) for s in stops}
+    slow = {k: v[p.phase] for k, v in figures.items() if p.phase in v and v[p.phase] > p.within}
+    never = [k for k, v in figures.items() if p.phase not in v]
+    if slow:
+        return violated("stop_latency", f"{p.phase} over {p.within}s: "
+                        + ", ".join(f"{k} {v:.3f}s" for k, v in slow.items()), stops)
+    if never and p.phase == "total":
+        return violated("stop_latency", f"stop never returned True on {never}", stops)
+    worst = max((v[p.phase] for v in figures.values() if p.phase in v), default=0.0)
+    return ok("stop_latency", f"worst {p.phase} {worst * 1e3:.2f} ms over {len(stops)} stop(s)")
+
+

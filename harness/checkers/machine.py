@@ -1,0 +1,136 @@
+"""Checkers of what a run left on the machine, judged from snapshots (and process reports).
+
+Snapshots ``before`` and ``after`` are taken by probes around the run; identity
+(path and inode, segment name, pid) decides what is new, never a count.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from harness.checkers.base import RunRecord, Verdict, checker, ok, unknown, violated
+from harness.checkers.params import Params, PortReleased
+from harness.probes.model import Snapshot
+
+TRANSIENT_THREADS = ("lastcall-cmd-",)  # command threads of the control channel come and go
+
+
+def _pair(run: RunRecord) -> tuple[Snapshot, Snapshot] | None:
+    before, after = run.snapshots.get("before"), run.snapshots.get("after")
+    return None if before is None or after is None else (before, after)
+
+
+@checker("no_leftover_paths", "no socket file, owner record or directory of the run is left under its root")
+def no_leftover_paths(run: RunRecord, p: Params) -> Verdict:
+    snaps = _pair(run)
+    if snaps is None:
+        return unknown("no_leftover_paths", "no before/after snapshots")
+    before = {(e.path, e.ino) for e in snaps[0].paths}
+    left = [e.path for e in snaps[1].paths if (e.path, e.ino) not in before]
+    if left:
+        return violated("no_leftover_paths", f"left behind: {left}")
+    return ok("no_leftover_paths")
+
+
+@checker("no_leftover_shm", "no /dev/shm segment of the run is left")
+def no_leftover_shm(run: RunRecord, p: Params) -> Verdict:
+    snaps = _pair(run)
+    if snaps is None:
+        return unknown("no_leftover_shm", "no before/after snapshots")
+    before = {(e.name, e.ino) for e in snaps[0].shm}
+    left = [e.name for e in snaps[1].shm if (e.name, e.ino) not in before]
+    if left:
+        return violated("no_leftover_shm", f"left in /dev/shm: {left}")
+    return ok("no_leftover_shm")
+
+
+@checker("port_released", "nothing LISTENs on the run's ports and a bind with the server's options succeeds")
+def port_released(run: RunRecord, p: PortReleased) -> Verdict:
+    after = run.snapshots.get("after")
+    if after is None:
+        return unknown("port_released", "no after snapshot")
+    ports = set(p.ports or ()) | {int(e.data["port"]) for e in run.of("handshake_listener_started")
+                                  if e.data.get("port")}
+    if not ports:
+        return unknown("port_released", "no port to judge: the run bound none")
+    listening = [s for s in after.sockets if s.port in ports and s.state == "LISTEN"]
+    if listening:
+        return violated("port_released", "still LISTENing: " + ", ".join(
+            f"{s.local} held by pid {list(s.pids) or '?'}" for s in listening))
+    failed = [b for b in after.binds if b.port in ports and not b.ok]
+    waits = [s for s in after.sockets if s.port in ports and s.state == "TIME_WAIT"]
+    notes = tuple(f"{s.local} in TIME_WAIT (reported, not a violation)" for s in waits)
+    if failed and not waits:
+        return violated("port_released", "a trial bind failed: " + ", ".join(f"{b.port}: {b.error}" for b in failed),
+                        notes=notes)
+    return ok("port_released", f"ports {sorted(ports)} free", notes)
+
+
+def _resources(run: RunRecord, when: str) -> dict[int, dict[str, object]]:
+    return {e.pid: e.data for e in run.of("process_resources") if e.data.get("when") == when}
+
+
+@checker("no_leaked_threads", "after a clean shutdown a process runs no thread it did not run before it started")
+def no_leaked_threads(run: RunRecord, p: Params) -> Verdict:
+    before, after = _resources(run, "before_start"), _resources(run, "after_shutdown")
+    pairs = [(pid, before[pid], after[pid]) for pid in after if pid in before]
+    if not pairs:
+        return unknown("no_leaked_threads", "no process reported its threads before start and after shutdown")
+    bad = []
+    for pid, b, a in pairs:
+        extra = Counter(str(t) for t in a["threads"]) - Counter(str(t) for t in b["threads"])  # type: ignore[attr-defined]
+        names = [t for t in extra.elements() if not t.startswith(TRANSIENT_THREADS)]
+        if names:
+            bad.append(f"pid {pid}: {names}")
+    if bad:
+        return violated("no_leaked_threads", "threads left after shutdown: " + "; ".join(bad),
+                        [e for e in run.of("process_resources") if e.pid in {x[0] for x in pairs}])
+    return ok("no_leaked_threads", f"{len(pairs)} process(es) back to their threads before start")
+
+
+@checker("no_leaked_fds", "after a clean shutdown a process holds no socket, pipe or epoll it did not hold before")
+def no_leaked_fds(run: RunRecord, p: Params) -> Verdict:
+    before, after = _resources(run, "before_start"), _resources(run, "after_shutdown")
+    pairs = [(pid, before[pid], after[pid]) for pid in after if pid in before]
+    if not pairs:
+        return unknown("no_leaked_fds", "no process reported its fds before start and after shutdown")
+    bad = []
+    for pid, b, a in pairs:
+        had = Counter(str(k) for _, k, _t in b["fds"])  # type: ignore[attr-defined]
+        has = Counter(str(k) for _, k, _t in a["fds"])  # type: ignore[attr-defined]
+        extra = {k: n for k, n in (has - had).items() if k in ("socket", "pipe", "anon")}
+        if extra:
+            bad.append(f"pid {pid}: {extra}")
+    if bad:
+        return violated("no_leaked_fds", "descriptors left after shutdown: " + "; ".join(bad))
+    return ok("no_leaked_fds", f"{len(pairs)} process(es) hold no new socket, pipe or epoll")
+
+
+@checker("no_orphan_processes", "every process of the run is gone: no survivor, no zombie, none reparented away")
+def no_orphan_processes(run: RunRecord, p: Params) -> Verdict:
+    after = run.snapshots.get("after")
+    if after is None:
+        return unknown("no_orphan_processes", "no after snapshot")
+    mine = [pr for pr in after.procs if pr.pid not in after.harness_pids]
+    zombies = [pr for pr in mine if pr.state == "Z"]
+    if mine:
+        return violated("no_orphan_processes", "still present after the run: " + ", ".join(
+            f"pid {pr.pid} {pr.name} ({'zombie' if pr in zombies else 'ppid ' + str(pr.ppid)})" for pr in mine))
+    return ok("no_orphan_processes")
+
+
+@checker("gpu_memory_released", "no process of the run holds GPU memory; per-device use is back to the baseline")
+def gpu_memory_released(run: RunRecord, p: Params) -> Verdict:
+    snaps = _pair(run)
+    if snaps is None or snaps[1].gpu is None:
+        return unknown("gpu_memory_released", "no GPU probe on this machine")
+    spawned = {int(e.data["pid"]) for e in run.of("process_spawned")}
+    holders = [g for g in snaps[1].gpu if g.pid in spawned]
+    if holders:
+        return violated("gpu_memory_released", "still holding GPU memory: " + ", ".join(
+            f"pid {g.pid} on cuda:{g.device} ({g.used_bytes >> 20} MiB)" for g in holders))
+    grown = {d: u - (snaps[0].gpu_used or {}).get(d, 0) for d, u in (snaps[1].gpu_used or {}).items()}
+    over = {d: g for d, g in grown.items() if g > 64 << 20}
+    if over:
+        return violated("gpu_memory_released", f"device memory above the baseline: {over}")
+    return ok("gpu_memory_released")

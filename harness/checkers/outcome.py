@@ -1,0 +1,141 @@
+"""Checkers of what the run's clients and processes saw: step results, faults, exits, KV state.
+
+They read the harness's own events: ``step_started`` / ``step_returned``
+(``step``, ``kind``, ``ok``, ``value``, ``error``, ``error_class``), ``armed``
+(a failpoint armed by a named step, with the target ``pid``), ``peer_stalled`` /
+``peer_closed`` (client-side faults), and the processes' ``fault_reached``,
+``exit_requested``, ``exit_hook_*``, ``process_exited`` and ``allocator_state``.
+"""
+
+from __future__ import annotations
+
+from harness.checkers.base import RunRecord, Verdict, checker, ok, unknown, violated
+from harness.checkers.params import FaultFired, Params, StopResult, Within
+from harness.history import Event
+
+BAD_FAULTS = {"zero_length", "oversize_length", "garbage_body", "partial_header", "reset_mid_frame"}
+
+
+def _returned(run: RunRecord, kind: str | None = None) -> list[Event]:
+    return [e for e in run.ordered if e.kind == "step_returned" and (kind is None or e.data.get("kind") == kind)]
+
+
+@checker("stop_result", "a named stop (or every stop) returned what the contract says")
+def stop_result(run: RunRecord, p: StopResult) -> Verdict:
+    rets = [e for e in _returned(run) if e.data.get("kind") in ("stop", "shutdown")
+            and (p.step is None or e.data.get("step") == p.step)]
+    if not rets:
+        return unknown("stop_result", f"no stop step {p.step or ''} returned in the history".replace("  ", " "))
+    bad = [e for e in rets if e.data.get("value") is not p.returns]
+    if bad:
+        return violated("stop_result", f"{bad[0].data.get('step')} returned {bad[0].data.get('value')!r}, "
+                        f"expected {p.returns}", bad)
+    return ok("stop_result", f"{len(rets)} stop(s) returned {p.returns}")
+
+
+@checker("fault_fired", "every armed fault reached its site: a scenario whose fault never fired proves nothing")
+def fault_fired(run: RunRecord, p: FaultFired) -> Verdict:
+    armed = [e for e in run.ordered if e.kind == "armed" and (p.faults is None or e.data.get("step") in p.faults)]
+    missing = set(p.faults or ()) - {e.data.get("step") for e in armed}
+    reached = [e for e in run.ordered if e.kind == "fault_reached"]
+    stalls = {e.data.get("step") for e in run.of("peer_stalled")}
+    vacuous = [a for a in armed if not any(r.pid == a.data.get("pid") and r.data.get("site") == a.data.get("site")
+                                           and r.t_ns > a.t_ns for r in reached)]
+    vacuous_names = [str(a.data.get("step")) for a in vacuous] + sorted(str(m) for m in missing - stalls)
+    if vacuous_names:
+        return violated("fault_fired", f"vacuous: armed fault(s) {vacuous_names} never fired, so this run proves "
+                        "nothing about them", vacuous)
+    return ok("fault_fired", f"{len(armed)} armed fault(s) fired")
+
+
+def _stalled_windows(run: RunRecord) -> list[tuple[int, int]]:
+    closed = {e.data.get("step"): e.t_ns for e in run.of("peer_closed", "peer_finished")}
+    return [(e.t_ns, closed.get(e.data.get("step"), 1 << 62)) for e in run.of("peer_stalled", "peer_idle")]
+
+
+@checker("served_while_stalled", "while one client stalls or idles, every other request is still served")
+def served_while_stalled(run: RunRecord, p: Params) -> Verdict:
+    windows = _stalled_windows(run)
+    if not windows:
+        return unknown("served_while_stalled", "no stalled or idle client in the history")
+    starts = {e.data.get("step"): e.t_ns for e in run.of("step_started")}
+    during = [e for e in _returned(run, "send") if e.data.get("fault") in (None, "none")
+              and any(a <= starts.get(e.data.get("step"), 0) <= b for a, b in windows)]
+    if not during:
+        return unknown("served_while_stalled", "no request was sent while a client stalled")
+    bad = [e for e in during if not e.data.get("ok")]
+    if bad:
+        return violated("served_while_stalled", f"{len(bad)} request(s) not served while another client stalled: "
+                        f"{bad[0].data.get('error')}", bad)
+    return ok("served_while_stalled", f"{len(during)} request(s) served while a client stalled")
+
+
+@checker("survives_bad_input", "malformed frames get bad_request or a close, are never dispatched, kill nothing")
+def survives_bad_input(run: RunRecord, p: Params) -> Verdict:
+    sends = _returned(run, "send")
+    bad_sends = [e for e in sends if e.data.get("fault") in BAD_FAULTS]
+    if not bad_sends:
+        return unknown("survives_bad_input", "no malformed frame was sent")
+    crashed = run.of("thread_crashed", "thread_exception")
+    answered_wrong = [e for e in bad_sends if (e.data.get("value") or {}).get("status") not in (None, "error")]
+    later = [e for e in sends if e.data.get("fault") in (None, "none") and e.t_ns > bad_sends[0].t_ns
+             and not e.data.get("ok")]
+    problems = crashed + answered_wrong + later
+    if problems:
+        what = ("a thread died" if crashed else "a malformed frame was answered as valid" if answered_wrong
+                else "a good request failed after bad input")
+        return violated("survives_bad_input", what, problems)
+    return ok("survives_bad_input", f"{len(bad_sends)} malformed frame(s), listener kept serving")
+
+
+@checker("exit_without_stall", "every process exits within a bound of being asked to; exit hooks are timed")
+def exit_without_stall(run: RunRecord, p: Within) -> Verdict:
+    evs = run.ordered
+    exited = {e.pid: e for e in evs if e.kind == "process_exited"}
+    asked = {}
+    for e in evs:
+        if e.kind in ("exit_requested", "engine_died") and e.pid not in asked:
+            asked[e.pid] = e
+    if not asked:
+        return unknown("exit_without_stall", "no process was asked to exit")
+    notes = []
+    for e in evs:
+        if e.kind == "exit_hook_finished":
+            start = next((s for s in evs if s.kind == "exit_hook_started" and s.pid == e.pid), None)
+            if start is not None:
+                notes.append(f"{e.rank}: exit hook {(e.t_ns - start.t_ns) / 1e6:.1f} ms")
+    bad: list[Event] = []
+    for pid, ask in asked.items():
+        end = exited.get(pid)
+        if end is None or (end.t_ns - ask.t_ns) / 1e9 > p.within:
+            bad += [ask] + ([end] if end else [])
+    if bad:
+        return violated("exit_without_stall", f"{len(bad)} process(es) took longer than {p.within}s to exit, "
+                        "or never exited", bad, tuple(notes))
+    return ok("exit_without_stall", f"{len(asked)} process(es) exited in time", tuple(notes))
+
+
+@checker("kv_state_consistent", "each rank's pages match what the client was told, or the client said unknown")
+def kv_state_consistent(run: RunRecord, p: Params) -> Verdict:
+    told: set[int] = set()
+    unsure = False
+    for e in _returned(run, "call"):
+        op, offsets = e.data.get("op"), set(e.data.get("offsets") or ())
+        if e.data.get("ok"):
+            if op == "map":
+                told |= offsets
+            elif op == "unmap":
+                told -= offsets
+        elif e.data.get("error_class") == "StateConsistencyError" or "no reply" in str(e.data.get("error")):
+            unsure = True  # the client said the outcome is unknown, or never heard back
+    states = [e for e in run.ordered if e.kind == "allocator_state"]
+    if not states:
+        return unknown("kv_state_consistent", "no rank reported its allocator state")
+    if unsure:
+        return ok("kv_state_consistent", "the client raised StateConsistencyError: the outcome was reported unknown")
+    bad = [e for e in states if set(e.data.get("mapped", ())) != told or e.data.get("pending")]
+    if bad:
+        held = sorted(bad[0].data.get("mapped") or ())
+        return violated("kv_state_consistent", f"{bad[0].data.get('label')} holds {held} "
+                        f"(pending {bad[0].data.get('pending')}) but the client was told {sorted(told)}", bad)
+    return ok("kv_state_consistent", f"{len(states)} rank(s) hold exactly the {len(told)} page(s) the client was told")

@@ -1,0 +1,76 @@
+"""The parameters each checker takes, as pydantic models: the scenario schema and the checkers share them.
+
+``CHECKER_PARAMS`` maps every checker name to its parameter model; a scenario's
+``expect`` entries are validated against it at load time.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+__all__ = ["CHECKER_PARAMS", "Params", "StopResult", "StopLatency", "Within", "FaultFired", "PortReleased"]
+
+
+class Params(BaseModel):
+    """Base: unknown keys are errors, so a misspelt parameter is caught at load time."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class StopResult(Params):
+    """stop_result: what the stop named ``step`` returned."""
+
+    step: str | None = Field(None, description="the `as:` name of a stop/shutdown step; None = every stop")
+    returns: bool = True
+
+
+class StopLatency(Params):
+    """stop_latency: a stop (or one phase of it) took at most ``within`` seconds."""
+
+    step: str | None = None
+    within: float = Field(2.0, gt=0, description="seconds (write 500ms, 2s)")
+    phase: Literal["total", "stop_accepting", "cancel_reads", "drain", "teardown"] = "total"
+
+
+class Within(Params):
+    """A bound in seconds (``within: 500ms``)."""
+
+    within: float = Field(2.0, gt=0)
+
+
+class FaultFired(Params):
+    """fault_fired: each named armed fault (its `as:` name) reached its site; None = every armed fault."""
+
+    faults: list[str] | None = None
+
+
+class PortReleased(Params):
+    """port_released: nothing of the run LISTENs on the ports and a trial bind succeeds."""
+
+    ports: list[int] | None = None
+
+
+CHECKER_PARAMS: dict[str, type[Params]] = {
+    "no_late_dispatch": Params,
+    "no_dispatch_after_teardown": Params,
+    "stop_result": StopResult,
+    "stop_latency": StopLatency,
+    "reads_cancelled": Within,
+    "handler_drained": Params,
+    "retained_for_retry": Params,
+    "teardown_deferred": Params,
+    "kv_state_consistent": Params,
+    "no_leftover_paths": Params,
+    "no_leftover_shm": Params,
+    "port_released": PortReleased,
+    "no_leaked_threads": Params,
+    "no_leaked_fds": Params,
+    "no_orphan_processes": Params,
+    "exit_without_stall": Within,
+    "served_while_stalled": Params,
+    "survives_bad_input": Params,
+    "fault_fired": FaultFired,
+    "gpu_memory_released": Params,
+}
