@@ -22,6 +22,20 @@ MARKERS = {
 }
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    from harness.scenario.collect import addoption
+
+    addoption(parser)
+
+
+def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Collector | None:
+    if file_path.suffix not in (".yaml", ".yml"):
+        return None
+    from harness.scenario.collect import collect_file
+
+    return collect_file(file_path, parent)
+
+
 def pytest_configure(config: pytest.Config) -> None:
     for name, doc in MARKERS.items():
         config.addinivalue_line("markers", f"{name}: {doc}")

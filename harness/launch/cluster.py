@@ -183,6 +183,7 @@ class Cluster:
         self._watchdog: threading.Thread | None = None
         self.engine: Proc | None = None
         self.workers: list[Proc] = []
+        self._cleaned = False
         self.pgid = 0
 
     # ------------------------------------------------------------------ start
@@ -335,8 +336,11 @@ class Cluster:
             proc.wait_exited(scaled(5))
 
     # ---------------------------------------------------------------- close
-    def close(self) -> RunOutcome:
+    def close(self, before_cleanup: Callable[[Cluster], None] | None = None) -> RunOutcome:
         """Orderly exit, then SIGTERM, then SIGKILL; reap everything; release the run's files.
+
+        ``before_cleanup`` runs once every process is reaped and before the
+        harness removes what the run left (the probes' "after" snapshot).
 
         Returns: the run's outcome (also kept as ``self.outcome``).
         Error handling: never raises; a process that will not die is reported
@@ -368,6 +372,12 @@ class Cluster:
             self.outcome.detail = f"not reaped: {stuck}"
         if self._server is not None:
             self._server.close()
+        if before_cleanup is not None and not self._cleaned:
+            try:
+                before_cleanup(self)
+            except Exception as exc:  # a probe must never stop the cleanup
+                self.outcome.detail += f" before_cleanup failed: {type(exc).__name__}: {exc}"
+        self._cleaned = True
         self.outcome.leftovers = self.leftovers()
         self._remove_leftovers()
         return self.outcome

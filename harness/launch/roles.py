@@ -36,6 +36,7 @@ def worker_main(spec: dict[str, Any], ctl: ControlClient, exit_req: ExitRequest)
         "mapped": lambda group_id=0: sorted(worker.allocator.mapped_offsets(group_id))
         if not worker.allocator.torn_down else None,
         "torn_down": lambda: worker.allocator.torn_down,
+        "restart": lambda: worker.start().label,
     })
     ctl.send({"t": "ready", "path": worker.path})
     exit_req.wait()

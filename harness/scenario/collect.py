@@ -1,0 +1,157 @@
+"""pytest collection of scenario YAML: one item per matrix point, plus one per planted bug it catches.
+
+* Files are collected under the roots named by the ``lastcall_scenarios`` ini
+  option (``scenarios`` here; a user's project declares its own) and any YAML
+  file named on the command line.  fixtures/bad-scenarios/ is never under a root.
+* A file that does not load becomes one failing item carrying the located error;
+  the session goes on.
+* ``name[tp2-pp1-cpu]`` runs the scenario on its target (``--target`` or
+  LASTCALL_TARGET override); ``name[tp1-pp1-cpu-catches-VARIANT]`` runs its first
+  matrix point on each variant named in ``catches`` and passes only if a checker
+  reports a violation: a scenario that cannot fail is not a test.
+* Marks from the YAML apply (``-m slow``); matrix points with device cuda are
+  marked ``gpu`` and skipped with the reason where CUDA is missing.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from harness.scenario.errors import ScenarioError
+from harness.scenario.loader import MatrixItem, expand, load
+
+INI_ROOTS = "lastcall_scenarios"
+
+
+def addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("lastcall")
+    group.addoption("--target", default=None, help="run scenarios against this target or variant "
+                    "(a name such as reference or no_conn_tracking, or module:attribute); default: each "
+                    "scenario's own, or LASTCALL_TARGET")
+    parser.addini(INI_ROOTS, type="paths", default=[], help="directories whose *.yaml files are lastcall scenarios")
+
+
+def _roots(config: pytest.Config) -> list[Path]:
+    roots = config.getini(INI_ROOTS) or []
+    return [Path(r).resolve() for r in roots]
+
+
+def _given(config: pytest.Config) -> set[Path]:
+    out = set()
+    for arg in config.args:
+        p = Path(arg.split("::")[0])
+        if p.suffix in (".yaml", ".yml"):
+            out.add(p.resolve())
+    return out
+
+
+def collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Collector | None:
+    if file_path.suffix not in (".yaml", ".yml"):
+        return None
+    path = file_path.resolve()
+    config = parent.config
+    if path in _given(config) or any(r == path or r in path.parents for r in _roots(config)):
+        return ScenarioFile.from_parent(parent, path=file_path)
+    return None
+
+
+def _cuda_devices() -> int:
+    try:
+        import torch
+
+        return int(torch.cuda.device_count())
+    except Exception:
+        return 0
+
+
+class ScenarioFile(pytest.File):
+    def collect(self) -> Iterator[pytest.Item]:
+        try:
+            rel = os.path.relpath(self.path, self.config.rootpath)
+            scn = load(rel if not rel.startswith("..") else str(self.path))
+        except ScenarioError as exc:
+            yield BrokenScenario.from_parent(self, name=self.path.stem, error=str(exc))
+            return
+        override = self.config.getoption("--target") or os.environ.get("LASTCALL_TARGET")
+        items = expand(scn)
+        for item in items:
+            yield self._item(item, item.id, override, expect_violation=False)
+        if override is None:
+            for variant in scn.catches:
+                yield self._item(items[0], f"{items[0].id}-catches-{variant}", variant, expect_violation=True)
+
+    def _item(self, item: MatrixItem, ident: str, variant: str | None, *, expect_violation: bool) -> ScenarioItem:
+        it = ScenarioItem.from_parent(self, name=f"{item.scenario.name}[{ident}]", matrix=item, variant=variant,
+                                      expect_violation=expect_violation)
+        for mark in item.scenario.marks:
+            it.add_marker(getattr(pytest.mark, mark))
+        if item.params["device"] == "cuda":
+            it.add_marker(pytest.mark.gpu)
+            have = _cuda_devices()
+            need = item.params["tp"] * item.params["pp"]
+            if have < need:
+                it.add_marker(pytest.mark.skip(reason=f"needs {need} CUDA device(s), this machine has {have}"))
+        return it
+
+
+class BrokenScenario(pytest.Item):
+    """A scenario file that does not load: fails with its located error, nothing else."""
+
+    def __init__(self, *, error: str, **kw: Any) -> None:
+        super().__init__(**kw)
+        self.error = error
+
+    def runtest(self) -> None:
+        raise ScenarioFailed(self.error)
+
+    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> str:
+        return str(excinfo.value)
+
+    def reportinfo(self) -> tuple[Path, int | None, str]:
+        return self.path, None, f"scenario file {self.name}"
+
+
+class ScenarioFailed(Exception):
+    """A scenario run failed; the message is the report pytest prints."""
+
+
+class ScenarioItem(pytest.Item):
+    def __init__(self, *, matrix: MatrixItem, variant: str | None, expect_violation: bool, **kw: Any) -> None:
+        super().__init__(**kw)
+        self.matrix = matrix
+        self.variant = variant
+        self.expect_violation = expect_violation
+        self.result: Any = None
+
+    def runtest(self) -> None:
+        from harness.scenario.report import failure_text
+        from harness.scenario.runner import run_item
+
+        result = run_item(self.matrix, variant=self.variant, run_id=None)
+        self.result = result
+        self.stash_result(result)
+        if self.expect_violation:
+            if not result.violated:
+                raise ScenarioFailed(
+                    f"{self.matrix.scenario.name} did not catch {self.variant}: no checker reported a violation "
+                    f"(a scenario that cannot fail is not a test)\n" + failure_text(result, self.nodeid))
+            return
+        if not result.passed:
+            raise ScenarioFailed(failure_text(result, self.nodeid))
+
+    def stash_result(self, result: Any) -> None:
+        self.user_properties.append(("lastcall_run_id", result.run_id))
+        self.user_properties.append(("lastcall_variant", result.variant))
+
+    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> str:
+        if isinstance(excinfo.value, ScenarioFailed):
+            return str(excinfo.value)
+        return str(super().repr_failure(excinfo))
+
+    def reportinfo(self) -> tuple[Path, int | None, str]:
+        return self.path, None, f"scenario {self.name}"

@@ -1,0 +1,63 @@
+"""What a failing scenario prints: the violated invariants, their evidence, a compact timeline, the replay."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from harness.history import Event
+
+NOISE = {"fault_armed", "process_resources", "listener_started", "stop_all_returned", "teardown_step",
+         "exit_hook_started", "exit_hook_finished", "step_started"}  # left out of the compact timeline
+TIMELINE_MAX = 60  # events shown at most; evidence events are always shown
+
+
+def _brief(e: Event) -> str:
+    keep = {k: v for k, v in e.data.items() if k in ("listener", "conn", "cmd", "id", "ok", "reason", "step", "kind",
+                                                     "site", "status", "value", "error", "why", "fault", "n")}
+    return " ".join(f"{k}={v}" for k, v in keep.items())
+
+
+def timeline(events: list[Event], evidence: set[int] | None = None, limit: int = TIMELINE_MAX) -> str:
+    """One line per event: ms since the first, who, what. Evidence lines start with '>>'."""
+    evs = sorted(events, key=lambda e: e.t_ns)
+    if not evs:
+        return "(no events)"
+    t0 = evs[0].t_ns
+    marked = evidence or set()
+    shown = [e for e in evs if e.kind not in NOISE or id(e) in marked]
+    if len(shown) > limit:
+        head = [e for e in shown if id(e) in marked]
+        rest = [e for e in shown if id(e) not in marked][-(limit - len(head)):]
+        shown = sorted(head + rest, key=lambda e: e.t_ns)
+    lines = []
+    for e in shown:
+        who = e.rank or e.role
+        flag = ">>" if id(e) in marked else "  "
+        lines.append(f"{flag} {(e.t_ns - t0) / 1e6:9.3f} ms  {who:<11} {e.kind:<22} {_brief(e)}")
+    return "\n".join(lines)
+
+
+def failure_text(result: Any, nodeid: str | None = None) -> str:
+    """The report of one run, for pytest's failure output and the terminal."""
+    out = [f"scenario {result.item.scenario.name}[{result.item.id}] on {result.variant}: "
+           f"outcome {result.outcome.status}, {result.seconds:.2f}s, run {result.run_id}"]
+    if result.step_error:
+        out.append(f"step failed: {result.step_error}")
+    evidence: set[int] = set()
+    for v in result.verdicts:
+        if v.status != "ok":
+            out.append(f"  {v.status.upper()} {v.checker}: {v.message}")
+            for e in v.evidence[:8]:
+                out.append(f"      evidence: {e.kind} {e.rank or e.role} {_brief(e)}")
+            evidence |= {id(x) for x in result.events if any(x == y for y in v.evidence)}
+    for v in result.verdicts:
+        if v.status == "ok":
+            out.append(f"  ok {v.checker}: {v.message}" if v.message else f"  ok {v.checker}")
+    if result.outcome.stacks:
+        for label, text in result.outcome.stacks.items():
+            out.append(f"--- stacks of {label} ---\n{text[-3000:]}")
+    out.append("timeline:")
+    out.append(timeline(result.events, evidence))
+    if nodeid:
+        out.append(f"replay: pytest '{nodeid}'")
+    return "\n".join(out)
