@@ -4,10 +4,15 @@ Commands:
   contract   prove every stop-contract check twice: kept by the reference, broken by its planted bug
   serve      run one reference worker in the foreground until SIGTERM or SIGINT
   ctl        list, delete or sweep the sockets and usage segments instances leave behind
+  run        run scenario files or directories through pytest (a thin front for non-pytest users)
+  list       list scenarios with their matrix, marks and the planted bugs they catch
+  validate   check scenario files (or directories of them) without running anything
+  schema     print the JSON Schema of a scenario file, for editors
 
 Exit codes:
   0    ok
-  1    contract: the reference broke a check, or a planted bug was not caught
+  1    contract: the reference broke a check, or a planted bug was not caught;
+       run: a scenario failed (a violated invariant, a hung run, or a planted bug not caught)
   2    usage error or bad input (bad flag, unknown name, instance in use): one line on stderr
   3    internal error: one line on stderr naming the file the traceback was written to
   130  interrupted (Ctrl-C outside ``serve``)
@@ -225,6 +230,46 @@ def _cmd_ctl_sweep(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+# ------------------------------------------------------------------ validate, schema
+def _cmd_validate(args: argparse.Namespace) -> int:
+    from harness.scenario import expand, load_many
+
+    scenarios, errors = load_many(args.paths)
+    for sc in scenarios:
+        ids = [item.id for item in expand(sc)]
+        print(f"{sc.source}: ok, {len(ids)} run{'' if len(ids) == 1 else 's'}: {', '.join(ids)}")
+    for err in errors:
+        for each in err.errors:
+            print(each, file=sys.stderr)
+    if errors:
+        total = len(scenarios) + len(errors)
+        print(f"lastcall validate: {len(errors)} of {total} file{'' if total == 1 else 's'} invalid",
+              file=sys.stderr)
+    return EXIT_USAGE if errors else EXIT_OK
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    from harness.scenario.commands import run
+
+    return run(args.paths, workers=args.n, target=args.target, keyword=args.k, marks=args.m)
+
+
+def _cmd_list(args: argparse.Namespace) -> int:
+    from harness.scenario.commands import list_scenarios
+
+    return list_scenarios(args.paths)
+
+
+def _cmd_schema(args: argparse.Namespace) -> int:
+    import json
+
+    from harness.reference.variants import VARIANTS
+    from harness.scenario import json_schema
+
+    print(json.dumps(json_schema(variants=[v for v in VARIANTS if v != REFERENCE]), indent=2))
+    return EXIT_OK
+
+
 # -------------------------------------------------------------------------- parser
 def build_parser() -> argparse.ArgumentParser:
     """The whole command line; each subparser sets ``func`` to its command."""
@@ -277,6 +322,38 @@ def build_parser() -> argparse.ArgumentParser:
         q.add_argument("--root", metavar="DIR", help="socket root (default $LASTCALL_ROOT or the temp dir)")
         q.add_argument("--shm-dir", default="/dev/shm", metavar="DIR", help="where usage segments live")
         q.set_defaults(func=func)
+
+    p = sub.add_parser("run", help="run scenarios (through pytest)", formatter_class=fmt,
+                       description="Run scenario files or directories through pytest with the lastcall plugin: "
+                                   "each matrix point on its target, and each planted bug it names.",
+                       epilog="exit codes: 0 all passed, 1 a scenario failed, 2 usage error or no scenario, "
+                              "3 internal error, 130 interrupted")
+    p.add_argument("paths", nargs="+", metavar="PATH", help="scenario files or directories")
+    p.add_argument("-n", metavar="N", help="parallel workers (pytest-xdist), e.g. 2 or auto")
+    p.add_argument("--target", metavar="T", help="run every scenario against this target or variant")
+    p.add_argument("-k", metavar="EXPR", help="only scenarios matching the expression (as pytest -k)")
+    p.add_argument("-m", metavar="MARKS", help="only scenarios with these marks (as pytest -m)")
+    p.set_defaults(func=_cmd_run)
+
+    p = sub.add_parser("list", help="list scenarios, their matrix and marks", formatter_class=fmt,
+                       description="One line per scenario: name, matrix ids, marks, and the bugs it catches.",
+                       epilog="exit codes: 0 listed, 2 a file has errors")
+    p.add_argument("paths", nargs="+", metavar="PATH", help="scenario files or directories")
+    p.set_defaults(func=_cmd_list)
+
+    p = sub.add_parser("validate", help="check scenario files without running them", formatter_class=fmt,
+                       description="Load each scenario file (directories: every *.yaml/*.yml under them) and "
+                                   "report every mistake as FILE:LINE:COL: KEYPATH: MESSAGE, with a hint where "
+                                   "the fix is known. Nothing is started.",
+                       epilog="exit codes: 0 every file valid, 2 a file has errors (on stderr), 3 internal error")
+    p.add_argument("paths", nargs="+", metavar="PATH", help="scenario files or directories")
+    p.set_defaults(func=_cmd_validate)
+
+    p = sub.add_parser("schema", help="print the scenario JSON Schema", formatter_class=fmt,
+                       description="Print the JSON Schema of a scenario file, for editors to complete and check "
+                                   "scenario files (e.g. yaml-language-server: $schema=...).",
+                       epilog="exit codes: 0 printed, 3 internal error")
+    p.set_defaults(func=_cmd_schema)
     return parser
 
 

@@ -26,20 +26,36 @@ def _first(events: list[Event], kind: str) -> dict[Key, Event]:
     return out
 
 
+def _stops(events: list[Event]) -> list[tuple[Event, int]]:
+    """Each stop (the first stop_started of a listener's life) with the end of its window: the next
+    listener_started on the same key (a restart reuses the label in the same process), else forever."""
+    out: list[tuple[Event, int]] = []
+    seen: set[Key] = set()
+    for i, e in enumerate(events):
+        if e.kind == "listener_started":
+            seen.discard(key_of(e))
+        elif e.kind == "stop_started" and key_of(e) not in seen:
+            seen.add(key_of(e))
+            end = next((x.t_ns for x in events[i + 1:] if x.kind == "listener_started" and key_of(x) == key_of(e)),
+                       1 << 62)
+            out.append((e, end))
+    return out
+
+
 @checker("no_late_dispatch", "nothing is dispatched once stop has begun (frames completing later, queued ones)")
 def no_late_dispatch(run: RunRecord, p: Params) -> Verdict:
     evs = run.ordered
-    started = _first(evs, "stop_started")
-    if not started:
+    stops = _stops(evs)
+    if not stops:
         return unknown("no_late_dispatch", "no stop_started in the history: no stop to judge against")
-    late = [e for e in evs if e.kind == "dispatch_started" and key_of(e) in started
-            and e.t_ns > started[key_of(e)].t_ns]
-    if late:
-        first = late[0]
-        return violated("no_late_dispatch",
-                        f"{len(late)} request(s) dispatched after stop began on {first.data.get('listener')}: "
-                        f"{[e.data.get('cmd') for e in late]}", [started[key_of(first)], *late])
-    return ok("no_late_dispatch", f"{len(started)} stop(s), no dispatch after any of them")
+    for stop, end in stops:
+        late = [e for e in evs if e.kind == "dispatch_started" and key_of(e) == key_of(stop)
+                and stop.t_ns < e.t_ns < end]
+        if late:
+            return violated("no_late_dispatch",
+                            f"{len(late)} request(s) dispatched after stop began on {stop.data.get('listener')}: "
+                            f"{[e.data.get('cmd') for e in late]}", [stop, *late])
+    return ok("no_late_dispatch", f"{len(stops)} stop(s), no dispatch after any of them")
 
 
 @checker("no_dispatch_after_teardown", "no backend call starts, or is still running, once the allocator is torn down")
@@ -71,18 +87,20 @@ def no_dispatch_after_teardown(run: RunRecord, p: Params) -> Verdict:
 @checker("reads_cancelled", "reads in progress when stop begins are cancelled at once, not after the drain")
 def reads_cancelled(run: RunRecord, p: Within) -> Verdict:
     evs = run.ordered
-    started = _first(evs, "stop_started")
-    if not started:
+    stops = _stops(evs)
+    if not stops:
         return unknown("reads_cancelled", "no stop_started in the history")
+    started = {key_of(s): s for s, _ in stops}
     bad: list[Event] = []
     checked = 0
-    for key, stop in started.items():
+    for stop, _end in stops:
+        key = key_of(stop)
         live: dict[object, Event] = {}
         for e in evs:
             if key_of(e) != key or e.t_ns > stop.t_ns:
                 continue
-            if e.kind in ("accepted", "frame_started"):
-                live[e.data.get("conn")] = e
+            if e.kind in ("accepted", "frame_started", "dispatch_finished", "dispatch_refused"):
+                live[e.data.get("conn")] = e  # reading, or idle and kept alive after its answer
             elif e.kind in ("frame_completed", "connection_closed"):
                 live.pop(e.data.get("conn"), None)
         deadline = stop.t_ns + int(p.within * 1e9)
@@ -96,10 +114,10 @@ def reads_cancelled(run: RunRecord, p: Within) -> Verdict:
         checked += len(live)
         bad += [e for conn, e in live.items() if conn not in cancelled]
     # the harness's own view: a stalled peer must see its connection closed within the bound
-    for stall in run.of("peer_stalled"):
+    stop_t = min((s.t_ns for s in started.values()), default=0)
+    for stall in run.of("peer_stalled"):  # judged only where the harness watched for the close
         closed = [e for e in run.of("peer_closed") if e.data.get("step") == stall.data.get("step")]
-        stop_t = min((s.t_ns for s in started.values()), default=0)
-        if stall.t_ns < stop_t and (not closed or closed[0].t_ns > stop_t + int(p.within * 1e9)):
+        if stall.t_ns < stop_t and closed and closed[0].t_ns > stop_t + int(p.within * 1e9):
             bad.append(stall)
         checked += 1
     if bad:
@@ -123,6 +141,19 @@ def handler_drained(run: RunRecord, p: Params) -> Verdict:
                 inflight.pop(e.data.get("conn"), None)
         if inflight:
             bad += [*inflight.values(), ret]
+    # a stop step of the harness (the registry's stop of every listener) that reported True
+    for ret in (e for e in evs if e.kind == "step_returned" and e.data.get("kind") in ("stop", "shutdown")
+                and e.data.get("ok") and e.data.get("value") is True):
+        open_: dict[tuple[Key, object], Event] = {}
+        for e in evs:
+            if e.t_ns > ret.t_ns:
+                break
+            if e.kind == "dispatch_started":
+                open_[(key_of(e), e.data.get("conn"))] = e
+            elif e.kind == "dispatch_finished":
+                open_.pop((key_of(e), e.data.get("conn")), None)
+        if open_:
+            bad += [*open_.values(), ret]
     if bad:
         return violated("handler_drained", "stop returned True while a handler was still inside the backend", bad)
     return ok("handler_drained")
@@ -197,7 +228,7 @@ def stop_latency(run: RunRecord, p: StopLatency) -> Verdict:
         if took > p.within:
             return violated("stop_latency", f"step {p.step} took {took:.3f}s > {p.within}s", [began[0], done[0]])
         return ok("stop_latency", f"step {p.step} took {took * 1e3:.1f} ms")
-    stops = list(_first(evs, "stop_started").values())
+    stops = [s for s, _ in _stops(evs)]
     if not stops:
         return unknown("stop_latency", "no stop in the history")
     figures = {f"{s.data.get('listener')}": _phases(evs, s) for s in stops}

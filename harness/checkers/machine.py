@@ -60,7 +60,11 @@ def port_released(run: RunRecord, p: PortReleased) -> Verdict:
     failed = [b for b in after.binds if b.port in ports and not b.ok]
     waits = [s for s in after.sockets if s.port in ports and s.state == "TIME_WAIT"]
     notes = tuple(f"{s.local} in TIME_WAIT (reported, not a violation)" for s in waits)
-    if failed and not waits:
+    # TIME_WAIT excuses a failed bind only without SO_REUSEADDR: with it, TIME_WAIT cannot block a bind
+    unexcused = [b for b in failed if b.reuseaddr or not waits]
+    if unexcused:
+        failed = unexcused
+    if unexcused:
         return violated("port_released", "a trial bind failed: " + ", ".join(f"{b.port}: {b.error}" for b in failed),
                         notes=notes)
     return ok("port_released", f"ports {sorted(ports)} free", notes)
@@ -95,14 +99,16 @@ def no_leaked_fds(run: RunRecord, p: Params) -> Verdict:
     if not pairs:
         return unknown("no_leaked_fds", "no process reported its fds before start and after shutdown")
     bad = []
-    for pid, b, a in pairs:
-        had = Counter(str(k) for _, k, _t in b["fds"])  # type: ignore[attr-defined]
-        has = Counter(str(k) for _, k, _t in a["fds"])  # type: ignore[attr-defined]
-        extra = {k: n for k, n in (has - had).items() if k in ("socket", "pipe", "anon")}
+    for pid, b, a in pairs:  # identity: the target (socket:[inode], pipe:[inode], anon_inode:[eventpoll])
+        had = Counter(str(t) for _, _k, t in b["fds"])  # type: ignore[attr-defined]
+        kinds = {str(t): str(k) for _, k, t in a["fds"]}  # type: ignore[attr-defined]
+        has = Counter(str(t) for _, _k, t in a["fds"])  # type: ignore[attr-defined]
+        extra = sorted(t for t in (has - had).elements() if kinds.get(t) in ("socket", "pipe", "anon"))
         if extra:
             bad.append(f"pid {pid}: {extra}")
     if bad:
-        return violated("no_leaked_fds", "descriptors left after shutdown: " + "; ".join(bad))
+        return violated("no_leaked_fds", "descriptors left after shutdown: " + "; ".join(bad),
+                        [e for e in run.of("process_resources") if e.pid in {x[0] for x in pairs}])
     return ok("no_leaked_fds", f"{len(pairs)} process(es) hold no new socket, pipe or epoll")
 
 

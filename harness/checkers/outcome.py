@@ -22,14 +22,18 @@ def _returned(run: RunRecord, kind: str | None = None) -> list[Event]:
 
 @checker("stop_result", "a named stop (or every stop) returned what the contract says")
 def stop_result(run: RunRecord, p: StopResult) -> Verdict:
-    rets = [e for e in _returned(run) if e.data.get("kind") in ("stop", "shutdown")
+    rets = [e for e in _returned(run) if e.data.get("kind") in ("stop", "shutdown", "restart")
             and (p.step is None or e.data.get("step") == p.step)]
     if not rets:
         return unknown("stop_result", f"no stop step {p.step or ''} returned in the history".replace("  ", " "))
-    bad = [e for e in rets if e.data.get("value") is not p.returns]
+
+    def result(e: Event) -> bool:  # a restart "returns" True when it started, False when it was refused
+        return bool(e.data.get("value")) if e.data.get("ok") else False
+
+    bad = [e for e in rets if result(e) is not p.returns]
     if bad:
-        return violated("stop_result", f"{bad[0].data.get('step')} returned {bad[0].data.get('value')!r}, "
-                        f"expected {p.returns}", bad)
+        got = bad[0].data.get("value") if bad[0].data.get("ok") else f"an error ({bad[0].data.get('error')})"
+        return violated("stop_result", f"{bad[0].data.get('step')} returned {got!r}, expected {p.returns}", bad)
     return ok("stop_result", f"{len(rets)} stop(s) returned {p.returns}")
 
 
@@ -40,8 +44,9 @@ def fault_fired(run: RunRecord, p: FaultFired) -> Verdict:
     reached = [e for e in run.ordered if e.kind == "fault_reached"]
     stalls = {e.data.get("step") for e in run.of("peer_stalled")}
     vacuous = [a for a in armed if not any(r.pid == a.data.get("pid") and r.data.get("site") == a.data.get("site")
-                                           and r.t_ns > a.t_ns for r in reached)]
-    vacuous_names = [str(a.data.get("step")) for a in vacuous] + sorted(str(m) for m in missing - stalls)
+                                           and r.t_ns >= int(a.data.get("since_ns", a.t_ns)) for r in reached)]
+    client_side = stalls | {e.data.get("step") for e in run.of("peer_idle", "peer_flood", "step_returned")}
+    vacuous_names = [str(a.data.get("step")) for a in vacuous] + sorted(str(m) for m in missing - client_side)
     if vacuous_names:
         return violated("fault_fired", f"vacuous: armed fault(s) {vacuous_names} never fired, so this run proves "
                         "nothing about them", vacuous)
@@ -68,6 +73,17 @@ def served_while_stalled(run: RunRecord, p: Params) -> Verdict:
         return violated("served_while_stalled", f"{len(bad)} request(s) not served while another client stalled: "
                         f"{bad[0].data.get('error')}", bad)
     return ok("served_while_stalled", f"{len(during)} request(s) served while a client stalled")
+
+
+@checker("requests_served", "every well-formed request the harness sent got a reply that is not an error")
+def requests_served(run: RunRecord, p: Params) -> Verdict:
+    plain = [e for e in _returned(run, "send") if e.data.get("fault") in (None, "none")]
+    if not plain:
+        return unknown("requests_served", "no well-formed request was sent")
+    bad = [e for e in plain if not e.data.get("ok")]
+    if bad:
+        return violated("requests_served", f"{len(bad)} request(s) failed: {bad[0].data.get('error')}", bad)
+    return ok("requests_served", f"{len(plain)} request(s) served")
 
 
 @checker("survives_bad_input", "malformed frames get bad_request or a close, are never dispatched, kill nothing")
@@ -105,12 +121,14 @@ def exit_without_stall(run: RunRecord, p: Within) -> Verdict:
             if start is not None:
                 notes.append(f"{e.rank}: exit hook {(e.t_ns - start.t_ns) / 1e6:.1f} ms")
     bad: list[Event] = []
+    slow = 0
     for pid, ask in asked.items():
         end = exited.get(pid)
         if end is None or (end.t_ns - ask.t_ns) / 1e9 > p.within:
+            slow += 1
             bad += [ask] + ([end] if end else [])
     if bad:
-        return violated("exit_without_stall", f"{len(bad)} process(es) took longer than {p.within}s to exit, "
+        return violated("exit_without_stall", f"{slow} process(es) took longer than {p.within}s to exit, "
                         "or never exited", bad, tuple(notes))
     return ok("exit_without_stall", f"{len(asked)} process(es) exited in time", tuple(notes))
 

@@ -70,6 +70,7 @@ CHECKER_PARAMS: dict[str, type[Params]] = {
     "no_orphan_processes": Params,
     "exit_without_stall": Within,
     "served_while_stalled": Params,
+    "requests_served": Params,
     "survives_bad_input": Params,
     "fault_fired": FaultFired,
     "gpu_memory_released": Params,

@@ -286,6 +286,11 @@ class WorkerListener:
         self.rec.emit("drain_finished", listener=self.label, ok=ok)
         return ok
 
+    def _on_bad_request(self, conn: _Conn, exc: WireError) -> None:
+        """A well-framed body that does not decode: answer bad_request, serve on."""
+        self.rec.emit("bad_request", listener=self.label, conn=conn.cid, error=str(exc))
+        self._send(conn, wire.Reply(status="error", error_type="bad_request", message=str(exc)))
+
     def _stop_from_handler(self) -> bool:
         """stop() called on the serving thread (from a handler): it cannot wait for itself."""
         return self._finish_stop(False, reason="called from the serving thread")
@@ -473,8 +478,7 @@ class WorkerListener:
                 try:
                     req = wire.decode_request(body)
                 except WireError as exc:
-                    self.rec.emit("bad_request", listener=self.label, conn=conn.cid, error=str(exc))
-                    self._send(conn, wire.Reply(status="error", error_type="bad_request", message=str(exc)))
+                    self._on_bad_request(conn, exc)
                     continue
                 failpoints.hit("listener.before_dispatch")
                 with self._lock:  # the dispatch decision
@@ -482,13 +486,15 @@ class WorkerListener:
                     if go:
                         conn.state = _State.DISPATCHING
                         if self._on:
-                            self.rec.emit("dispatch_started", listener=self.label, conn=conn.cid, cmd=req.cmd, id=req.id)
+                            self.rec.emit("dispatch_started", listener=self.label, conn=conn.cid, cmd=req.cmd,
+                                          id=req.id)
                     else:
                         self.rec.emit("dispatch_refused", listener=self.label, conn=conn.cid, cmd=req.cmd, id=req.id)
                 if go:
                     reply = self._call_backend(req)
                     if self._on:
-                        self.rec.emit("dispatch_finished", listener=self.label, conn=conn.cid, cmd=req.cmd, status=reply.status)
+                        self.rec.emit("dispatch_finished", listener=self.label, conn=conn.cid, cmd=req.cmd,
+                                      status=reply.status)
                 else:
                     reply = wire.Reply(status="error", id=req.id, error_type="shutting_down",
                                        message=f"{self.label} is shutting down; request not dispatched")

@@ -14,7 +14,7 @@ import shutil
 import socket
 from dataclasses import dataclass
 
-from harness.errors import ConfigError
+from harness.errors import ConfigError, WireError
 from harness.reference.listener import WorkerListener, _Conn, _State
 from harness.reference.registry import Registry
 from harness.reference.worker import ReferenceWorker
@@ -107,6 +107,13 @@ class RaiseOnCleanupError(WorkerListener):
             self._teardown()  # may raise
             self._torn_down = True
         return self._finish_stop(True)
+
+
+class DiesOnBadFrame(WorkerListener):
+    """vLLM PR #54757's bug, in the worker listener: one undecodable body kills the serving thread."""
+
+    def _on_bad_request(self, conn: _Conn, exc: WireError) -> None:
+        raise exc
 
 
 class HeadOfLineBlocking(WorkerListener):
@@ -225,6 +232,8 @@ VARIANTS: dict[str, Variant] = _variants(
             listener=UnlinkByPath),
     Variant("rmtree_dir", "teardown removes the directory with another rank's live socket in it",
             listener=RmtreeDir),
+    Variant("dies_on_bad_frame", "one undecodable request kills the serving thread",
+            listener=DiesOnBadFrame),
     Variant("head_of_line_blocking", "one idle client stalls every other client",
             listener=HeadOfLineBlocking),
     Variant("restart_drops_old", "restart replaces a listener that did not stop",

@@ -133,7 +133,7 @@ class _Player:
             value = None if reply is None else {"status": reply.status, "error_type": reply.error_type}
             ok = fault != "none" or (reply is not None and reply.status != "error")
             self._returned(name, "send", ok, value, fault=fault,
-                           error="" if ok else f"no reply (connection closed)" if reply is None
+                           error="" if ok else "no reply (connection closed)" if reply is None
                            else f"{reply.error_type}: {reply.message}")
             peer.close()
         except OSError as exc:
@@ -152,10 +152,10 @@ class _Player:
 
     def do_arm(self, s: Any, name: str) -> None:
         proc = self.proc(s.on)
+        t = time.monotonic_ns()  # before the arm: a hit right after arming counts
         proc.call("arm", site=s.site, action=s.action, count=s.count, delay=s.delay)
-        t = time.monotonic_ns()
         self.armed[name] = (proc, s.site, t)
-        self.emit("armed", step=name, site=s.site, pid=proc.pid, action=s.action)
+        self.emit("armed", step=name, site=s.site, pid=proc.pid, action=s.action, since_ns=t)
 
     def _async(self, name: str, kind: str, calls: list[tuple[Proc, str, dict[str, Any]]],
                combine: Callable[[list[Any]], Any], **data: Any) -> None:
@@ -332,7 +332,7 @@ def run_item(item: MatrixItem, *, variant: str | None = None, run_id: str | None
         player.finish_up()
         outcome = c.close(before_cleanup=lambda cl: snaps.__setitem__("after", snap(cl, "after")))
     record = RunRecord(tuple(c.rec.events()), snaps)
-    expect = [(e.checker, e.params) for e in scn.expect]
+    expect: list[tuple[str, Any]] = [(e.checker, e.params) for e in scn.expect]
     if player.armed and "fault_fired" not in [n for n, _ in expect]:
         expect.append(("fault_fired", None))
     verdicts = [judge(n, record, p) for n, p in expect]

@@ -1,0 +1,142 @@
+"""The value types a scenario file is written in: durations, sizes, names, workers, matrix axes.
+
+Every type validates with a message in the loader's style ("expected ..., found ...")
+and carries a JSON Schema that accepts what people write (``500ms``, ``2MiB``), so an
+editor completing a scenario file and the loader agree.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from typing import Annotated, Any, Literal, TypeVar
+
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Discriminator, Field, Tag, WithJsonSchema
+
+from harness.units import parse_duration, parse_size
+
+__all__ = [
+    "Strict", "Duration", "Size", "ScenarioName", "StepName", "MarkName", "TargetName", "SiteName",
+    "Worker", "WORKER_0", "WorkerOrEngine", "WorkerOrAll", "IntAxis", "DeviceAxis", "Device",
+    "DURATION_SCHEMA", "SIZE_SCHEMA", "AS_DESCRIPTION",
+]
+
+DURATION_SCHEMA: dict[str, Any] = {  # what an editor accepts where seconds are meant
+    "anyOf": [{"type": "number", "minimum": 0},
+              {"type": "string", "pattern": r"^\s*(\d+(\.\d*)?|\.\d+)\s*(ns|us|ms|s|m|min|h)?\s*$"}],
+    "title": "duration", "examples": ["500ms", "2s", 1.5],
+}
+SIZE_SCHEMA: dict[str, Any] = {  # what an editor accepts where bytes are meant
+    "anyOf": [{"type": "integer", "minimum": 0},
+              {"type": "string", "pattern": r"^\s*(\d+(\.\d*)?|\.\d+)\s*([KkMmGgTt]i?[Bb]?|[Bb])?\s*$"}],
+    "title": "size", "examples": ["2MiB", "64MiB", 4096],
+}
+AS_DESCRIPTION = "names this step, so a later wait, release, finish or an expect entry can refer to it"
+T = TypeVar("T")
+
+
+class Strict(BaseModel):
+    """Base of every scenario model: unknown keys are errors, values are frozen after load."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+
+def _seconds(value: object) -> object:
+    if isinstance(value, (str, int, float)) and not isinstance(value, bool):
+        return parse_duration(value)  # ConfigError is a ValueError: the loader reports its text
+    return value
+
+
+def _bytes(value: object) -> object:
+    if isinstance(value, (str, int)) and not isinstance(value, bool):
+        return parse_size(value)
+    return value
+
+
+Duration = Annotated[float, BeforeValidator(_seconds), WithJsonSchema(DURATION_SCHEMA)]
+Size = Annotated[int, BeforeValidator(_bytes), WithJsonSchema(SIZE_SCHEMA)]
+
+
+def _matches(regex: str, what: str, example: str) -> Callable[[str], str]:
+    """A check that ``regex`` matches the whole value; the error says ``what`` and gives ``example``."""
+    compiled = re.compile(regex)
+
+    def check(value: str) -> str:
+        if not compiled.fullmatch(value):
+            raise ValueError(f"expected {what} (e.g. {example}), found {value!r}")
+        return value
+
+    return check
+
+
+def _schema_pattern(regex: str) -> Any:
+    return Field(json_schema_extra={"pattern": f"^(?:{regex})$"})
+
+
+_SCENARIO_RE = r"[a-z0-9]+(?:-[a-z0-9]+)*"
+_IDENT_RE = r"[A-Za-z_][A-Za-z0-9_]*"
+_TARGET_RE = r"[a-z][a-z0-9_]*|[A-Za-z_][\w.]*:[A-Za-z_][\w.]*"
+_SITE_RE = r"[a-z_][a-z0-9_]*(?:\.[a-z0-9_]+)*"
+ScenarioName = Annotated[str, AfterValidator(_matches(
+    _SCENARIO_RE, "lower-case letters, digits and single dashes", "'stalled-read-is-cancelled'")),
+    _schema_pattern(_SCENARIO_RE)]
+StepName = Annotated[str, AfterValidator(_matches(_IDENT_RE, "a name of letters, digits and '_'", "r1 or f_pause")),
+                     _schema_pattern(_IDENT_RE)]
+MarkName = Annotated[str, AfterValidator(_matches(_IDENT_RE, "a pytest mark name", "slow")),
+                     _schema_pattern(_IDENT_RE)]
+TargetName = Annotated[str, AfterValidator(_matches(
+    _TARGET_RE, "a target name or module:attribute", "'reference' or 'mypkg.targets:MINE'")),
+    _schema_pattern(_TARGET_RE)]
+SiteName = Annotated[str, AfterValidator(_matches(
+    _SITE_RE, "a failpoint site: dotted lower-case words", "backend.map_to_kv_tensors")),
+    _schema_pattern(_SITE_RE)]
+
+
+class Worker(Strict):
+    """One worker process: tensor-parallel rank and pipeline stage."""
+
+    rank: int = Field(0, ge=0, description="tensor-parallel rank, 0 <= rank < tp")
+    pp: int = Field(0, ge=0, description="pipeline stage, 0 <= pp < topology.pp")
+
+    @property
+    def label(self) -> str:
+        return f"pp{self.pp}/rank{self.rank}"
+
+
+WORKER_0 = Worker.model_validate({})  # rank 0 of pipeline stage 0: the default wherever a worker is named
+
+
+def _mapping_or_name(value: object) -> str:
+    return "Name" if isinstance(value, str) else "Worker"
+
+
+# A worker mapping ({rank, pp}), or one fixed word; the tags are capitalised so they never match a YAML key.
+WorkerOrEngine = Annotated[
+    Annotated[Worker, Tag("Worker")] | Annotated[Literal["engine"], Tag("Name")],
+    Discriminator(_mapping_or_name),
+]
+WorkerOrAll = Annotated[
+    Annotated[Worker, Tag("Worker")] | Annotated[Literal["all"], Tag("Name")],
+    Discriminator(_mapping_or_name),
+]
+
+
+def _distinct(values: list[T]) -> list[T]:
+    seen: list[T] = []
+    for v in values:
+        if v in seen:
+            raise ValueError(f"expected distinct values, found {v!r} twice")
+        seen.append(v)
+    return values
+
+
+def _one_or_list(value: object) -> str:
+    return "List" if isinstance(value, list) else "One"
+
+
+Device = Literal["cpu", "cuda"]
+PositiveInt = Annotated[int, Field(ge=1)]
+_IntList = Annotated[list[PositiveInt], Field(min_length=1), AfterValidator(_distinct), Tag("List")]
+_DeviceList = Annotated[list[Device], Field(min_length=1), AfterValidator(_distinct), Tag("List")]
+IntAxis = Annotated[Annotated[PositiveInt, Tag("One")] | _IntList, Discriminator(_one_or_list)]
+DeviceAxis = Annotated[Annotated[Device, Tag("One")] | _DeviceList, Discriminator(_one_or_list)]

@@ -1,0 +1,183 @@
+"""Checks across a scenario's parts, after each part has validated on its own.
+
+Every ``as:`` name is unique; every reference to one (wait, release, finish, and the
+``step``/``faults`` parameters of expect entries) names an earlier step of the right
+kind; ``start`` comes once, before anything that needs the cluster; a wait on a
+failpoint waits on one that was armed; ranks exist in every run of the matrix; the
+planted bugs in ``catches`` exist.  Each check returns problems; none raises.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterator
+from dataclasses import dataclass
+
+from harness.scenario.errors import KeyPath, Problem, format_path
+from harness.scenario.explain import did_you_mean, one_of
+from harness.scenario.fields import Worker
+from harness.scenario.schema import Scenario
+from harness.scenario.steps import EVENT_KINDS, WITHHOLDING_FAULTS, StepBase
+
+__all__ = ["check"]
+
+BEFORE_START = ("hold_port",)  # steps that make sense before the cluster exists
+RETURNS = ("call", "stop", "shutdown", "restart")  # steps that run async: wait returned joins them
+CONNECTS = ("send", "idle", "flood")  # steps that open connections: wait closed watches them
+STOPS = ("stop", "shutdown")  # steps stop_result / stop_latency judge
+ARM_EXAMPLE = "- arm: {site: listener.frame_read, action: pause, as: f1}, then - wait: {reached: f1}"
+
+
+@dataclass(frozen=True)
+class _Named:
+    index: int
+    step: StepBase
+
+
+def _kinds(kinds: Collection[str]) -> str:
+    words = [f"{k}" for k in kinds]
+    return words[0] if len(words) == 1 else ", ".join(words[:-1]) + " or " + words[-1]
+
+
+class _Refs:
+    def __init__(self, sc: Scenario) -> None:
+        self.sc = sc
+        self.named: dict[str, _Named] = {}
+        self.problems: list[Problem] = []
+
+    def add(self, path: KeyPath, message: str, hint: str | None = None) -> None:
+        self.problems.append(Problem(path, message, hint=hint))
+
+    def ref(self, path: KeyPath, name: str, kinds: Collection[str], before: int | None) -> _Named | None:
+        """The step ``name`` refers to, if it is of one of ``kinds`` (and before step ``before``)."""
+        fits = [n for n, s in self.named.items()
+                if s.step.kind in kinds and (before is None or s.index < before)]
+        target = self.named.get(name)
+        article = "an" if before is not None or _kinds(kinds)[0] in "aeiou" else "a"
+        wanted = f"the as: name of {article}{' earlier' if before is not None else ''} {_kinds(kinds)} step"
+        if target is None or (before is not None and target.index >= before):
+            known = f" ({', '.join(fits)})" if fits else f"; there is no {_kinds(kinds)} step"
+            where = "" if target is None else f" (steps[{target.index}] comes later)"
+            self.add(path, f"undefined step name {name!r}{where}; expected {wanted}{known}"
+                           f"{did_you_mean(name, fits)}")
+            return None
+        if target.step.kind not in kinds:
+            self.add(path, f"{name!r} is a {target.step.kind} step (steps[{target.index}]); expected {wanted}"
+                           f"{did_you_mean(name, fits)}")
+            return None
+        return target
+
+    # ------------------------------------------------------------------ steps
+    def steps(self) -> None:
+        started = early = False
+        for i, step in enumerate(self.sc.steps):
+            at: KeyPath = ("steps", i)
+            if step.kind == "start":
+                if started and not early:
+                    self.add(at, "a second start step; the cluster is started once",
+                             hint="restart one worker with - restart: {on: {rank: 0}}")
+                started = True
+            elif not started and step.kind not in BEFORE_START:
+                self.add(at, f"{step.kind} before start; only {_kinds(BEFORE_START)} may come before "
+                             f"'- start: cluster'", hint="move '- start: cluster' before this step")
+                started = early = True  # one problem is enough
+            self.refs_of(i, step)
+            if step.name is not None:
+                first = self.named.get(step.name)
+                if first is not None:
+                    self.add((*at, step.kind, "as"), f"duplicate step name {step.name!r} "
+                             f"(first at {format_path(('steps', first.index))}); names must be unique")
+                else:
+                    self.named[step.name] = _Named(i, step)
+            self.workers_of(at, step)
+        if not started:
+            self.add(("steps",), "no start step; expected '- start: cluster' before the steps that use it",
+                     hint="add '- start: cluster' as the first step")
+
+    def refs_of(self, i: int, step: StepBase) -> None:
+        at: KeyPath = ("steps", i, step.kind)
+        if step.kind == "release":
+            self.ref(at, step.spec, ("arm",), i)
+        elif step.kind == "finish":
+            target = self.ref(at, step.spec, ("send",), i)
+            if target is not None and target.step.spec.fault not in WITHHOLDING_FAULTS:
+                self.add(at, f"{step.spec!r} withholds nothing (fault {target.step.spec.fault!r}); expected "
+                             f"a send with fault {_kinds(WITHHOLDING_FAULTS)}")
+        elif step.kind == "wait":
+            self.wait(i, step)
+
+    def wait(self, i: int, step: StepBase) -> None:
+        wait, at = step.spec, ("steps", i, "wait")
+        if wait.reached is not None:
+            armed = [n for n, s in self.named.items() if s.step.kind == "arm"]
+            target = self.named.get(wait.reached)
+            if target is None or target.step.kind != "arm":
+                what = "no earlier step has that name" if target is None else f"it names a {target.step.kind} step"
+                later = next((j for j, s in enumerate(self.sc.steps) if j > i and s.kind == "arm"
+                              and s.name == wait.reached), None)
+                if later is not None:
+                    what = f"it is armed only later, at steps[{later}]"
+                self.add((*at, "reached"), f"{wait.reached!r} is never armed before this wait: {what}; "
+                         f"expected the as: name of an earlier arm step"
+                         f"{' (' + ', '.join(armed) + ')' if armed else ''}{did_you_mean(wait.reached, armed)}",
+                         hint="move the arm step before the wait" if later is not None else
+                         f"arm a failpoint and wait for it: {ARM_EXAMPLE}")
+        elif wait.returned is not None:
+            self.ref((*at, "returned"), wait.returned, RETURNS, i)
+        elif wait.closed is not None:
+            self.ref((*at, "closed"), wait.closed, CONNECTS, i)
+        elif wait.event is not None and wait.event not in EVENT_KINDS:
+            self.add((*at, "event"), f"unknown event kind {wait.event!r}; expected {one_of(EVENT_KINDS)}"
+                     f"{did_you_mean(wait.event, EVENT_KINDS)}",
+                     hint="a target that emits a new kind adds it to harness.scenario.steps.EVENT_KINDS")
+
+    # ---------------------------------------------------------------- workers
+    def workers_of(self, at: KeyPath, step: StepBase) -> None:
+        for key, worker in _workers(step.spec):
+            self.check_worker((*at, step.kind, key), worker)
+
+    def check_worker(self, path: KeyPath, worker: Worker) -> None:
+        axes = self.sc.topology.axes()
+        for field, size in (("rank", min(axes["tp"])), ("pp", min(axes["pp"]))):
+            value = getattr(worker, field)
+            if value >= size:
+                axis = "tp" if field == "rank" else "pp"
+                self.add((*path, field), f"{field} {value} does not exist when {axis} is {size}; "
+                         f"expected {field} < {size} (topology.{axis}: {getattr(self.sc.topology, axis)})")
+
+    # ----------------------------------------------------------------- expect
+    def expect(self) -> None:
+        for j, entry in enumerate(self.sc.expect):
+            at: KeyPath = ("expect", j, entry.checker)
+            step = getattr(entry.params, "step", None)
+            if isinstance(step, str):
+                self.ref((*at, "step"), step, STOPS, None)
+            faults = getattr(entry.params, "faults", None)
+            for k, name in enumerate(faults or []):
+                self.ref((*at, "faults", k), name, ("arm",), None)
+
+    def catches(self, variants: Collection[str]) -> None:
+        bugs = [v for v in variants if v != "reference"]
+        for k, name in enumerate(self.sc.catches):
+            if name == "reference":
+                self.add(("catches", k), "'reference' is the correct implementation, not a planted bug; "
+                         f"expected {one_of(bugs)}")
+            elif name not in variants:
+                self.add(("catches", k), f"unknown planted bug {name!r}; expected {one_of(bugs)}"
+                         f"{did_you_mean(name, bugs)}")
+
+
+def _workers(spec: object) -> Iterator[tuple[str, Worker]]:
+    for key in ("to", "on", "of", "target"):
+        value = getattr(spec, key, None)
+        if isinstance(value, Worker):
+            yield key, value
+
+
+def check(sc: Scenario, variants: Collection[str] | None = None) -> list[Problem]:
+    """Every cross-reference problem in ``sc``; ``variants`` (known planted bugs) None skips that check."""
+    refs = _Refs(sc)
+    refs.steps()
+    refs.expect()
+    if variants is not None:
+        refs.catches(variants)
+    return refs.problems

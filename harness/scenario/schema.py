@@ -1,0 +1,204 @@
+"""The scenario schema: one YAML file is one :class:`Scenario`.
+
+::
+
+    name: stalled-read-is-cancelled
+    about: A request whose body never arrives is not dispatched after stop returns.
+    catches: [no_conn_tracking]
+    topology: {tp: [1, 2], pp: 1, device: cpu}      # lists expand into a matrix
+    config: {drain_timeout: 500ms}
+    steps:
+      - start: cluster
+      - send: {to: {rank: 0}, cmd: map_to_kv_tensors, offsets: [0, 2MiB], fault: stall_after_header, as: r1}
+      - stop: {as: s1}
+      - wait: {returned: s1}
+      - finish: r1
+    expect:
+      - stop_result: {step: s1, returns: true}
+      - no_late_dispatch
+
+:func:`json_schema` is what ``lastcall schema`` prints, for editors.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import operator
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar
+
+from pydantic import BeforeValidator, Discriminator, Field, PrivateAttr, Tag, create_model
+from pydantic.fields import FieldInfo
+
+from harness.checkers.params import CHECKER_PARAMS, Params
+from harness.scenario.fields import (
+    DeviceAxis,
+    Duration,
+    IntAxis,
+    MarkName,
+    ScenarioName,
+    Size,
+    Strict,
+    TargetName,
+)
+from harness.scenario.steps import Step
+
+__all__ = ["Scenario", "Topology", "Config", "ExpectBase", "EXPECT_TYPES", "json_schema"]
+
+MIB = 1 << 20  # bytes in a MiB
+
+
+class Topology(Strict):
+    """The processes of a run: tp x pp workers on a device. A list expands into a matrix of runs."""
+
+    tp: IntAxis = Field(1, description="tensor-parallel size, or a list of sizes (one run each)")
+    pp: IntAxis = Field(1, description="pipeline-parallel stages, or a list of them (one run each)")
+    device: DeviceAxis = Field("cpu", description="cpu or cuda, or a list of both (one run each)")
+
+    def axes(self) -> dict[str, list[Any]]:
+        """Each axis as a list, in matrix order (tp, pp, device)."""
+        return {k: v if isinstance(v, list) else [v] for k, v in (("tp", self.tp), ("pp", self.pp),
+                                                                  ("device", self.device))}
+
+
+class Config(Strict):
+    """Settings of the target under test. Durations are written 500ms or 2s, sizes 64MiB."""
+
+    drain_timeout: Duration = Field(5.0, description="how long stop waits for a handler inside the backend")
+    exit_budget: Duration | None = Field(None, description="exit hook's drain budget; default the target's")
+    deadline: Duration = Field(60.0, gt=0, description="the watchdog: past this the run is killed as hung")
+    capacity: Size = Field(64 * MIB, description="KV address space of group 0, e.g. 64MiB")
+    ipc_timeout: Duration = Field(10.0, gt=0, description="client-side request timeout; the default wait timeout")
+
+
+# ----------------------------------------------------------------------- expect
+class ExpectBase(Strict):
+    """One expect entry: a checker name, or ``{checker: {params}}``."""
+
+    kind: ClassVar[str]
+    model: ClassVar[type[Params]]
+
+    @property
+    def checker(self) -> str:
+        return self.kind
+
+    @property
+    def params(self) -> Params:
+        """The parameters as the checker's own model (harness.checkers.params)."""
+        return self.model.model_validate(getattr(self, self.kind).model_dump())
+
+
+def _with_durations(name: str, model: type[Params]) -> type[Params]:
+    """``model`` with its float (seconds) fields also accepting 500ms/2s, as a subclass."""
+    fields: dict[str, Any] = {}
+    for fname, info in model.model_fields.items():
+        if info.annotation in (float, float | None):
+            new = copy.copy(info)
+            new.annotation = Duration if info.annotation is float else Duration | None
+            fields[fname] = (new.annotation, new)
+    if not fields:
+        return model
+    derived: type[Params] = create_model(model.__name__, __base__=model, __doc__=model.__doc__, **fields)
+    return derived
+
+
+def _expect_type(name: str, model: type[Params]) -> type[ExpectBase]:
+    params = _with_durations(name, model)
+    info = FieldInfo(annotation=params, default_factory=params, description=(model.__doc__ or "").strip())
+    fields: dict[str, Any] = {name: (params, info)}
+    wrapper: type[ExpectBase] = create_model(f"Expect_{name}", __base__=ExpectBase, **fields)
+    wrapper.kind, wrapper.model = name, model
+    return wrapper
+
+
+EXPECT_TYPES: dict[str, type[ExpectBase]] = {n: _expect_type(n, m) for n, m in CHECKER_PARAMS.items()}
+
+
+def _expect_entry(value: object) -> object:
+    """``name`` and ``{name: null}`` mean the checker with default parameters."""
+    if isinstance(value, str):
+        return {value: {}}
+    if isinstance(value, dict) and len(value) == 1:
+        ((key, params),) = value.items()
+        return {key: {} if params is None else params}
+    return value
+
+
+def _expect_kind(value: object) -> str | None:
+    if isinstance(value, ExpectBase):
+        return value.kind
+    if isinstance(value, dict) and len(value) == 1:
+        return str(next(iter(value)))
+    return None
+
+
+if TYPE_CHECKING:
+    ExpectEntry = ExpectBase
+else:  # a discriminated union over every checker in the registry, built at import
+    ExpectEntry = Annotated[
+        functools.reduce(operator.or_, (Annotated[t, Tag(n)] for n, t in EXPECT_TYPES.items())),
+        Discriminator(_expect_kind, custom_error_type="unknown_checker",
+                      custom_error_message="an expect entry is a checker name or {checker: params}"),
+        BeforeValidator(_expect_entry),
+    ]
+
+
+# --------------------------------------------------------------------- scenario
+class Scenario(Strict):
+    """One scenario: what it proves, on which topology, the steps to run and what must hold afterwards."""
+
+    name: ScenarioName = Field(description="lower-case words joined by '-'; the test id")
+    about: str = Field(min_length=1, description="what the scenario proves, and what bug it catches")
+    marks: list[MarkName] = Field(default_factory=list, description="pytest marks, e.g. [slow]")
+    target: TargetName = Field("reference", description="what is tested: a target name or module:attribute")
+    catches: list[str] = Field(min_length=1, description="the planted-bug variants this scenario must catch "
+                                                         "(names in harness.reference.variants.VARIANTS)")
+    topology: Topology = Field(Topology.model_validate({}), description=Topology.__doc__)
+    config: Config = Field(Config.model_validate({}), description=Config.__doc__)
+    seed: int | None = Field(None, description="seed for generated workloads")
+    steps: list[Step] = Field(min_length=1, description="what happens, in order; each a one-key mapping")
+    expect: list[ExpectEntry] = Field(min_length=1, description="the checkers that judge the run, with parameters")
+
+    _source: str | None = PrivateAttr(None)  # the file it was loaded from
+    _marks: Any = PrivateAttr(None)  # yamlnodes.Marks of that file: where each key path is
+
+    def _locate(self, source: str, marks: Any) -> None:
+        """Called by the loader: remember the file and its marks, for :meth:`where`."""
+        self._source, self._marks = source, marks
+
+    @property
+    def source(self) -> str | None:
+        """The file this scenario was loaded from (as the path was given), or None."""
+        return self._source
+
+    def where(self, *path: str | int) -> str:
+        """``FILE:LINE:COL`` of a key path, e.g. ``sc.where("steps", 3)``, for reports that point into the file."""
+        if self._marks is None:
+            return self._source or "<scenario>"
+        line, column = self._marks.locate(tuple(path))
+        return f"{self._source}:{line}:{column}"
+
+
+@functools.cache
+def _base_schema() -> dict[str, Any]:
+    schema = Scenario.model_json_schema(by_alias=True)
+    expect = schema["properties"]["expect"]
+    names = list(EXPECT_TYPES)
+    expect["items"] = {"anyOf": [
+        {"type": "string", "enum": names, "description": "a checker with its default parameters"},
+        expect["items"],
+    ]}
+    return schema
+
+
+def json_schema(variants: list[str] | None = None) -> dict[str, Any]:
+    """The JSON Schema of a scenario file (draft 2020-12), for editors.
+
+    ``variants``: the names ``catches`` may use (harness.reference.variants.VARIANTS),
+    offered for completion; left out, any string is accepted there.
+    """
+    schema = copy.deepcopy(_base_schema())
+    schema = {"$schema": "https://json-schema.org/draft/2020-12/schema", **schema}
+    if variants is not None:
+        schema["properties"]["catches"]["items"] = {"type": "string", "enum": list(variants)}
+    return schema

@@ -1,0 +1,332 @@
+"""The steps of a scenario: each is a one-key mapping, ``- send: {...}``, run in order.
+
+A step's key is its kind; its value is the step's parameters (a mapping, or a name
+for ``start``, ``release`` and ``finish``).  ``as:`` names a step so that a later
+step or an ``expect`` entry can refer to it.  There is no ``sleep``: steps
+synchronise with ``wait`` on a failpoint, an event, a return or a close.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, ClassVar, Literal
+
+from pydantic import Discriminator, Field, Tag, model_validator
+
+from harness.reference.wire import Command
+from harness.scenario.fields import (
+    AS_DESCRIPTION,
+    WORKER_0,
+    Duration,
+    SiteName,
+    Size,
+    StepName,
+    Strict,
+    Worker,
+    WorkerOrAll,
+    WorkerOrEngine,
+)
+
+__all__ = [
+    "Step", "StepBase", "STEP_TYPES", "SEND_FAULTS", "WITHHOLDING_FAULTS", "FAILPOINT_ACTIONS", "EVENT_KINDS",
+    "Send", "Connections", "Arm", "Call", "Wait", "Stop", "Shutdown", "Restart", "Kill", "PathFault",
+    "HoldPort", "Workload",
+]
+
+SendFault = Literal["none", "stall_after_header", "stall_mid_body", "partial_header", "zero_length",
+                    "oversize_length", "garbage_body", "reset_mid_frame", "one_byte_at_a_time"]
+SEND_FAULTS: tuple[str, ...] = SendFault.__args__  # type: ignore[attr-defined]
+WITHHOLDING_FAULTS = ("stall_after_header", "stall_mid_body", "partial_header")  # faults that leave bytes to finish
+FRAMELESS_FAULTS = ("zero_length", "oversize_length", "garbage_body")  # faults that send no request of their own
+Action = Literal["pause", "raise", "delay", "crash", "pass"]  # harness.failpoints.ACTIONS, tested equal
+FAILPOINT_ACTIONS: tuple[str, ...] = Action.__args__  # type: ignore[attr-defined]
+EVENT_KINDS = (  # every kind the harness, the reference and the launcher emit; tests keep it complete
+    "accept_failed", "accepted", "accepted_after_stop", "allocator_state", "allocator_torn_down", "armed",
+    "bad_frame", "bad_handshake", "bad_request", "bind_failed", "cleanup_failed", "connection_closed",
+    "dispatch_finished", "dispatch_refused", "dispatch_started", "drain_finished", "drain_started", "engine_died",
+    "exit_hook_finished", "exit_hook_started", "exit_requested", "fault_armed", "fault_reached", "fault_released",
+    "frame_completed", "frame_started", "handshake_listener_started", "handshake_served", "listener_started",
+    "main_returned", "path_removed", "path_replaced", "peer_closed", "peer_finished", "peer_flood", "peer_idle",
+    "peer_rejected", "peer_stalled", "process_exited", "process_resources", "process_spawned", "reads_cancelled",
+    "reply_failed", "second_stop_returned", "sigkill_sent", "sigterm_sent", "stacks", "stale_socket_removed",
+    "step_failed", "step_returned", "step_started", "stop_all_returned", "stop_returned", "stop_started",
+    "teardown_deferred", "teardown_step", "thread_crashed", "thread_exception", "thread_exited", "watchdog_fired",
+)
+
+_AS: Any = Field(None, alias="as", description=AS_DESCRIPTION)
+_TO: Any = Field(WORKER_0, description="the worker whose socket it connects to (default rank 0, pp 0)")
+_OFFSETS: Any = Field(default_factory=list, description="byte offsets into the KV space; sizes such as 2MiB")
+
+
+# ------------------------------------------------------------------ parameters
+class Send(Strict):
+    """The harness as a client: one request to a worker's socket, optionally with a client-side fault."""
+
+    to: Worker = _TO
+    cmd: Command | None = Field(None, description="the wire command; required unless the fault sends no request")
+    offsets: list[Size] = _OFFSETS
+    group_id: int = Field(0, ge=0, description="KV group")
+    transaction_id: str | None = Field(None, description="two-phase unmap transaction id")
+    commit: bool = Field(False, description="prepare and commit in one step (prepare_unmap only)")
+    fault: SendFault = Field("none", description="what goes wrong on the wire; see harness.faults.client")
+    as_: StepName | None = _AS
+
+    @model_validator(mode="after")
+    def _needs_cmd(self) -> Send:
+        if self.cmd is None and self.fault not in FRAMELESS_FAULTS:
+            raise ValueError(f"missing required key 'cmd': fault {self.fault!r} sends a request "
+                             f"(e.g. cmd: map_to_kv_tensors)")
+        return self
+
+
+class Connections(Strict):
+    """Connections that send nothing (``idle``) or that arrive as fast as they can (``flood``)."""
+
+    to: Worker = _TO
+    count: int = Field(16, ge=1, description="how many connections")
+    as_: StepName | None = _AS
+
+
+class Arm(Strict):
+    """Arm a failpoint site in a target process over the control channel."""
+
+    site: SiteName = Field(description="where, e.g. backend.map_to_kv_tensors or listener.frame_read")
+    on: WorkerOrEngine = Field(WORKER_0, description="the process: a worker {rank, pp} or engine")
+    action: Action = Field("pause", description="pause (until released), raise, delay, crash or pass")
+    count: int | None = Field(None, ge=1, description="only the next N hits take the action; default every hit")
+    delay: Duration = Field(0.0, description="for action delay: how long each hit is held")
+    as_: StepName | None = _AS
+
+    @model_validator(mode="after")
+    def _delay_matches_action(self) -> Arm:
+        if self.action == "delay" and self.delay <= 0:
+            raise ValueError("action 'delay' needs delay: greater than 0, e.g. delay: 100ms")
+        if self.action != "delay" and self.delay > 0:
+            raise ValueError(f"delay: is only used by action 'delay', not {self.action!r}; remove it")
+        return self
+
+
+class Call(Strict):
+    """An engine-side client call, started without waiting; ``wait: {returned: NAME}`` joins it."""
+
+    op: Literal["map", "unmap", "kv_tensors_created"] = Field(description="the engine client's operation")
+    offsets: list[Size] = _OFFSETS
+    group_id: int = Field(0, ge=0, description="KV group")
+    as_: StepName | None = _AS
+
+
+class Wait(Strict):
+    """Block until one thing happens; exactly one of reached, event, returned, closed."""
+
+    reached: StepName | None = Field(None, description="an arm step's name: wait until its site is hit")
+    hits: int = Field(1, ge=1, description="with reached: wait for this many hits in all")
+    event: str | None = Field(None, description="an event kind, e.g. stop_started")
+    on: WorkerOrEngine | None = Field(None, description="with event: only events from this process")
+    returned: StepName | None = Field(None, description="a call, stop, shutdown or restart step's name")
+    closed: StepName | None = Field(None, description="a send, idle or flood step's name: the listener closed it")
+    timeout: Duration | None = Field(None, description="a safety net, not a timer; default config.ipc_timeout")
+
+    @property
+    def what(self) -> str:
+        """Which of reached, event, returned, closed is set."""
+        return next(k for k in ("reached", "event", "returned", "closed") if getattr(self, k) is not None)
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> Wait:
+        given = [k for k in ("reached", "event", "returned", "closed") if getattr(self, k) is not None]
+        if len(given) != 1:
+            found = " and ".join(given) if given else "none"
+            raise ValueError(f"expected exactly one of: reached, event, returned, closed; found {found}")
+        if self.on is not None and self.event is None:
+            raise ValueError("on: only applies to event waits; remove it")
+        if self.hits != 1 and self.reached is None:
+            raise ValueError("hits: only applies to reached waits; remove it")
+        return self
+
+
+class Stop(Strict):
+    """Stop listeners (async): ``wait: {returned: NAME}`` joins it, stop_result/stop_latency judge it."""
+
+    on: WorkerOrAll = Field("all", description="all workers, or one {rank, pp}")
+    timeout: Duration | None = Field(None, description="the drain timeout passed to stop; default the config's")
+    as_: StepName | None = _AS
+
+
+class Shutdown(Strict):
+    """The integration's shutdown (stop, then allocator teardown if drained), async."""
+
+    on: WorkerOrAll = Field("all", description="all workers, or one {rank, pp}")
+    as_: StepName | None = _AS
+
+
+class Restart(Strict):
+    """start() again on a worker whose listener is registered (async)."""
+
+    on: Worker = Field(WORKER_0, description="the worker {rank, pp}")
+    as_: StepName | None = _AS
+
+
+class Kill(Strict):
+    """Send a signal to the engine or a worker process."""
+
+    target: WorkerOrEngine = Field(description="engine, or a worker {rank, pp}")
+    signal: Literal["SIGKILL", "SIGTERM", "SIGINT"] = Field("SIGKILL", description="the signal")
+
+
+class PathFault(Strict):
+    """Remove (``remove``) or replace (``replace``) a worker's socket file or its directory while live."""
+
+    what: Literal["socket", "dir"] = Field("socket", description="the socket file, or its directory")
+    of: Worker = Field(WORKER_0, description="whose: a worker {rank, pp}")
+
+
+class HoldPort(Strict):
+    """Hold a TCP port before start (handshake scenarios); 0 picks a free one."""
+
+    port: int = Field(0, ge=0, le=65535, description="the port; 0 = any free port")
+    as_: StepName | None = _AS
+
+
+def _word_or_number(value: object) -> str:
+    return "Name" if isinstance(value, str) else "Number"
+
+
+class Workload(Strict):
+    """Generated map/unmap waves from the scenario's seed."""
+
+    waves: int = Field(5, ge=1, description="how many waves")
+    pages: int = Field(8, ge=1, description="pages mapped per wave")
+    stop_at: Annotated[
+        Annotated[Literal["random", "never"], Tag("Name")] | Annotated[int, Tag("Number"), Field(ge=0)],
+        Discriminator(_word_or_number),
+    ] = Field("random", description="the wave during which stop begins: random (seeded), never, or its index")
+    as_: StepName | None = _AS
+
+
+# -------------------------------------------------------------------- the steps
+class StepBase(Strict):
+    """One step: a mapping with exactly one key, its ``kind``."""
+
+    kind: ClassVar[str]
+
+    @property
+    def spec(self) -> Any:
+        """The step's value: its parameter model, or the name it was given."""
+        return getattr(self, self.kind)
+
+    @property
+    def name(self) -> str | None:
+        """The step's ``as:`` name, if any."""
+        return getattr(self.spec, "as_", None)
+
+
+class StartStep(StepBase):
+    kind: ClassVar[str] = "start"
+    start: Literal["cluster"] = Field(description="start the engine and its tp x pp workers; first, once")
+
+
+class SendStep(StepBase):
+    kind: ClassVar[str] = "send"
+    send: Send = Field(description=Send.__doc__)
+
+
+class IdleStep(StepBase):
+    kind: ClassVar[str] = "idle"
+    idle: Connections = Field(description="open connections that send nothing")
+
+
+class FloodStep(StepBase):
+    kind: ClassVar[str] = "flood"
+    flood: Connections = Field(description="open connections as fast as possible (e.g. during stop)")
+
+
+class ArmStep(StepBase):
+    kind: ClassVar[str] = "arm"
+    arm: Arm = Field(description=Arm.__doc__)
+
+
+class CallStep(StepBase):
+    kind: ClassVar[str] = "call"
+    call: Call = Field(description=Call.__doc__)
+
+
+class WaitStep(StepBase):
+    kind: ClassVar[str] = "wait"
+    wait: Wait = Field(description=Wait.__doc__)
+
+
+class ReleaseStep(StepBase):
+    kind: ClassVar[str] = "release"
+    release: StepName = Field(description="an arm step's name: let its parked threads go on")
+
+
+class StopStep(StepBase):
+    kind: ClassVar[str] = "stop"
+    stop: Stop = Field(description=Stop.__doc__)
+
+
+class ShutdownStep(StepBase):
+    kind: ClassVar[str] = "shutdown"
+    shutdown: Shutdown = Field(description=Shutdown.__doc__)
+
+
+class RestartStep(StepBase):
+    kind: ClassVar[str] = "restart"
+    restart: Restart = Field(description=Restart.__doc__)
+
+
+class KillStep(StepBase):
+    kind: ClassVar[str] = "kill"
+    kill: Kill = Field(description=Kill.__doc__)
+
+
+class RemoveStep(StepBase):
+    kind: ClassVar[str] = "remove"
+    remove: PathFault = Field(description="delete a worker's socket file or directory while it is live")
+
+
+class ReplaceStep(StepBase):
+    kind: ClassVar[str] = "replace"
+    replace: PathFault = Field(description="put a different file at a worker's socket path while it is live")
+
+
+class HoldPortStep(StepBase):
+    kind: ClassVar[str] = "hold_port"
+    hold_port: HoldPort = Field(description=HoldPort.__doc__)
+
+
+class FinishStep(StepBase):
+    kind: ClassVar[str] = "finish"
+    finish: StepName = Field(description="a send step's name: send the rest of its withheld frame")
+
+
+class WorkloadStep(StepBase):
+    kind: ClassVar[str] = "workload"
+    workload: Workload = Field(description=Workload.__doc__)
+
+
+_STEPS: tuple[type[StepBase], ...] = (
+    StartStep, SendStep, IdleStep, FloodStep, ArmStep, CallStep, WaitStep, ReleaseStep, StopStep, ShutdownStep,
+    RestartStep, KillStep, RemoveStep, ReplaceStep, HoldPortStep, FinishStep, WorkloadStep,
+)
+STEP_TYPES: dict[str, type[StepBase]] = {c.kind: c for c in sorted(_STEPS, key=lambda c: c.kind)}  # alphabetical
+
+
+def _step_kind(value: object) -> str | None:
+    if isinstance(value, StepBase):
+        return value.kind
+    if isinstance(value, dict) and len(value) == 1:
+        return str(next(iter(value)))
+    return None
+
+
+Step = Annotated[
+    Annotated[ArmStep, Tag("arm")] | Annotated[CallStep, Tag("call")] | Annotated[FinishStep, Tag("finish")]
+    | Annotated[FloodStep, Tag("flood")] | Annotated[HoldPortStep, Tag("hold_port")]
+    | Annotated[IdleStep, Tag("idle")] | Annotated[KillStep, Tag("kill")] | Annotated[ReleaseStep, Tag("release")]
+    | Annotated[RemoveStep, Tag("remove")] | Annotated[ReplaceStep, Tag("replace")]
+    | Annotated[RestartStep, Tag("restart")] | Annotated[SendStep, Tag("send")]
+    | Annotated[ShutdownStep, Tag("shutdown")] | Annotated[StartStep, Tag("start")]
+    | Annotated[StopStep, Tag("stop")] | Annotated[WaitStep, Tag("wait")] | Annotated[WorkloadStep, Tag("workload")],
+    Discriminator(_step_kind, custom_error_type="unknown_step",
+                  custom_error_message="a step is a mapping with one key, its kind (e.g. - start: cluster)"),
+]
