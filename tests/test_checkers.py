@@ -693,7 +693,8 @@ def test_no_leaked_fds_violated() -> None:
         resources(W, "after_shutdown", 900, BASE_THREADS,
                   [*BASE_FDS, [7, "socket", "socket:[999]"], [8, "anon", "anon_inode:[eventpoll]"]]),
     ])
-    assert (v.status, v.message) == ("violated", "descriptors left after shutdown: pid 10: ['anon_inode:[eventpoll]', 'socket:[999]']")
+    assert (v.status, v.message) == (
+        "violated", "descriptors left after shutdown: pid 10: ['anon_inode:[eventpoll]', 'socket:[999]']")
     assert check("no_leaked_fds", []).message == "no process reported its fds before start and after shutdown"
 
 
