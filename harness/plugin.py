@@ -5,8 +5,8 @@ Cheap to import: it loads nothing heavy until a fixture is used.
 
 from __future__ import annotations
 
+import os
 import shutil
-import tempfile
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from harness.history import Recorder
+from harness.names import temp_root
 
 MARKERS = {
     "slow": "long tests, left out by -m 'not slow'",
@@ -26,6 +27,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     from harness.scenario.collect import addoption
 
     addoption(parser)
+    parser.addini("lastcall_leak_check", type="bool", default=True,
+                  help="fail any test that leaves a lastcall path, segment, thread, process or port behind")
 
 
 def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Collector | None:
@@ -39,6 +42,34 @@ def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Col
 def pytest_configure(config: pytest.Config) -> None:
     for name, doc in MARKERS.items():
         config.addinivalue_line("markers", f"{name}: {doc}")
+    config.addinivalue_line("markers", "leaks_ok: this test may leave things behind on purpose (no leak check)")
+
+
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    if os.environ.get("PYTEST_XDIST_WORKER") or not config.getini("lastcall_leak_check"):
+        return []
+    from harness.probes.leftovers import session_leftovers
+
+    left = session_leftovers()
+    if not left:
+        return []
+    return [f"lastcall: {len(left)} leftover(s) of earlier killed sessions (`lastcall ctl sweep` removes "
+            f"those whose owner is dead): {', '.join(left[:5])}{' ...' if len(left) > 5 else ''}"]
+
+
+@pytest.fixture(autouse=True)
+def _lastcall_leak_guard(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Fails a test that left a path, shm segment, thread, child process or port behind (see leakguard)."""
+    if not request.config.getini("lastcall_leak_check") or request.node.get_closest_marker("leaks_ok"):
+        yield
+        return
+    from harness import leakguard
+
+    before = leakguard.take()
+    yield
+    leaks = leakguard.diff(before)
+    if leaks:
+        pytest.fail(f"{request.node.nodeid} leaked: " + "; ".join(leaks), pytrace=False)
 
 
 @pytest.fixture
@@ -48,7 +79,7 @@ def lc_root() -> Iterator[Path]:
     Fails the test if anything is left in it afterwards: a leftover socket,
     owner record or directory is a bug of the listener under test.
     """
-    root = Path(tempfile.mkdtemp(prefix="lc-", dir="/tmp"))
+    root = temp_root()
     try:
         yield root
         left = sorted(str(p.relative_to(root)) for p in root.rglob("*"))

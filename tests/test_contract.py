@@ -38,8 +38,12 @@ def test_every_line_has_a_check() -> None:
     assert sorted({c.line for c in CHECKS}) == list(CONTRACT_LINES)
 
 
-def test_every_variant_is_caught_by_a_check() -> None:
-    caught = {v for c in CHECKS for v in c.catches}
+def test_every_variant_is_caught_by_a_check_or_a_scenario() -> None:
+    from harness.scenario import load_many
+
+    scenarios, errors = load_many(["scenarios"])
+    assert not errors
+    caught = {v for c in CHECKS for v in c.catches} | {v for s in scenarios for v in s.catches}
     assert caught == set(VARIANTS) - {"reference"}
 
 

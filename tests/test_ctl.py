@@ -10,7 +10,6 @@ import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from harness.cli import EXIT_OK, EXIT_USAGE, main
+from harness.names import temp_root
 from harness.reference.ctl import delete_instance, list_instances, sweep, usage_owner_path
 from harness.reference.paths import OwnerRecord, owner_path, socket_path, usage_segment_name
 from harness.reference.registry import Registry
@@ -31,7 +31,7 @@ SAFETY_S = 30.0  # safety net for a child that hangs; never reached when things 
 @pytest.fixture
 def root() -> Iterator[str]:
     """A short socket root under /tmp (socket paths must fit 107 bytes), removed after."""
-    path = tempfile.mkdtemp(prefix="lc-", dir="/tmp")
+    path = str(temp_root())
     yield path
     shutil.rmtree(path, ignore_errors=True)
 

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from harness.errors import ConfigError, SocketPathTooLong
+from harness.names import temp_root
 from harness.reference import paths
 
 
@@ -45,9 +46,8 @@ def test_sun_path_limit_exact() -> None:
 
 def test_a_107_byte_path_really_binds(tmp_path: Path) -> None:
     import socket
-    import tempfile
 
-    base = tempfile.mkdtemp(prefix="lc-", dir="/tmp")
+    base = str(temp_root())
     try:
         fixed = len(str(paths.socket_path("n", 0, 0, base))) - len(base)
         root = os.path.join(base, "d" * (paths.SUN_PATH_MAX - fixed - len(base) - 1))

@@ -10,7 +10,6 @@ import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import threading
 import uuid
 from collections.abc import Iterator
@@ -19,6 +18,7 @@ import pytest
 
 from harness import failpoints
 from harness.errors import ConfigError
+from harness.names import temp_root
 from harness.reference import wire
 from harness.reference.listener import ListenerConfig
 from harness.reference.paths import OwnerRecord, owner_path
@@ -31,7 +31,7 @@ SAFETY_S = 30.0  # safety net for a child that hangs; never reached when things 
 @pytest.fixture
 def root() -> Iterator[str]:
     """A short socket root under /tmp (socket paths must fit 107 bytes), removed after."""
-    path = tempfile.mkdtemp(prefix="lc-", dir="/tmp")
+    path = str(temp_root())
     yield path
     shutil.rmtree(path, ignore_errors=True)
 

@@ -8,7 +8,6 @@ a fresh private socket root and returns an :class:`Outcome`.
 from __future__ import annotations
 
 import shutil
-import tempfile
 import time
 import traceback
 from collections.abc import Callable
@@ -18,6 +17,7 @@ from pathlib import Path
 from harness.contract import lines
 from harness.contract.exit_probe import exit_hook_bounded, exit_hook_retries
 from harness.contract.rig import ContractViolation
+from harness.names import temp_root
 from harness.reference.variants import Variant
 
 __all__ = ["Check", "CHECKS", "Outcome", "run_check", "ContractViolation"]
@@ -79,7 +79,7 @@ def run_check(check: Check, variant: Variant, root: Path | None = None) -> Outco
     reported as broken too, with its traceback, since a check must not crash.
     """
     own = root is None
-    base = Path(tempfile.mkdtemp(prefix="lc-", dir="/tmp")) if root is None else root
+    base = temp_root() if root is None else root
     t0 = time.monotonic()
     try:
         check.fn(variant, base)

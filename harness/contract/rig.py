@@ -8,6 +8,8 @@ that cannot stop by itself, so a check never leaks a thread, socket or path.
 
 from __future__ import annotations
 
+import os
+import select
 import socket
 import threading
 from collections.abc import Callable
@@ -167,7 +169,17 @@ def _force_down(listener: WorkerListener) -> None:
                 c.sock.shutdown(socket.SHUT_RDWR)
             except OSError:
                 pass
-    listener._exited.wait(scaled())
+    if not listener._exited.is_set():
+        # a variant may have closed the wake pipe under a sleeping thread: wake it through its own epoll
+        r, w = os.pipe()
+        try:
+            listener._ep.register(r, select.EPOLLIN)
+            os.write(w, b"x")
+        except (OSError, ValueError):
+            pass
+        listener._exited.wait(scaled())
+        os.close(r)
+        os.close(w)
     if not listener.torn_down:
         try:
             WorkerListener._teardown(listener)

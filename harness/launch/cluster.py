@@ -21,7 +21,6 @@ budget; every child is reaped.
 
 from __future__ import annotations
 
-import hashlib
 import itertools
 import os
 import shutil
@@ -38,6 +37,7 @@ from harness.errors import HarnessError
 from harness.history import Event, Recorder
 from harness.launch.channel import Channel
 from harness.launch.spawn import ForkServer, LaunchError, become_subreaper
+from harness.names import TMP, new_run_id
 from harness.timeouts import scaled
 
 __all__ = ["Cluster", "Proc", "RemoteError", "RunOutcome", "LaunchError", "run_id_for"]
@@ -45,12 +45,11 @@ __all__ = ["Cluster", "Proc", "RemoteError", "RunOutcome", "LaunchError", "run_i
 ORDERLY_S = 10.0  # seconds for every process to exit after the exit command (scaled)
 TERM_S = 3.0  # seconds after SIGTERM before SIGKILL (scaled)
 STACKS_S = 1.0  # seconds to wait for a process to report its stacks over the control channel
-_counter = itertools.count()
 
 
 def run_id_for(node_id: str, repeat: int = 0) -> str:
-    """A short id from (test node id, repeat index): stable, and distinct for parallel runs."""
-    return hashlib.blake2s(f"{node_id}#{repeat}#{os.getpid()}#{next(_counter)}".encode(), digest_size=4).hexdigest()
+    """A short run id from (test node id, repeat index), prefixed by this process's tag (harness.names)."""
+    return new_run_id(node_id, repeat)
 
 
 class RemoteError(HarnessError):
@@ -165,7 +164,7 @@ class Cluster:
         self.tp, self.pp = tp, pp
         self.variant = variant
         self.run_id = run_id or run_id_for("cluster")
-        self.dir = Path(f"/tmp/lc-{self.run_id}")
+        self.dir = Path(f"{TMP}/lc-{self.run_id}")
         self.root = self.dir / "r"
         self.ipc = f"r{self.run_id}"
         self.shm_dir = shm_dir
