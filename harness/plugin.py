@@ -90,6 +90,28 @@ def lc_root() -> Iterator[Path]:
 
 
 @pytest.fixture
+def lastcall_cluster() -> Iterator[object]:
+    """Start real engine and worker processes whose run any test can judge: ``c = lastcall_cluster(tp=2)``.
+
+    Takes the Cluster's keyword arguments (tp, pp, variant, drain_timeout, ...) and returns it started.
+    ``c.verdicts("no_late_dispatch", ("stop_latency", {"within": 1.0}))`` closes the run (snapshots
+    before cleanup) and judges it. Every cluster is closed at the end of the test.
+    """
+    from harness.launch.judged import JudgedCluster
+
+    made: list[JudgedCluster] = []
+
+    def start(**kw: object) -> JudgedCluster:
+        c = JudgedCluster(**kw)
+        made.append(c)
+        return c.start()
+
+    yield start
+    for c in made:
+        c.close()
+
+
+@pytest.fixture
 def recorder() -> Recorder:
     """An in-process history recorder; ``recorder.wait_for(kind)`` synchronises with the system under test."""
     return Recorder()

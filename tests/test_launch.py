@@ -17,6 +17,7 @@ import pytest
 from harness.faults import client as cf
 from harness.history import Event
 from harness.launch.cluster import Cluster, LaunchError, RemoteError
+from harness.launch.judged import JudgedCluster
 from harness.reference import wire
 from harness.reference.ctl import delete_instance
 from harness.timeouts import scaled
@@ -27,19 +28,24 @@ Make = Callable[..., Cluster]
 
 
 @pytest.fixture
-def make() -> Iterator[Make]:
-    """Start clusters; every one is closed (and checked for leftovers) at the end of the test."""
-    made: list[Cluster] = []
+def make(lastcall_cluster: Make) -> Iterator[Make]:
+    """Start judged clusters; every one is closed (and checked for leftovers) at the end of the test."""
+    made: list[JudgedCluster] = []
 
-    def start(**kw: object) -> Cluster:
-        c = Cluster(**kw)  # type: ignore[arg-type]
+    def start(**kw: object) -> JudgedCluster:
+        c = lastcall_cluster(**kw)
         made.append(c)
-        return c.start()
+        return c
 
     yield start
     for c in made:
         outcome = c.close()
         assert outcome.detail == "", outcome.detail
+
+
+def violated(c: JudgedCluster, *checks: str) -> list[str]:
+    """The names of the checkers (of ``checks``) that the run violated."""
+    return [v.checker for v in c.verdicts(*checks) if v.status == "violated"]
 
 
 def kinds_after(c: Cluster, t_ns: int, kind: str) -> list[Event]:
@@ -125,10 +131,21 @@ CASES = [
 ]
 
 
+CHECKS = {  # the seed cases re-expressed through the checkers: what each case's bug violates
+    "stalled_read_case": ("reads_cancelled", "no_late_dispatch"),
+    "drained_case": ("handler_drained", "no_dispatch_after_teardown"),
+    "drain_timeout_case": ("retained_for_retry", "teardown_deferred", "no_dispatch_after_teardown"),
+}
+CLEAN = ("no_leftover_paths", "no_leftover_shm", "no_orphan_processes", "no_leaked_threads", "no_leaked_fds",
+         "exit_without_stall")
+
+
 @pytest.mark.parametrize(("case", "variant"), CASES)
 def test_seed_case_on_reference(make: Make, case: Callable[[Cluster], list[str]], variant: str) -> None:
     c = make(drain_timeout=0.5)
     assert case(c) == []
+    verdicts = c.verdicts(*CHECKS[case.__name__], *CLEAN)
+    assert all(v.ok for v in verdicts), [(v.checker, v.status, v.message) for v in verdicts]
 
 
 @pytest.mark.parametrize(("case", "variant"), CASES)
@@ -141,6 +158,7 @@ def test_seed_case_catches_variant(make: Make, case: Callable[[Cluster], list[st
             if w.alive:
                 w.call("reset")
     assert problems, f"{case.__name__} did not catch {variant}"
+    assert violated(c, *CHECKS[case.__name__]), f"no checker of {CHECKS[case.__name__]} fired on {variant}"
 
 
 # ------------------------------------------------------------- process deaths
@@ -226,3 +244,16 @@ def test_exit_hook_bounded_when_it_cannot_drain(make: Make) -> None:
     hook_s = (ev["exit_hook_finished"].t_ns - ev["exit_hook_started"].t_ns) / 1e9
     assert ev["exit_hook_finished"].data["ok"] is False
     assert 0.4 < hook_s < 0.5 + scaled(1.0), f"the exit hook took {hook_s:.2f}s for a 0.5s budget"
+
+
+def test_exit_audit_catches_an_exit_hook_that_drains_each_listener_fully(make: Make) -> None:
+    """The seed's hidden cost: with a handler parked, an exit hook that waits drain_timeout per listener
+    stalls interpreter exit; exit_without_stall times it from the exit request to the process's end."""
+    c = make(drain_timeout=3.0, exit_budget=0.3, variant="unbounded_exit_hook")
+    w = c.worker(0)
+    w.call("arm", site=MAP, action="pause")
+    c.engine.send("map", offsets=[0])
+    c.wait("fault_reached")
+    w.call("exit", shutdown=False)
+    assert w.wait_exited(scaled(20))
+    assert violated(c, "exit_without_stall") == ["exit_without_stall"]
