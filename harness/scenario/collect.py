@@ -112,8 +112,8 @@ class BrokenScenario(pytest.Item):
     def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> str:
         return str(excinfo.value)
 
-    def reportinfo(self) -> tuple[Path, int | None, str]:
-        return self.path, None, f"scenario file {self.name}"
+    def reportinfo(self) -> tuple[Path, int, str]:
+        return self.path, 0, f"scenario file {self.name}"
 
 
 class ScenarioFailed(Exception):
@@ -153,5 +153,5 @@ class ScenarioItem(pytest.Item):
             return str(excinfo.value)
         return str(super().repr_failure(excinfo))
 
-    def reportinfo(self) -> tuple[Path, int | None, str]:
-        return self.path, None, f"scenario {self.name}"
+    def reportinfo(self) -> tuple[Path, int, str]:
+        return self.path, 0, f"scenario {self.name}"

@@ -1,0 +1,76 @@
+"""The planted-bug table: every scenario against every variant, caught or not.
+
+``python -m harness.scenario.table scenarios/`` prints it as Markdown (the README
+quotes it); the slow test tests/test_scenario_table.py builds the same table and
+asserts that each scenario catches what it names and that the reference passes.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from harness.scenario.loader import expand, load_many
+from harness.scenario.runner import RunResult, run_item
+
+__all__ = ["Cell", "build", "markdown"]
+
+
+@dataclass(frozen=True)
+class Cell:
+    scenario: str
+    variant: str
+    caught: bool  # a checker reported a violation (for the reference: the run failed)
+    named: bool  # the scenario names this variant in catches
+    checkers: tuple[str, ...]  # the checkers that fired
+
+
+def build(paths: Sequence[str], variants: Sequence[str],
+          progress: Callable[[Cell], None] | None = None) -> list[Cell]:
+    scenarios, errors = load_many(list(paths))
+    if errors:
+        raise errors[0]
+    cells = []
+    for scn in scenarios:
+        item = expand(scn)[0]
+        for variant in variants:
+            r: RunResult = run_item(item, variant=variant)
+            fired = tuple(v.checker for v in r.violated)
+            caught = bool(fired) if variant != "reference" else not r.passed
+            cell = Cell(scn.name, variant, caught, variant in scn.catches, fired)
+            cells.append(cell)
+            if progress is not None:
+                progress(cell)
+    return cells
+
+
+def markdown(cells: list[Cell], variants: Sequence[str]) -> str:
+    """Rows: scenarios; columns: variants. ``caught``: a checker fired; **bold**: the scenario names it."""
+    names = list(dict.fromkeys(c.scenario for c in cells))
+    short = [v.replace("_", " ") for v in variants]
+    lines = ["| scenario | " + " | ".join(short) + " |", "|---|" + "---|" * len(variants)]
+    by = {(c.scenario, c.variant): c for c in cells}
+    for n in names:
+        row = []
+        for v in variants:
+            c = by[(n, v)]
+            mark = ("FAIL" if c.caught else "pass") if v == "reference" else ("x" if c.caught else "")
+            row.append(f"**{mark}**" if c.named and mark else mark)
+        lines.append(f"| {n} | " + " | ".join(row) + " |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str]) -> int:
+    from harness.reference.variants import VARIANTS
+
+    variants = list(VARIANTS)
+    cells = build(argv or ["scenarios"], variants,
+                  progress=lambda c: print(f"{c.scenario:45} {c.variant:28} {'caught' if c.caught else '-'} "
+                                           f"{','.join(c.checkers)}", file=sys.stderr, flush=True))
+    print(markdown(cells, variants))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
