@@ -631,7 +631,7 @@ def test_port_released_violated() -> None:
     after = snap("after", sockets=(tcp("LISTEN", pids=(42,)),), binds=(bind(False),))
     started = H("handshake_listener_started", 10, host="127.0.0.1", port=5600)
     v = check("port_released", [started], after=after)  # the port comes from the history
-    assert (v.status, v.message) == ("violated", "still LISTENing: 127.0.0.1:5600 held by pid [42]")
+    assert (v.status, v.message) == ("violated", "still LISTENing: 127.0.0.1:5600 held by pid [42] (after)")
 
 
 def test_port_released_violated_by_a_failed_bind() -> None:

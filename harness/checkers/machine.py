@@ -46,19 +46,20 @@ def no_leftover_shm(run: RunRecord, p: Params) -> Verdict:
 
 @checker("port_released", "nothing LISTENs on the run's ports and a bind with the server's options succeeds")
 def port_released(run: RunRecord, p: PortReleased) -> Verdict:
-    after = run.snapshots.get("after")
-    if after is None:
+    # every snapshot labelled after*: "after" (all reaped) and any taken mid-run once a stop returned
+    afters = [snap for label, snap in sorted(run.snapshots.items()) if label.startswith("after")]
+    if not afters:
         return unknown("port_released", "no after snapshot")
     ports = set(p.ports or ()) | {int(e.data["port"]) for e in run.of("handshake_listener_started")
                                   if e.data.get("port")}
     if not ports:
         return unknown("port_released", "no port to judge: the run bound none")
-    listening = [s for s in after.sockets if s.port in ports and s.state == "LISTEN"]
+    listening = [(snap.label, s) for snap in afters for s in snap.sockets if s.port in ports and s.state == "LISTEN"]
     if listening:
         return violated("port_released", "still LISTENing: " + ", ".join(
-            f"{s.local} held by pid {list(s.pids) or '?'}" for s in listening))
-    failed = [b for b in after.binds if b.port in ports and not b.ok]
-    waits = [s for s in after.sockets if s.port in ports and s.state == "TIME_WAIT"]
+            f"{s.local} held by pid {list(s.pids) or '?'} ({label})" for label, s in listening))
+    failed = [b for snap in afters for b in snap.binds if b.port in ports and not b.ok]
+    waits = [s for snap in afters for s in snap.sockets if s.port in ports and s.state == "TIME_WAIT"]
     notes = tuple(f"{s.local} in TIME_WAIT (reported, not a violation)" for s in waits)
     # TIME_WAIT excuses a failed bind only without SO_REUSEADDR: with it, TIME_WAIT cannot block a bind
     unexcused = [b for b in failed if b.reuseaddr or not waits]

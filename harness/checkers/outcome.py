@@ -93,7 +93,8 @@ def survives_bad_input(run: RunRecord, p: Params) -> Verdict:
     if not bad_sends:
         return unknown("survives_bad_input", "no malformed frame was sent")
     crashed = run.of("thread_crashed", "thread_exception")
-    answered_wrong = [e for e in bad_sends if (e.data.get("value") or {}).get("status") not in (None, "error")]
+    answered_wrong = [e for e in bad_sends if isinstance(e.data.get("value"), dict)
+                      and e.data["value"].get("status") not in (None, "error")]
     later = [e for e in sends if e.data.get("fault") in (None, "none") and e.t_ns > bad_sends[0].t_ns
              and not e.data.get("ok")]
     problems = crashed + answered_wrong + later

@@ -176,7 +176,7 @@ def _install_process_hooks(ctl: ControlClient, exit_req: ExitRequest, spec: dict
 def run(spec: dict[str, Any]) -> int:
     """The child's main: returns its exit status (the interpreter then finalises normally)."""
     role = spec["role"]
-    label = f"pp{spec.get('pp', 0)}/rank{spec.get('rank', 0)}" if role == "worker" else "engine"
+    label = f"pp{spec.get('pp', 0)}/rank{spec.get('rank', 0)}" if role == "worker" else role
     exit_req = ExitRequest()
     ctl = ControlClient(spec["ctl"], role, label, lost=lambda: exit_req.set("harness_gone"))
     _install_process_hooks(ctl, exit_req, spec)
@@ -185,6 +185,10 @@ def run(spec: dict[str, Any]) -> int:
         from harness.launch.roles import worker_main
 
         return worker_main(spec, ctl, exit_req)
+    if role in ("hs_engine", "hs_peer"):
+        from harness.launch.hsroles import MAINS
+
+        return MAINS[role](spec, ctl, exit_req)
     from harness.launch.roles import engine_main
 
     return engine_main(spec, ctl, exit_req)

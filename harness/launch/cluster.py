@@ -200,8 +200,7 @@ class Cluster:
         server.listen(64)
         self._server = server
         threading.Thread(target=self._accept, name="lastcall-control-accept", daemon=True).start()
-        specs = [self._spec("engine", 0, 0)] + [self._spec("worker", r, p) for p in range(self.pp)
-                                                for r in range(self.tp)]
+        specs = self._specs()
         self._watchdog = threading.Thread(target=self._watch, name="lastcall-watchdog", daemon=True)
         self._watchdog.start()
         pids = ForkServer.shared().spawn_group(specs, self._on_exit)
@@ -216,9 +215,14 @@ class Cluster:
             self._wait_ready(proc)
         return self
 
+    def _specs(self) -> list[dict[str, Any]]:
+        """The processes of the run: the group leader (the engine) first. A subclass changes the cast."""
+        return [self._spec("engine", 0, 0)] + [self._spec("worker", r, p) for p in range(self.pp)
+                                               for r in range(self.tp)]
+
     def _spec(self, role: str, rank: int, pp: int) -> dict[str, Any]:
-        label = "engine" if role == "engine" else f"pp{pp}/rank{rank}"
-        stem = "engine" if role == "engine" else f"w{pp}-{rank}"
+        label = f"pp{pp}/rank{rank}" if role == "worker" else role
+        stem = f"w{pp}-{rank}" if role == "worker" else role
         return dict(self._common, role=role, rank=rank, pp=pp, label=label, ctl=str(self.dir / "c.sock"),
                     stderr=str(self.dir / f"{stem}.err"), stdout=str(self.dir / f"{stem}.out"),
                     stacks=str(self.dir / f"{stem}.stacks"))
@@ -316,7 +320,7 @@ class Cluster:
             pass
         proc.kill(signal.SIGUSR1)  # faulthandler dumps every thread to the .stacks file
         proc.exited.wait(scaled(STACKS_S))  # a grace period for the dump, not a synchronisation
-        path = self.dir / (("engine" if proc.role == "engine" else f"w{proc.label[2:].replace('/rank', '-')}")
+        path = self.dir / ((f"w{proc.label[2:].replace('/rank', '-')}" if proc.role == "worker" else proc.role)
                            + ".stacks")
         try:
             return path.read_text(errors="replace") or "(no stacks: the process did not answer)"

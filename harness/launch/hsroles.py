@@ -1,0 +1,122 @@
+"""Roles for the handshake side channel: an engine that owns a handshake listener, and a peer engine.
+
+``hs_engine`` (like vLLM's EngineCore with the NIXL connector) holds one
+HandshakeListener of the chosen variant; the listener is started and shut down
+by command, so a port can be held before start.  ``hs_peer`` handshakes with it:
+one fetch, a continuous stream (bounded in count) during shutdown, or malformed
+messages.  Traffic only ever goes to 127.0.0.1.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from harness import failpoints
+from harness.launch.child import ControlClient, ExitRequest
+
+__all__ = ["MAINS", "HOST"]
+
+HOST = "127.0.0.1"
+HAMMER_MAX = 100_000  # a continuous peer stops by itself after this many handshakes
+
+
+def hs_engine_main(spec: dict[str, Any], ctl: ControlClient, exit_req: ExitRequest) -> int:
+    from harness.reference.handshake import AgentMetadata
+    from harness.reference.handshake_variants import get_handshake_variant
+
+    cls = get_handshake_variant(spec.get("variant", "reference"))
+    tp, pp = int(spec.get("tp", 1)), int(spec.get("pp_size", 1))
+    meta = {(p, t): AgentMetadata(engine_id=spec["ipc"], agent_name=f"agent-{p}-{t}", pp_rank=p, tp_rank=t,
+                                  payload=b"x" * 64) for p in range(pp) for t in range(tp)}
+    state: dict[str, Any] = {"listener": None}
+
+    def start(port: int = 0, start_timeout: float | None = None) -> int:
+        listener = cls(meta, host=HOST, port=port, recorder=ctl, start_timeout=start_timeout)
+        state["listener"] = listener
+        return int(listener.start())
+
+    def shutdown() -> bool:
+        listener = state["listener"]
+        return True if listener is None else bool(listener.shutdown())
+
+    def cycle(n: int, port: int = 0) -> list[int]:
+        """Start and shut down ``n`` listeners in this process on one port (the original hang)."""
+        ports = []
+        for _ in range(n):
+            ports.append(start(port))
+            port = ports[-1]
+            if not shutdown():
+                raise RuntimeError(f"shutdown {len(ports)} of {n} returned False")
+        return ports
+
+    ctl.handlers.update({"start": start, "shutdown": shutdown, "cycle": cycle})
+    ctl.send({"t": "ready", "path": ""})
+    exit_req.wait()
+    ctl.emit("exit_requested", reason=exit_req.reason, shutdown=exit_req.shutdown)
+    if exit_req.shutdown:
+        shutdown()
+    failpoints.hit("process.exit")
+    ctl.emit("main_returned", reason=exit_req.reason)
+    return 0
+
+
+def hs_peer_main(spec: dict[str, Any], ctl: ControlClient, exit_req: ExitRequest) -> int:
+    import msgspec
+    import zmq
+
+    from harness.reference.handshake import fetch_metadata
+
+    stop_hammer = threading.Event()
+
+    def fetch(port: int, pp: int = 0, tp: int = 0, within: float = 2.0) -> str:
+        return fetch_metadata(HOST, port, pp, tp, timeout=within).agent_name
+
+    def hammer(port: int) -> str:
+        """Handshake back to back until told to stop (bounded); counts go into the history."""
+        def run() -> None:
+            done = failed = 0
+            while not stop_hammer.is_set() and done + failed < HAMMER_MAX:
+                try:
+                    fetch_metadata(HOST, port, 0, 0, timeout=1.0)
+                    done += 1
+                except Exception:
+                    failed += 1
+                    if failed > 3:
+                        break
+            ctl.emit("hammer_finished", ok=done, failed=failed)
+
+        threading.Thread(target=run, name="lastcall-hammer", daemon=True).start()
+        return "hammering"
+
+    def stop_hammering() -> bool:
+        stop_hammer.set()
+        return True
+
+    def bad(port: int, kind: str = "garbage") -> str:
+        """Send one malformed handshake from a REQ socket; returns what came back ("no reply" on timeout)."""
+        ctx: zmq.Context[Any] = zmq.Context()
+        s = ctx.socket(zmq.REQ)
+        s.setsockopt(zmq.LINGER, 0)
+        s.setsockopt(zmq.RCVTIMEO, 2000)
+        try:
+            s.connect(f"tcp://{HOST}:{port}")
+            body = {"garbage": b"\xc1\xc1", "wrong_tag": msgspec.msgpack.encode(("hello", 0, 0)),
+                    "unknown_rank": msgspec.msgpack.encode(("get_meta_msg", 9, 9))}[kind]
+            s.send(body)
+            return "replied" if s.recv_multipart() else "empty"
+        except zmq.Again:
+            return "no reply"
+        finally:
+            s.close()
+            ctx.term()
+
+    ctl.handlers.update({"fetch": fetch, "hammer": hammer, "stop_hammering": stop_hammering, "bad": bad})
+    ctl.send({"t": "ready", "path": ""})
+    exit_req.wait()
+    stop_hammer.set()
+    ctl.emit("main_returned", reason=exit_req.reason)
+    return 0
+
+
+MAINS = {"hs_engine": hs_engine_main, "hs_peer": hs_peer_main}

@@ -1,0 +1,144 @@
+"""The handshake side channel on real processes: an engine owning the listener, a peer engine handshaking.
+
+Each case runs on the reference (its checkers stay quiet) and on the planted bug
+that reproduces the real vLLM defect (a checker fires).  port_released is judged
+on a snapshot taken once shutdown returned, while the engine process still lives:
+after the process exits the kernel frees the port whatever the listener did.
+"""
+
+from __future__ import annotations
+
+import signal
+import socket
+from collections.abc import Callable, Iterator
+
+import pytest
+
+from harness.launch.cluster import RemoteError
+from harness.launch.hscluster import HandshakeCluster
+from harness.timeouts import scaled
+
+Make = Callable[..., HandshakeCluster]
+
+
+@pytest.fixture
+def make() -> Iterator[Make]:
+    made: list[HandshakeCluster] = []
+
+    def start(**kw: object) -> HandshakeCluster:
+        c = HandshakeCluster(**kw)  # type: ignore[arg-type]
+        made.append(c)
+        return c.start()
+
+    yield start
+    for c in made:
+        c.close()
+
+
+def step(c: HandshakeCluster, name: str, kind: str, fn: Callable[[], object], **data: object) -> object:
+    """Run ``fn`` as a named step, recorded as step_started / step_returned (what the checkers read)."""
+    c.rec.emit("step_started", step=name, kind=kind, **data)
+    try:
+        value = fn()
+    except RemoteError as exc:
+        c.rec.emit("step_returned", step=name, kind=kind, ok=False, value=None, error=str(exc),
+                   error_class=exc.error_class, **data)
+        return exc
+    c.rec.emit("step_returned", step=name, kind=kind, ok=True, value=value, **data)
+    return value
+
+
+def status(c: HandshakeCluster, *checks: object) -> dict[str, str]:
+    return {v.checker: v.status for v in c.verdicts(*checks)}  # type: ignore[arg-type]
+
+
+def shutdown_and_probe(c: HandshakeCluster, port: int) -> object:
+    ok = step(c, "stop", "stop", lambda: c.engine.call("shutdown", timeout=scaled(15)))  # type: ignore[union-attr]
+    c.snapshot("after_stop", [port])
+    return ok
+
+
+@pytest.mark.parametrize(("variant", "expect"), [
+    ("reference", {"port_released": "ok", "stop_latency": "ok", "stop_result": "ok"}),
+    ("never_stopped", {"port_released": "violated"}),
+    ("poll_timeout_1s", {"stop_latency": "violated"}),
+    ("join_timeout_zero", {"port_released": "violated"}),
+])
+def test_idle_shutdown_releases_the_port_at_once(make: Make, variant: str, expect: dict[str, str]) -> None:
+    c = make(variant=variant)
+    port = int(c.engine.call("start"))  # type: ignore[union-attr]
+    assert c.peer.call("fetch", port=port) == "agent-0-0"
+    shutdown_and_probe(c, port)
+    got = status(c, "port_released", ("stop_latency", {"step": "stop", "within": 0.5}), "stop_result",
+                 "no_orphan_processes")
+    assert {k: got[k] for k in expect} == expect, got
+    if variant == "reference":
+        assert got["no_orphan_processes"] == "ok"
+
+
+@pytest.mark.parametrize(("variant", "caught"), [("reference", False), ("poll_timeout_1s", True)])
+def test_shutdown_under_continuous_traffic(make: Make, variant: str, caught: bool) -> None:
+    c = make(variant=variant)
+    port = int(c.engine.call("start"))  # type: ignore[union-attr]
+    c.peer.call("hammer", port=port)
+    c.wait(lambda e: e.kind == "handshake_served")
+    shutdown_and_probe(c, port)
+    c.peer.call("stop_hammering")
+    got = status(c, ("stop_latency", {"step": "stop", "within": 0.5}), "port_released")
+    assert (got["stop_latency"] == "violated") is caught, got
+    if not caught:
+        assert got["port_released"] == "ok"
+
+
+@pytest.mark.parametrize(("variant", "caught"), [("reference", False), ("ready_wait_no_timeout", True)])
+def test_port_held_before_start_is_a_typed_error_not_a_hang(make: Make, variant: str, caught: bool) -> None:
+    holder = socket.socket()
+    holder.bind(("127.0.0.1", 0))
+    holder.listen()
+    port = holder.getsockname()[1]
+    c = make(variant=variant)
+    try:
+        result = step(c, "start", "restart", lambda: c.engine.call(  # type: ignore[union-attr]
+            "start", port=port, start_timeout=1.0, timeout=scaled(3)))
+    finally:
+        holder.close()
+    got = status(c, ("stop_latency", {"step": "start", "within": 2.0}), ("stop_result", {"step": "start",
+                                                                                           "returns": False}))
+    if caught:
+        assert got["stop_latency"] == "violated", got
+    else:
+        assert got == {"stop_latency": "ok", "stop_result": "ok"}, got
+        assert isinstance(result, RemoteError) and result.error_class == "PortInUse"
+        assert f"127.0.0.1:{port}" in str(result)
+
+
+@pytest.mark.parametrize(("variant", "caught"), [("reference", False), ("dies_on_bad_message", True)])
+def test_malformed_handshakes_do_not_kill_the_listener(make: Make, variant: str, caught: bool) -> None:
+    c = make(variant=variant)
+    port = int(c.engine.call("start"))  # type: ignore[union-attr]
+    for kind in ("garbage", "wrong_tag", "unknown_rank"):
+        step(c, f"bad_{kind}", "send", lambda kind=kind: c.peer.call("bad", port=port, kind=kind),
+             fault="garbage_body")
+    step(c, "good", "send", lambda: c.peer.call("fetch", port=port, within=1.0), fault="none")
+    shutdown_and_probe(c, port)
+    got = status(c, "survives_bad_input", "requests_served")
+    assert (got["survives_bad_input"] == "violated") is caught, got
+
+
+@pytest.mark.parametrize(("variant", "caught"), [("reference", False), ("never_stopped", True)])
+def test_repeated_start_stop_in_one_process(make: Make, variant: str, caught: bool) -> None:
+    """The original hang: a listener not stopped keeps the port, so the next one in the process cannot bind."""
+    c = make(variant=variant)
+    result = step(c, "cycle", "restart", lambda: c.engine.call("cycle", n=20, timeout=scaled(30)))  # type: ignore[union-attr]
+    got = status(c, ("stop_result", {"step": "cycle", "returns": True}))
+    assert (got["stop_result"] == "violated") is caught, (got, result)
+
+
+def test_engine_killed_releases_the_port_and_leaves_no_process(make: Make) -> None:
+    c = make()
+    port = int(c.engine.call("start"))  # type: ignore[union-attr]
+    c.engine.kill(signal.SIGKILL)  # type: ignore[union-attr]
+    assert c.engine.wait_exited()  # type: ignore[union-attr]
+    c.snapshot("after_kill", [port])
+    got = status(c, "port_released", "no_orphan_processes")
+    assert got == {"port_released": "ok", "no_orphan_processes": "ok"}, got
