@@ -57,6 +57,12 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
             f"those whose owner is dead): {', '.join(left[:5])}{' ...' if len(left) > 5 else ''}"]
 
 
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, exitstatus: int, config: pytest.Config) -> None:
+    from harness.report.summary import terminal_summary
+
+    terminal_summary(terminalreporter, config)
+
+
 @pytest.fixture(autouse=True)
 def _lastcall_leak_guard(request: pytest.FixtureRequest) -> Iterator[None]:
     """Fails a test that left a path, shm segment, thread, child process or port behind (see leakguard)."""

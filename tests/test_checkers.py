@@ -778,8 +778,14 @@ def test_judge_a_crashing_checker_is_unknown(monkeypatch: pytest.MonkeyPatch) ->
 
 
 def test_judge_a_checker_crashing_on_malformed_data_is_unknown() -> None:
-    v = check("survives_bad_input", [send("g1", 100, "garbage_body", True, "not a reply map")])
-    assert (v.status, v.message) == ("unknown", "checker crashed: AttributeError: 'str' object has no attribute 'get'")
+    # an allocator_state whose "mapped" is not a list of offsets: the checker crashes, the verdict is unknown
+    v = check("kv_state_consistent", [E("allocator_state", 100, label="pp0/rank0", mapped=5, pending=None)])
+    assert (v.status, v.message) == ("unknown", "checker crashed: TypeError: 'int' object is not iterable")
+
+
+def test_survives_bad_input_tolerates_a_reply_that_is_not_a_map() -> None:
+    v = check("survives_bad_input", [send("g1", 100, "garbage_body", True, "no reply")])
+    assert v.status == "ok"
 
 
 def test_judge_all_keeps_the_order() -> None:

@@ -31,8 +31,9 @@ def hs_engine_main(spec: dict[str, Any], ctl: ControlClient, exit_req: ExitReque
                                   payload=b"x" * 64) for p in range(pp) for t in range(tp)}
     state: dict[str, Any] = {"listener": None}
 
-    def start(port: int = 0, start_timeout: float | None = None) -> int:
-        listener = cls(meta, host=HOST, port=port, recorder=ctl, start_timeout=start_timeout)
+    def start(port: int = 0, start_timeout: float | None = None, join_timeout: float | None = None) -> int:
+        listener = cls(meta, host=HOST, port=port, recorder=ctl, start_timeout=start_timeout,
+                       join_timeout=join_timeout)
         state["listener"] = listener
         return int(listener.start())
 

@@ -34,6 +34,9 @@ def addoption(parser: pytest.Parser) -> None:
                     "(a name such as reference or no_conn_tracking, or module:attribute); default: each "
                     "scenario's own, or LASTCALL_TARGET")
     parser.addini(INI_ROOTS, type="paths", default=[], help="directories whose *.yaml files are lastcall scenarios")
+    from harness.report.summary import addoption as add_report_options
+
+    add_report_options(parser)
 
 
 def _roots(config: pytest.Config) -> list[Path]:
@@ -135,18 +138,30 @@ class ScenarioItem(pytest.Item):
         result = run_item(self.matrix, variant=self.variant, run_id=None)
         self.result = result
         self.stash_result(result)
+        page = self.write_report(result)
         if self.expect_violation:
             if not result.violated:
                 raise ScenarioFailed(
                     f"{self.matrix.scenario.name} did not catch {self.variant}: no checker reported a violation "
-                    f"(a scenario that cannot fail is not a test)\n" + failure_text(result, self.nodeid))
+                    f"(a scenario that cannot fail is not a test)\n" + failure_text(result, self.nodeid, page))
             return
         if not result.passed:
-            raise ScenarioFailed(failure_text(result, self.nodeid))
+            raise ScenarioFailed(failure_text(result, self.nodeid, page))
 
     def stash_result(self, result: Any) -> None:
         self.user_properties.append(("lastcall_run_id", result.run_id))
         self.user_properties.append(("lastcall_variant", result.variant))
+
+    def write_report(self, result: Any) -> Path | None:
+        """reports/<run id>/ for this run (None when reports are off); never raises."""
+        from harness.report.summary import reports_dir
+        from harness.report.write import write_run
+
+        where = reports_dir(self.config)
+        page = None if where is None else write_run(result, where, self.nodeid)
+        if page is not None:
+            self.user_properties.append(("lastcall_report", str(page)))
+        return page
 
     def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> str:
         if isinstance(excinfo.value, ScenarioFailed):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from harness.history import Event
@@ -37,8 +38,8 @@ def timeline(events: list[Event], evidence: set[int] | None = None, limit: int =
     return "\n".join(lines)
 
 
-def failure_text(result: Any, nodeid: str | None = None) -> str:
-    """The report of one run, for pytest's failure output and the terminal."""
+def failure_text(result: Any, nodeid: str | None = None, page: Any = None) -> str:
+    """The report of one run, for pytest's failure output and the terminal (``page``: its HTML report)."""
     out = [f"scenario {result.item.scenario.name}[{result.item.id}] on {result.variant}: "
            f"outcome {result.outcome.status}, {result.seconds:.2f}s, run {result.run_id}"]
     if result.step_error:
@@ -58,6 +59,10 @@ def failure_text(result: Any, nodeid: str | None = None) -> str:
             out.append(f"--- stacks of {label} ---\n{text[-3000:]}")
     out.append("timeline:")
     out.append(timeline(result.events, evidence))
+    if page:
+        out.append(f"report: {page}")
+        run_dir = os.path.dirname(page) if str(page).endswith(".html") else str(page)
+        out.append(f"re-judge: lastcall report {os.path.join(run_dir, 'history.jsonl')}")
     if nodeid:
         out.append(f"replay: pytest '{nodeid}'")
     return "\n".join(out)

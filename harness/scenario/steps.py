@@ -39,17 +39,18 @@ WITHHOLDING_FAULTS = ("stall_after_header", "stall_mid_body", "partial_header") 
 FRAMELESS_FAULTS = ("zero_length", "oversize_length", "garbage_body")  # faults that send no request of their own
 Action = Literal["pause", "raise", "delay", "crash", "pass"]  # harness.failpoints.ACTIONS, tested equal
 FAILPOINT_ACTIONS: tuple[str, ...] = Action.__args__  # type: ignore[attr-defined]
-EVENT_KINDS = (  # every kind the harness, the reference and the launcher emit; tests keep it complete
+EVENT_KINDS = (  # every kind the reference and the launcher emit; a target that adds one adds it here
     "accept_failed", "accepted", "accepted_after_stop", "allocator_state", "allocator_torn_down", "armed",
     "bad_frame", "bad_handshake", "bad_request", "bind_failed", "cleanup_failed", "connection_closed",
     "dispatch_finished", "dispatch_refused", "dispatch_started", "drain_finished", "drain_started", "engine_died",
     "exit_hook_finished", "exit_hook_started", "exit_requested", "fault_armed", "fault_reached", "fault_released",
-    "frame_completed", "frame_started", "handshake_listener_started", "handshake_served", "listener_started",
-    "main_returned", "path_removed", "path_replaced", "peer_closed", "peer_finished", "peer_flood", "peer_idle",
-    "peer_rejected", "peer_stalled", "process_exited", "process_resources", "process_spawned", "reads_cancelled",
-    "reply_failed", "second_stop_returned", "sigkill_sent", "sigterm_sent", "stacks", "stale_socket_removed",
-    "step_failed", "step_returned", "step_started", "stop_all_returned", "stop_returned", "stop_started",
-    "teardown_deferred", "teardown_step", "thread_crashed", "thread_exception", "thread_exited", "watchdog_fired",
+    "frame_completed", "frame_started", "hammer_finished", "handshake_listener_started", "handshake_served",
+    "listener_started", "main_returned", "path_removed", "path_replaced", "peer_closed", "peer_finished",
+    "peer_flood", "peer_idle", "peer_rejected", "peer_stalled", "planted_delay_calibrated", "planted_delay_measured",
+    "process_exited", "process_resources", "process_spawned", "reads_cancelled", "reply_failed",
+    "second_stop_returned", "sigkill_sent", "sigterm_sent", "stacks", "stale_socket_removed", "step_failed",
+    "step_returned", "step_started", "stop_all_returned", "stop_returned", "stop_started", "teardown_deferred",
+    "teardown_step", "thread_crashed", "thread_exception", "thread_exited", "watchdog_fired",
 )
 
 _AS: Any = Field(None, alias="as", description=AS_DESCRIPTION)

@@ -1,0 +1,191 @@
+"""The self-contained HTML page of one run: inline CSS and SVG, no scripts, nothing fetched.
+
+Top to bottom: the header (scenario, matrix id, variant, outcome, a badge per
+verdict, the replay and re-judge commands), problems with the history, the
+SVG timeline (:mod:`harness.report.timeline`), the verdicts with their
+evidence, the stacks of a hung run, exit codes, leftovers, and the compact
+text timeline.  Every piece of text is escaped.  Query hooks: ``#verdicts
+.verdict.<status>[data-checker]``, ``span.badge.<status>``, ``#stacks
+pre.stacks[data-label]``, ``#problems li``, ``#leftovers li``, ``pre#text-timeline``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from html import escape
+from typing import Any
+
+from harness.checkers.base import Verdict
+from harness.history import Event
+from harness.report.timeline import MARKER_KINDS, Evidence, evidence_key, svg_timeline
+from harness.scenario.report import timeline as text_timeline
+
+__all__ = ["render_page", "evidence_of", "STATUSES"]
+
+STATUSES = ("ok", "violated", "unknown")  # verdict statuses, each with a badge colour
+SHOWN_FIRST = {"violated": 0, "unknown": 1, "ok": 2}  # the order of the verdict list
+EVIDENCE_ROWS = 50  # evidence events listed per verdict at most
+STACKS_CHARS = 20000  # characters of one process's stacks shown at most (the tail)
+
+CSS = """
+body{font:14px/1.4 system-ui,-apple-system,"Segoe UI",sans-serif;margin:1.5em;color:#1b1f24;background:#fff}
+h1{font-size:1.3em;margin:0 0 .3em} h2{font-size:1.1em;margin:1.4em 0 .4em;border-bottom:1px solid #ddd}
+code,pre{font:12px/1.35 ui-monospace,SFMono-Regular,Menlo,Consolas,monospace}
+pre{background:#f6f8fa;padding:.6em;overflow:auto;max-height:40em;border:1px solid #e1e4e8}
+.meta td{padding:0 1em 0 0;vertical-align:top} .meta td:first-child{color:#57606a}
+.badge{display:inline-block;padding:0 .5em;margin:0 .3em .3em 0;border-radius:.8em;font-size:.9em;color:#fff}
+.badge.ok{background:#1a7f37} .badge.violated{background:#cf222e} .badge.unknown{background:#9a6700}
+.outcome.ok{background:#1a7f37} .outcome.hung,.outcome.failed{background:#cf222e}
+.verdict{border-left:4px solid #ccc;padding:.2em .8em;margin:.5em 0} .verdict.ok{border-color:#1a7f37}
+.verdict.violated{border-color:#cf222e;background:#fff5f5} .verdict.unknown{border-color:#9a6700}
+table.evidence{border-collapse:collapse;font-size:12px} table.evidence td,table.evidence th{padding:1px 8px;
+text-align:left;border-bottom:1px solid #eee}
+.problems{background:#fff8c5;border:1px solid #d4a72c;padding:.4em .8em}
+.scroll{overflow-x:auto;border:1px solid #e1e4e8}
+svg.timeline{font:11px ui-monospace,Menlo,monospace;background:#fff}
+svg .lane{fill:#fff} svg .lane.odd{fill:#f6f8fa} svg .lane-label{fill:#57606a}
+svg .tick{stroke:#e1e4e8} svg .tick-label{fill:#8c959f;text-anchor:middle}
+svg .span{stroke-width:1;fill-opacity:.75} svg .span.frame{fill:#54aeff;stroke:#0969da}
+svg .span.dispatch{fill:#4ac26b;stroke:#1a7f37} svg .span.drain{fill:#c297ff;stroke:#8250df}
+svg .span.open{stroke-dasharray:3 2} svg .span.cancelled{fill:#d0d7de;stroke:#6e7781}
+svg .mark.teardown_step{fill:#8250df} svg .event{fill:#8c959f}
+svg .marker{stroke-width:2} svg .marker.stop_started{stroke:#bc4c00}
+svg .marker.stop_returned{stroke:#0550ae} svg .marker.stop_returned.failed{stroke-dasharray:5 3}
+svg .marker.fault_reached{stroke:#bf8700;stroke-dasharray:2 2} svg .marker.fault_released{stroke:#bf8700}
+svg .marker.process_exited{stroke:#24292f;stroke-dasharray:1 3}
+svg .marker.watchdog_fired{stroke:#cf222e;stroke-width:4}
+svg .span.violation{fill:#ff8182;stroke:#cf222e;stroke-width:2} svg .marker.violation{stroke:#cf222e}
+svg .event.violation,svg .mark.violation{fill:#cf222e}
+svg .violation.evidence circle{fill:none;stroke:#cf222e;stroke-width:2.5}
+svg :hover{opacity:.7}
+.legend span{margin-right:1.2em;white-space:nowrap} .legend i{display:inline-block;width:1.6em;height:.7em;
+margin-right:.3em;vertical-align:middle}
+"""
+
+LEGEND = (("frame read", "background:#54aeff"), ("dispatch", "background:#4ac26b"), ("drain", "background:#c297ff"),
+          ("teardown step", "background:#8250df;width:.3em"), ("stop started", "border-left:3px solid #bc4c00"),
+          ("stop returned", "border-left:3px solid #0550ae"),
+          ("fault reached/released", "border-left:3px dotted #bf8700"),
+          ("process exited", "border-left:3px dotted #24292f"), ("watchdog", "border-left:4px solid #cf222e"),
+          ("violation evidence", "border:2px solid #cf222e;border-radius:1em;width:.7em"))
+
+
+def evidence_of(verdicts: Sequence[Verdict]) -> Evidence:
+    """Every evidence event of a non-ok verdict, by key, with (checker, message)."""
+    out: Evidence = {}
+    for v in verdicts:
+        if v.status != "ok":
+            for e in v.evidence:
+                out.setdefault(evidence_key(e), []).append((v.checker, v.message))
+    return out
+
+
+def _h(x: object) -> str:
+    return escape(str(x), quote=True)
+
+
+def _badge(status: str, text: str, cls: str = "badge") -> str:
+    safe = status if status in STATUSES or cls != "badge" else "unknown"
+    return f'<span class="{cls} {_h(safe)}" data-status="{_h(status)}">{_h(text)}</span>'
+
+
+def _header(doc: Mapping[str, Any], verdicts: Sequence[Verdict], history: str) -> list[str]:
+    outcome = doc.get("outcome") or {}
+    status = str(outcome.get("status", "unknown"))
+    name = f"{doc.get('scenario') or '(unknown scenario)'}[{doc.get('matrix') or '?'}]"
+    rows = [("variant", doc.get("variant")), ("run", doc.get("run_id")), ("test", doc.get("nodeid")),
+            ("seconds", f"{doc['seconds']:.2f}" if isinstance(doc.get("seconds"), int | float) else None),
+            ("outcome detail", outcome.get("detail") or None)]
+    if doc.get("nodeid"):
+        rows.append(("replay", f"pytest '{doc['nodeid']}'"))
+    rows.append(("re-judge", f"lastcall report {history}"))
+    out = [f'<header><h1 data-kind="title">{_h(name)} {_badge(status, "outcome " + status, "badge outcome")}</h1>',
+           '<table class="meta">']
+    out += [f'<tr data-kind="{_h(k)}"><td>{_h(k)}</td><td><code>{_h(v)}</code></td></tr>' for k, v in rows if v]
+    out.append('</table><div class="verdict-badges" data-kind="badges">')
+    out += [_badge(v.status, f"{v.checker}: {v.status}") for v in verdicts]
+    out.append("</div></header>")
+    return out
+
+
+def _problems(problems: Sequence[str], step_error: str) -> list[str]:
+    out = []
+    if problems:
+        out.append(f'<section id="problems" class="problems"><b>{len(problems)} line'
+                   f'{"" if len(problems) == 1 else "s"} of the history could not be read</b>; '
+                   "the verdicts are judged on what could be read:<ul>")
+        out += [f"<li>{_h(p)}</li>" for p in problems]
+        out.append("</ul></section>")
+    if step_error:
+        out.append(f'<section id="step-error" class="problems"><b>a step failed:</b> <code>{_h(step_error)}</code>'
+                   "</section>")
+    return out
+
+
+def _event_row(e: Event, t0: int) -> str:
+    data = ", ".join(f"{k}={v}" for k, v in e.data.items() if k != "text")
+    return (f'<tr data-kind="{_h(e.kind)}"><td>{(e.t_ns - t0) / 1e6:.3f} ms</td><td>{_h(e.rank or e.role)} '
+            f"[{e.pid}]</td><td>{_h(e.thread)}</td><td><b>{_h(e.kind)}</b></td><td><code>{_h(data)}</code></td></tr>")
+
+
+def _verdicts(verdicts: Sequence[Verdict], t0: int) -> list[str]:
+    out = ['<section id="verdicts"><h2>Verdicts</h2>']
+    if not verdicts:
+        out.append("<p>(no checker was run)</p>")
+    for v in sorted(verdicts, key=lambda v: SHOWN_FIRST.get(v.status, 1)):
+        out.append(f'<div class="verdict {_h(v.status)}" data-checker="{_h(v.checker)}" data-status="{_h(v.status)}">'
+                   f"<h3>{_badge(v.status, v.status)} {_h(v.checker)}</h3><p>{_h(v.message)}</p>")
+        if v.evidence:
+            out.append('<table class="evidence"><tr><th>time</th><th>process</th><th>thread</th><th>event</th>'
+                       "<th>data</th></tr>")
+            out += [_event_row(e, t0) for e in v.evidence[:EVIDENCE_ROWS]]
+            out.append("</table>")
+            if len(v.evidence) > EVIDENCE_ROWS:
+                out.append(f"<p>... and {len(v.evidence) - EVIDENCE_ROWS} more evidence events</p>")
+        out += [f'<pre class="notes">{_h(n)}</pre>' for n in v.notes]
+        out.append("</div>")
+    out.append("</section>")
+    return out
+
+
+def _outcome(outcome: Mapping[str, Any]) -> list[str]:
+    out = []
+    stacks = outcome.get("stacks") or {}
+    if stacks:
+        out.append(f'<section id="stacks"><h2>Stacks ({_h(outcome.get("status", "?"))} run: the watchdog took '
+                   "these before killing the processes)</h2>")
+        for label, text in stacks.items():
+            out.append(f'<h3>{_h(label)}</h3><pre class="stacks" data-label="{_h(label)}">'
+                       f"{_h(str(text)[-STACKS_CHARS:])}</pre>")
+        out.append("</section>")
+    exits = outcome.get("exits") or {}
+    if exits:
+        out.append('<section id="exits"><h2>Exit codes</h2><table class="evidence">')
+        out += [f'<tr data-label="{_h(k)}"><td>{_h(k)}</td><td>{_h(v)}</td></tr>' for k, v in exits.items()]
+        out.append("</table></section>")
+    left = outcome.get("leftovers") or []
+    if left:
+        out.append('<section id="leftovers"><h2>Leftovers (found before the harness removed them)</h2><ul>')
+        out += [f"<li>{_h(x)}</li>" for x in left]
+        out.append("</ul></section>")
+    return out
+
+
+def render_page(doc: Mapping[str, Any], verdicts: Sequence[Verdict], events: Sequence[Event],
+                problems: Sequence[str] = (), history: str = "history.jsonl") -> str:
+    """The whole page.  ``doc`` is the run's verdicts.json content (scenario, matrix, variant, run_id, nodeid,
+    outcome, step_error, seconds); any of it may be missing (a bare history)."""
+    evs = sorted(events, key=lambda e: e.t_ns)
+    t0 = evs[0].t_ns if evs else 0
+    ev = evidence_of(verdicts)
+    marked = {id(e) for e in evs if evidence_key(e) in ev}
+    title = f"lastcall: {doc.get('scenario') or 'run'}[{doc.get('matrix') or '?'}]"
+    legend = "".join(f'<span><i style="{style}"></i>{_h(text)}</span>' for text, style in LEGEND)
+    body = [*_header(doc, verdicts, history), *_problems(problems, str(doc.get("step_error") or "")),
+            f'<section id="timeline"><h2>Timeline ({len(evs)} events; markers: {", ".join(MARKER_KINDS)})</h2>',
+            f'<p class="legend">{legend}</p><div class="scroll">', svg_timeline(evs, ev), "</div></section>",
+            *_verdicts(verdicts, t0), *_outcome(doc.get("outcome") or {}),
+            '<section id="text"><h2>Text timeline</h2><pre id="text-timeline">'
+            f"{_h(text_timeline(list(evs), marked, limit=max(60, len(evs))))}</pre></section>"]
+    return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+            f"<title>{_h(title)}</title><style>{CSS}</style></head>\n<body>\n" + "\n".join(body) + "\n</body></html>\n")

@@ -1,0 +1,200 @@
+"""The pytest side of the reports: the option, the session page, the terminal summary.
+
+* ``--lastcall-reports=DIR`` (ini ``lastcall_reports``, default ``reports``
+  under the rootdir) is where each run writes ``<run id>/``; an empty value
+  turns reports off.
+* At the end of the session (on the xdist controller, or the only process) the
+  runs of *this* session are known from the test reports: each scenario item
+  records ``lastcall_run_id`` and ``lastcall_report`` in its user_properties,
+  which xdist carries from the workers.  They make ``reports/index.html`` (a
+  table of scenario x matrix x variant) and the terminal summary: one line per
+  failed scenario, the totals, where the page is.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from html import escape
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+__all__ = ["addoption", "reports_dir", "terminal_summary", "collect_runs", "write_summary", "SessionRun"]
+
+INI_REPORTS = "lastcall_reports"
+OPTION = "--lastcall-reports"
+SUMMARY = "index.html"  # the session page, in the reports directory
+SCENARIO_SUFFIXES = (".yaml", ".yml")  # a node id whose file has one of these is a scenario
+
+
+def addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("lastcall")
+    group.addoption(OPTION, default=None, metavar="DIR",
+                    help="where each scenario run writes its report (<run id>/index.html, history.jsonl, "
+                         f"verdicts.json); empty turns reports off; default: the {INI_REPORTS} ini value")
+    parser.addini(INI_REPORTS, default="reports", help="directory of scenario run reports, relative to the "
+                  "rootdir (default reports; empty: no reports)")
+
+
+def reports_dir(config: pytest.Config) -> Path | None:
+    """The reports directory of this session, or None when reports are off."""
+    value = config.getoption(OPTION, default=None)
+    if value is None:
+        value = config.getini(INI_REPORTS)
+    value = str(value or "").strip()
+    if not value:
+        return None
+    path = Path(value).expanduser()
+    return path if path.is_absolute() else Path(config.rootpath) / path
+
+
+@dataclass
+class SessionRun:
+    """One scenario test of this session, as its reports say."""
+
+    nodeid: str
+    outcome: str = "passed"  # passed | failed | skipped
+    seconds: float = 0.0
+    run_id: str = ""  # "" when no run happened (skipped, the file did not load)
+    page: str = ""  # the run's index.html, "" when none was written
+    doc: dict[str, Any] = field(default_factory=dict)  # its verdicts.json, {} when unreadable
+    longrepr: str = ""  # first line of the failure, for runs without a report
+
+    @property
+    def violated(self) -> list[str]:
+        return [str(v.get("checker")) for v in self.doc.get("verdicts", ()) if v.get("status") == "violated"]
+
+    @property
+    def run_status(self) -> str:
+        return str((self.doc.get("outcome") or {}).get("status", ""))
+
+
+def _is_scenario(report: Any) -> bool:
+    props = dict(getattr(report, "user_properties", ()) or ())
+    return "lastcall_run_id" in props or report.nodeid.split("::")[0].endswith(SCENARIO_SUFFIXES)
+
+
+def collect_runs(stats: Mapping[str, Iterable[Any]]) -> list[SessionRun]:
+    """The scenario tests among a terminal reporter's ``stats``, one SessionRun per node id."""
+    runs: dict[str, SessionRun] = {}
+    for reports in stats.values():
+        for rep in reports:
+            if not hasattr(rep, "when") or not hasattr(rep, "nodeid") or not _is_scenario(rep):
+                continue
+            run = runs.setdefault(rep.nodeid, SessionRun(rep.nodeid))
+            run.seconds += float(getattr(rep, "duration", 0.0) or 0.0)
+            if rep.failed:
+                run.outcome = "failed"
+                run.longrepr = run.longrepr or str(getattr(rep, "longreprtext", "")).strip().split("\n")[0]
+            elif rep.skipped and run.outcome != "failed":
+                run.outcome = "skipped"
+            props = dict(getattr(rep, "user_properties", ()) or ())
+            run.run_id = str(props.get("lastcall_run_id", run.run_id))
+            run.page = str(props.get("lastcall_report", run.page))
+    for run in runs.values():
+        if run.page:
+            try:
+                doc = json.loads((Path(run.page).parent / "verdicts.json").read_text(encoding="utf-8"))
+                run.doc = doc if isinstance(doc, dict) else {}
+            except (OSError, ValueError):
+                run.doc = {}
+    return sorted(runs.values(), key=lambda r: r.nodeid)
+
+
+def _row(run: SessionRun, root: Path) -> str:
+    h = escape
+    doc = run.doc
+    name = str(doc.get("scenario") or run.nodeid.split("::")[-1].split("[")[0])
+    matrix = str(doc.get("matrix") or "")
+    link = ""
+    if run.page:
+        try:
+            rel = Path(run.page).relative_to(root).as_posix()
+        except ValueError:
+            rel = Path(run.page).as_uri() if Path(run.page).is_absolute() else run.page
+        link = f'<a href="{h(rel, quote=True)}">{h(run.run_id or "report")}</a>'
+    violated = ", ".join(run.violated)
+    return (f'<tr class="run {run.outcome}" data-nodeid="{h(run.nodeid, quote=True)}" data-outcome="{run.outcome}">'
+            f"<td>{h(name)}</td><td>{h(matrix)}</td><td>{h(str(doc.get('variant') or ''))}</td>"
+            f'<td><span class="badge {run.outcome}">{run.outcome}</span></td><td>{h(run.run_status)}</td>'
+            f'<td class="violated">{h(violated)}</td><td>{run.seconds:.2f}s</td><td>{link}</td>'
+            f"<td><code>{h(run.nodeid)}</code></td></tr>")
+
+
+SUMMARY_CSS = """
+body{font:14px/1.4 system-ui,sans-serif;margin:1.5em;color:#1b1f24} h1{font-size:1.3em}
+table{border-collapse:collapse} td,th{padding:2px 10px;border-bottom:1px solid #eee;text-align:left}
+code{font:12px ui-monospace,Menlo,monospace;color:#57606a} .violated{color:#cf222e}
+.badge{padding:0 .5em;border-radius:.8em;color:#fff} .badge.passed{background:#1a7f37}
+.badge.failed{background:#cf222e} .badge.skipped{background:#8c959f} tr.failed{background:#fff5f5}
+"""
+
+
+def _totals(runs: list[SessionRun]) -> str:
+    count = {k: sum(1 for r in runs if r.outcome == k) for k in ("passed", "failed", "skipped")}
+    return (f"{len(runs)} scenario run{'' if len(runs) == 1 else 's'}: {count['passed']} passed, "
+            f"{count['failed']} failed, {count['skipped']} skipped")
+
+
+def write_summary(root: Path, runs: list[SessionRun]) -> Path | None:
+    """Write ``root/index.html`` for this session's runs; None (and a warning) when it cannot be written."""
+    from harness.report.write import warn
+
+    stamp = time.strftime("%Y-%m-%d %H:%M:%S")  # wall clock, for the reader only
+    rows = "\n".join(_row(r, root) for r in runs)
+    page = (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>lastcall session</title>'
+            f"<style>{SUMMARY_CSS}</style></head><body><h1>lastcall session, {escape(stamp)}</h1>"
+            f'<p id="totals">{escape(_totals(runs))}</p><table id="runs"><tr><th>scenario</th><th>matrix</th>'
+            "<th>variant</th><th>result</th><th>run outcome</th><th>violated</th><th>duration</th><th>report</th>"
+            f"<th>test</th></tr>\n{rows}\n</table></body></html>\n")
+    path = root / SUMMARY
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        tmp = root / f".{SUMMARY}.tmp"
+        tmp.write_text(page, encoding="utf-8")
+        tmp.replace(path)
+    except OSError as exc:
+        warn(f"no session summary: cannot write {path}: {exc}")
+        return None
+    return path
+
+
+def _failed_line(run: SessionRun) -> str:
+    doc = run.doc
+    if not doc:
+        why = run.longrepr or "no report"
+        return f"FAILED {run.nodeid}: {why}" + (f" ({run.page})" if run.page else "")
+    parts = []
+    if run.violated:
+        parts.append("violated " + ", ".join(run.violated))
+    unknown = [str(v.get("checker")) for v in doc.get("verdicts", ()) if v.get("status") == "unknown"]
+    if unknown:
+        parts.append("unknown " + ", ".join(unknown))
+    if run.run_status not in ("", "ok"):
+        parts.append(f"outcome {run.run_status}")
+    if doc.get("step_error"):
+        parts.append(f"step failed: {str(doc['step_error'])[:80]}")
+    if not parts:
+        parts.append(run.longrepr or "see the report")
+    return f"FAILED {run.nodeid} on {doc.get('variant', '?')}: {'; '.join(parts)} -> {run.page}"
+
+
+def terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
+    """One line per failed scenario, the totals, where the session page is (controller only)."""
+    if hasattr(config, "workerinput"):  # an xdist worker: the controller reports the session
+        return
+    runs = collect_runs(terminalreporter.stats)
+    if not runs:
+        return
+    root = reports_dir(config)
+    page = write_summary(root, runs) if root is not None else None
+    terminalreporter.write_sep("-", "lastcall scenarios")
+    for run in runs:
+        if run.outcome == "failed":
+            terminalreporter.write_line(_failed_line(run))
+    where = f"; summary: {page}" if page else ("; reports are off" if root is None else "")
+    terminalreporter.write_line(_totals(runs) + where)

@@ -1,0 +1,142 @@
+"""Write one run's report directory: ``reports/<run id>/``.
+
+::
+
+    history.jsonl    every event, one JSON object a line (harness.history)
+    snapshots.json   {label: Snapshot.to_dict()}: the machine before and after
+    verdicts.json    the scenario, matrix id, variant, test node id, outcome (with stacks), step error,
+                     seconds, each checker's verdict with its evidence, and ``expect``: the checkers and
+                     their parameters, so ``lastcall report`` can re-judge the history
+    index.html       the self-contained page (harness.report.html)
+
+Each file is written on its own (to a temporary name, then renamed), so a
+failure of one still leaves the others; a failure is a warning, never an
+exception into the runner.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sys
+import warnings
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from harness.checkers.base import Verdict
+from harness.history import Event
+
+if TYPE_CHECKING:
+    from harness.scenario.runner import RunResult
+
+__all__ = ["write_run", "write_page", "describe", "verdicts_doc", "ReportWarning", "HISTORY", "SNAPSHOTS",
+           "VERDICTS", "PAGE", "FORMAT"]
+
+HISTORY, SNAPSHOTS, VERDICTS, PAGE = "history.jsonl", "snapshots.json", "verdicts.json", "index.html"
+FORMAT = 1  # verdicts.json "format": bump when its keys change meaning
+_UNSAFE = re.compile(r"[^A-Za-z0-9._-]")  # characters a run id may not bring into a directory name
+
+
+class ReportWarning(UserWarning):
+    """A report could not be (fully) written; the run itself is unaffected."""
+
+
+def warn(message: str) -> None:
+    """One warning line; under ``-W error`` it still does not raise into the caller."""
+    try:
+        warnings.warn(message, ReportWarning, stacklevel=3)
+    except Warning:
+        print(f"lastcall: warning: {message}", file=sys.stderr)
+
+
+def describe(result: RunResult, nodeid: str | None = None) -> dict[str, Any]:
+    """Everything of verdicts.json but the verdicts: what ran, how it ended, and what to judge it with."""
+    item = result.item
+    expect: list[dict[str, Any]] = []
+    for e in item.scenario.expect:
+        expect.append({"checker": e.checker, "params": e.params.model_dump(mode="json")})
+    for v in result.verdicts[len(expect):]:  # checkers the runner added (fault_fired for armed faults)
+        expect.append({"checker": v.checker, "params": {}})
+    out = result.outcome
+    return {"format": FORMAT, "scenario": item.scenario.name, "matrix": item.id, "params": dict(item.params),
+            "variant": result.variant, "run_id": result.run_id, "nodeid": nodeid,
+            "outcome": {"status": out.status, "detail": out.detail, "exits": dict(out.exits),
+                        "leftovers": list(out.leftovers), "stacks": dict(out.stacks)},
+            "step_error": result.step_error, "seconds": round(result.seconds, 3), "expect": expect}
+
+
+def verdicts_doc(meta: Mapping[str, Any], verdicts: Sequence[Verdict]) -> dict[str, Any]:
+    return {**meta, "passed": _passed(meta, verdicts), "verdicts": [v.to_dict() for v in verdicts]}
+
+
+def _passed(meta: Mapping[str, Any], verdicts: Sequence[Verdict]) -> bool:
+    status = (meta.get("outcome") or {}).get("status", "ok")
+    return not meta.get("step_error") and status == "ok" and all(v.ok for v in verdicts)
+
+
+def _write(path: Path, fill: Callable[[Any], None]) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    with open(tmp, "w", encoding="utf-8") as f:
+        fill(f)
+    os.replace(tmp, path)
+
+
+def _json(path: Path, doc: Any) -> None:
+    _write(path, lambda f: json.dump(doc, f, indent=1, default=str))
+
+
+def write_page(run_dir: Path, meta: Mapping[str, Any], verdicts: Sequence[Verdict], events: Sequence[Event],
+               problems: Sequence[str] = (), history: str | None = None) -> Path:
+    """Write index.html of ``run_dir``; returns its path.  Raises OSError (callers decide)."""
+    from harness.report.html import render_page
+
+    page = run_dir / PAGE
+    text = render_page(meta, verdicts, events, problems, history or str(run_dir / HISTORY))
+    _write(page, lambda f: f.write(text))
+    return page
+
+
+def write_run(result: RunResult, reports_dir: str | os.PathLike[str] = "reports",
+              nodeid: str | None = None) -> Path | None:
+    """Write ``reports_dir/<run id>/`` for ``result``.
+
+    Returns: the path of the run's index.html (its directory if the page could not be written), or None
+        when not even the directory could be made.
+    Resource handling: writes four files (each atomically); keeps nothing open.
+    Error handling: never raises; whatever could not be written is one warning line naming the run.
+    """
+    errors: list[str] = []
+    run_dir = Path(reports_dir) / (_UNSAFE.sub("_", result.run_id) or "run")
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        warn(f"no report for run {result.run_id}: cannot create {run_dir}: {exc}")
+        return None
+    events = list(result.events)
+    meta: dict[str, Any] = {}
+
+    def attempt(what: str, fn: Callable[[], object]) -> None:
+        try:
+            fn()
+        except Exception as exc:  # a report must never fail the run it reports
+            errors.append(f"{what}: {type(exc).__name__}: {exc}")
+
+    def jsonl(f: Any) -> None:
+        for e in events:
+            f.write(e.to_json() + "\n")
+
+    attempt(HISTORY, lambda: _write(run_dir / HISTORY, jsonl))
+    attempt(SNAPSHOTS, lambda: _json(run_dir / SNAPSHOTS,
+                                      {k: s.to_dict() for k, s in result.snapshots.items()}))
+    attempt("describe", lambda: meta.update(describe(result, nodeid)))
+    if not meta:  # the scenario could not be described: keep what the result itself says
+        meta = {"format": FORMAT, "run_id": result.run_id, "variant": result.variant, "nodeid": nodeid,
+                "outcome": {"status": getattr(result.outcome, "status", "unknown")}, "expect": []}
+    attempt(VERDICTS, lambda: _json(run_dir / VERDICTS, verdicts_doc(meta, result.verdicts)))
+    attempt(PAGE, lambda: write_page(run_dir, meta, result.verdicts, events))
+    if errors:
+        warn(f"report of run {result.run_id} in {run_dir} is incomplete: {'; '.join(errors)}")
+    page = run_dir / PAGE
+    return page if page.exists() else run_dir

@@ -1,0 +1,252 @@
+"""Reports: the run directory, the HTML timeline, `lastcall report` re-judging, the session summary."""
+
+from __future__ import annotations
+
+import json
+from html.parser import HTMLParser
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from harness.checkers import RunRecord, judge
+from harness.cli import main
+from harness.history import Event
+from harness.launch.cluster import RunOutcome
+from harness.probes.model import PathEntry, Snapshot
+from harness.report.summary import _failed_line as failed_line
+from harness.report.summary import collect_runs, write_summary
+from harness.report.write import ReportWarning, write_run
+from harness.scenario.loader import expand, load
+from harness.scenario.report import failure_text
+from harness.scenario.runner import RunResult
+
+FIXTURE = Path(__file__).resolve().parent.parent / "fixtures" / "good-scenario.yaml"
+NODEID = "scenarios/stalled-read-is-cancelled.yaml::stalled-read-is-cancelled[tp1-pp1-cpu]"
+W, H = 4242, 1000  # the worker's and the harness's pids
+MS = 1_000_000
+
+
+def ev(ms: float, kind: str, /, *, pid: int = W, thread: str = "lastcall-listener-pp0/rank0", **data: Any) -> Event:
+    if pid == W:
+        data.setdefault("listener", "pp0/rank0")
+        return Event(int(1e12 + ms * MS), pid, "worker", "pp0/rank0", thread, kind, data)
+    return Event(int(1e12 + ms * MS), pid, "harness", "", thread, kind, data)
+
+
+def history(*, hung: bool = False) -> list[Event]:
+    main_t = "MainThread"
+    evs = [
+        ev(0, "listener_started", thread=main_t),
+        Event(int(1e12 + MS), H, "harness", "", main_t, "armed",
+              {"step": "f1", "site": "backend.map_to_kv_tensors", "pid": W, "since_ns": 0}),
+        ev(2, "accepted", conn=1), ev(3, "frame_started", conn=1), ev(4, "frame_completed", conn=1),
+        ev(5, "dispatch_started", conn=1, cmd="map_to_kv_tensors"),
+        ev(6, "fault_reached", site="backend.map_to_kv_tensors", hit=1),
+        ev(7, "accepted", conn=2), ev(8, "frame_started", conn=2),
+        ev(9, "step_started", pid=H, thread=main_t, step="s1", kind="stop"),
+        ev(10, "stop_started", thread=main_t), ev(11, "drain_started", thread=main_t, timeout=0.5),
+        ev(12, "fault_released", site="backend.map_to_kv_tensors", hits=1),
+        ev(13, "dispatch_finished", conn=1, cmd="map_to_kv_tensors", status="success"),
+        ev(14, "drain_finished", thread=main_t, ok=True),
+        ev(15, "teardown_step", thread=main_t, step="close"), ev(16, "teardown_step", thread=main_t, step="unlink"),
+        ev(17, "stop_returned", thread=main_t, ok=True),
+        ev(18, "step_returned", pid=H, thread="lastcall-step-s1", step="s1", kind="stop", ok=True, value=True),
+        ev(25, "frame_completed", conn=2, after_stop=True),
+        ev(26, "dispatch_started", conn=2, cmd="<script>alert(1)</script>"),  # late, and hostile text
+        ev(27, "dispatch_finished", conn=2, cmd="x", status="success"),
+    ]
+    if hung:
+        evs.append(ev(40, "watchdog_fired", pid=H, thread="lastcall-watchdog", deadline_s=30))
+    status = -9 if hung else 0
+    evs.append(Event(int(1e12 + 50 * MS), W, "worker", "pp0/rank0", "", "process_exited", {"status": status}))
+    return evs
+
+
+def make_result(*, hung: bool = False) -> RunResult:
+    item = expand(load(str(FIXTURE)))[0]
+    events = history(hung=hung)
+    snaps = {"before": Snapshot("before", 1), "after": Snapshot("after", 2, paths=(PathEntry("/tmp/x", "dir", 3),))}
+    record = RunRecord(tuple(events), snaps)
+    verdicts = [judge(e.checker, record, e.params) for e in item.scenario.expect]
+    outcome = RunOutcome(status="hung", stacks={"pp0/rank0": 'Thread 0x7f (most recent call first):\n  File '
+                                                "\"listener.py\", line 99 in <drain> & wait"},
+                         exits={"pp0/rank0": -9}, leftovers=["/tmp/lc-1x/w0.sock"]) if hung else RunOutcome()
+    return RunResult(item, "reference", "4242xabc123", verdicts, outcome, events, snaps, seconds=1.5)
+
+
+class Elements(HTMLParser):
+    """Every start tag of a page with its attributes, in order."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__()
+        self.found: list[tuple[str, dict[str, str]]] = []
+        self.feed(text)
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.found.append((tag, {k: v or "" for k, v in attrs}))
+
+    def select(self, tag: str | None = None, *classes: str, **data: str) -> list[dict[str, str]]:
+        return [a for t, a in self.found if (tag is None or t == tag)
+                and set(classes) <= set(a.get("class", "").split())
+                and all(a.get(k.replace("_", "-")) == v for k, v in data.items())]
+
+
+@pytest.fixture
+def written(tmp_path: Path) -> tuple[RunResult, Path]:
+    result = make_result()
+    page = write_run(result, tmp_path / "reports", nodeid=NODEID)
+    assert page is not None
+    return result, page
+
+
+def test_run_directory_has_history_snapshots_verdicts_and_page(written: tuple[RunResult, Path]) -> None:
+    result, page = written
+    run_dir = page.parent
+    assert page == run_dir / "index.html" and run_dir.name == "4242xabc123"
+    assert sorted(p.name for p in run_dir.iterdir()) == ["history.jsonl", "index.html", "snapshots.json",
+                                                          "verdicts.json"]
+    assert len((run_dir / "history.jsonl").read_text().splitlines()) == len(result.events)
+    snaps = json.loads((run_dir / "snapshots.json").read_text())
+    assert Snapshot.from_dict(snaps["after"]) == result.snapshots["after"]
+
+
+def test_verdicts_json_round_trips(written: tuple[RunResult, Path]) -> None:
+    result, page = written
+    doc = json.loads((page.parent / "verdicts.json").read_text())
+    assert doc["verdicts"] == json.loads(json.dumps([v.to_dict() for v in result.verdicts]))
+    assert (doc["scenario"], doc["matrix"], doc["variant"], doc["nodeid"]) == (
+        "stalled-read-is-cancelled", "tp1-pp1-cpu", "reference", NODEID)
+    assert doc["expect"][0] == {"checker": "stop_result", "params": {"step": "s1", "returns": True}}
+    assert [e["checker"] for e in doc["expect"]] == [v.checker for v in result.verdicts]
+    assert doc["outcome"]["status"] == "ok" and doc["passed"] is False
+    late = next(v for v in doc["verdicts"] if v["checker"] == "no_late_dispatch")
+    assert late["status"] == "violated" and [e["kind"] for e in late["evidence"]] == ["stop_started",
+                                                                                      "dispatch_started"]
+
+
+def test_page_draws_the_late_dispatch_in_red_after_stop_returned(written: tuple[RunResult, Path]) -> None:
+    text = written[1].read_text()
+    assert "<script" not in text.lower().replace("&lt;script", "")  # the hostile cmd is escaped, no scripts
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in text
+    assert "https://" not in text and " src=" not in text and "@import" not in text  # nothing is fetched
+    page = Elements(text)
+    assert len(page.select("svg", "timeline")) == 1
+    late = page.select("g", "violation", data_kind="dispatch_started", data_checker="no_late_dispatch")
+    assert len(late) == 1 and late[0]["data-conn"] == "2"
+    returned = page.select("line", "marker", "stop_returned", "ok", data_ok="true")
+    assert len(returned) == 1
+    assert float(late[0]["data-t-ms"]) > float(returned[0]["data-t-ms"])
+    span = page.select("rect", "span", "dispatch", "violation", data_conn="2")
+    assert len(span) == 1 and float(span[0]["x"]) > float(returned[0]["x1"])
+    assert page.select("line", "marker", "stop_started", "violation")  # stop_started is evidence too
+    assert page.select("rect", "span", "dispatch", data_conn="1") and not page.select(
+        "rect", "span", "dispatch", "violation", data_conn="1")
+    assert [a["data-step"] for a in page.select("rect", "mark", "teardown_step")] == ["close", "unlink"]
+    assert page.select("rect", "span", "drain", data_ok="True")
+    assert page.select("rect", "span", "frame", data_conn="2")
+    for kind in ("fault_reached", "fault_released", "process_exited"):
+        assert page.select("line", "marker", kind), kind
+    lanes = [(a["data-process"], a["data-thread"]) for a in page.select("rect", "lane")]
+    assert lanes == [("pp0/rank0", "MainThread"), ("pp0/rank0", "lastcall-listener-pp0/rank0"),
+                     ("harness", "MainThread"), ("harness", "lastcall-step-s1")]
+    assert page.select("div", "verdict", "violated", data_checker="no_late_dispatch")
+    assert page.select("span", "badge", "violated") and page.select("span", "badge", "ok")
+    assert 'id="text-timeline"' in text
+    assert f"pytest &#x27;{NODEID}&#x27;" in text and "lastcall report " in text
+
+
+def test_lastcall_report_rejudges_to_the_same_verdicts(written: tuple[RunResult, Path],
+                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    result, page = written
+    (page.parent / "index.html").unlink()
+    assert main(["report", str(page.parent / "history.jsonl")]) == 1
+    out = capsys.readouterr().out
+    assert "VIOLATED no_late_dispatch: 1 request(s) dispatched after stop began" in out
+    assert "judged with the expect list of verdicts.json" in out and "(was " not in out
+    doc = json.loads((page.parent / "verdicts.json").read_text())
+    assert doc["verdicts"] == json.loads(json.dumps([v.to_dict() for v in result.verdicts]))
+    assert doc["scenario"] == "stalled-read-is-cancelled" and doc["history_problems"] == []
+    assert Elements(page.read_text()).select("g", "violation", data_kind="dispatch_started")
+
+
+def test_lastcall_report_judges_what_a_garbled_history_still_holds(written: tuple[RunResult, Path], tmp_path: Path,
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    hist = written[1].parent / "history.jsonl"
+    lines = hist.read_text().splitlines()
+    lines[2] = '{"t_ns": 1, "kind": garbled'  # the harness's "armed" event
+    hist.write_text("\n".join(lines)[:-20])  # the last line (process_exited) torn mid-write
+    out_dir = tmp_path / "rebuilt"
+    assert main(["report", str(hist), "--out", str(out_dir)]) == 1  # the late dispatch is still readable
+    cap = capsys.readouterr()
+    assert f"{hist}: 2 lines could not be read: {hist}:3: bad line" in cap.err and "torn last line" in cap.err
+    assert f"{len(lines) - 2} events" in cap.out and "VIOLATED no_late_dispatch" in cap.out
+    page = Elements((out_dir / "index.html").read_text())
+    assert len(page.select("li")) >= 2 and page.select("section", "problems", id="problems")
+    assert json.loads((out_dir / "verdicts.json").read_text())["history_problems"][0].startswith(f"{hist}:3:")
+
+
+def test_lastcall_report_without_the_file_is_a_usage_error(tmp_path: Path,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["report", str(tmp_path / "nope.jsonl")]) == 2
+    assert "nope.jsonl: no such file" in capsys.readouterr().err
+
+
+def test_lastcall_report_on_a_bare_history_with_named_checkers(tmp_path: Path,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    hist = tmp_path / "h.jsonl"
+    hist.write_text("".join(e.to_json() + "\n" for e in history()))
+    assert main(["report", str(hist), "--check", "handler_drained"]) == 0
+    assert "ok handler_drained" in capsys.readouterr().out
+    assert (tmp_path / "index.html").exists()
+
+
+def test_a_hung_run_writes_its_page_with_the_stacks(tmp_path: Path) -> None:
+    page = write_run(make_result(hung=True), tmp_path)
+    assert page is not None
+    text = page.read_text()
+    found = Elements(text)
+    assert found.select("pre", "stacks", data_label="pp0/rank0")
+    assert "line 99 in &lt;drain&gt; &amp; wait" in text
+    assert found.select("line", "marker", "watchdog_fired") and found.select("span", "badge", "outcome", "hung")
+    assert "/tmp/lc-1x/w0.sock" in text and 'id="exits"' in text
+
+
+def test_write_run_never_raises(tmp_path: Path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    with pytest.warns(ReportWarning, match="no report for run 4242xabc123"):
+        assert write_run(make_result(), blocker) is None
+
+
+def test_failure_text_names_the_report_and_the_rejudge_command(written: tuple[RunResult, Path]) -> None:
+    result, page = written
+    text = failure_text(result, NODEID, page)
+    assert f"report: {page}\nre-judge: lastcall report {page.parent / 'history.jsonl'}\nreplay: pytest" in text
+
+
+def _rep(nodeid: str, when: str, outcome: str, props: list[tuple[str, str]], duration: float = 1.0) -> Any:
+    return SimpleNamespace(nodeid=nodeid, when=when, failed=outcome == "failed", skipped=outcome == "skipped",
+                           duration=duration, user_properties=props, longreprtext="boom\nmore")
+
+
+def test_session_summary_and_terminal_lines(written: tuple[RunResult, Path], tmp_path: Path) -> None:
+    _, page = written
+    props = [("lastcall_run_id", "4242xabc123"), ("lastcall_report", str(page))]
+    stats = {"failed": [_rep(NODEID, "call", "failed", props)], "": [_rep(NODEID, "setup", "passed", [])],
+             "passed": [_rep("scenarios/b.yaml::b[tp1-pp1-cpu]", "call", "passed", [])],
+             "skipped": [_rep("scenarios/c.yaml::c[tp1-pp1-cuda]", "setup", "skipped", [])],
+             "error": [SimpleNamespace(nodeid="tests/x.py")], "warnings": [object()],
+             "other": [_rep("tests/test_x.py::test_y", "call", "failed", [])]}
+    runs = collect_runs(stats)
+    assert [(r.nodeid.split("::")[0], r.outcome) for r in runs] == [
+        ("scenarios/b.yaml", "passed"), ("scenarios/c.yaml", "skipped"), (NODEID.split("::")[0], "failed")]
+    assert runs[2].seconds == 2.0 and "no_late_dispatch" in runs[2].violated
+    summary = write_summary(tmp_path / "reports", runs)
+    assert summary is not None
+    found = Elements(summary.read_text())
+    assert [a["href"] for a in found.select("a")] == ["4242xabc123/index.html"]
+    assert found.select("tr", "run", "failed", data_nodeid=NODEID)
+    assert "3 scenario runs: 1 passed, 1 failed, 1 skipped" in summary.read_text()
+    assert failed_line(runs[2]).startswith(f"FAILED {NODEID} on reference: violated ")
