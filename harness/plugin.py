@@ -25,8 +25,10 @@ MARKERS = {
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     from harness.scenario.collect import addoption
+    from harness.scenario.repeat import addoption as repeat_option
 
     addoption(parser)
+    repeat_option(parser)
     parser.addini("lastcall_leak_check", type="bool", default=True,
                   help="fail any test that leaves a lastcall path, segment, thread, process or port behind")
 
@@ -61,6 +63,15 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, exitstatu
     from harness.report.summary import terminal_summary
 
     terminal_summary(terminalreporter, config)
+    from harness.scenario.repeat import terminal_summary as flaky_summary
+
+    flaky_summary(terminalreporter, config)
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    from harness.scenario.repeat import sessionfinish
+
+    sessionfinish(session)
 
 
 @pytest.fixture(autouse=True)

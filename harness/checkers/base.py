@@ -50,6 +50,7 @@ class RunRecord:
 
     events: tuple[Event, ...]
     snapshots: dict[str, Snapshot] = field(default_factory=dict)
+    scale: float = 1.0  # LASTCALL_TIMEOUT_SCALE of the run: every time bound a checker applies is stretched by it
 
     def of(self, *kinds: str) -> list[Event]:
         return [e for e in self.events if e.kind in kinds]

@@ -103,7 +103,7 @@ def reads_cancelled(run: RunRecord, p: Within) -> Verdict:
                 live[e.data.get("conn")] = e  # reading, or idle and kept alive after its answer
             elif e.kind in ("frame_completed", "connection_closed"):
                 live.pop(e.data.get("conn"), None)
-        deadline = stop.t_ns + int(p.within * 1e9)
+        deadline = stop.t_ns + int(p.within * run.scale * 1e9)
         cancelled: set[object] = set()
         for e in evs:
             if key_of(e) == key and stop.t_ns <= e.t_ns <= deadline:
@@ -117,7 +117,7 @@ def reads_cancelled(run: RunRecord, p: Within) -> Verdict:
     stop_t = min((s.t_ns for s in started.values()), default=0)
     for stall in run.of("peer_stalled"):  # judged only where the harness watched for the close
         closed = [e for e in run.of("peer_closed") if e.data.get("step") == stall.data.get("step")]
-        if stall.t_ns < stop_t and closed and closed[0].t_ns > stop_t + int(p.within * 1e9):
+        if stall.t_ns < stop_t and closed and closed[0].t_ns > stop_t + int(p.within * run.scale * 1e9):
             bad.append(stall)
         checked += 1
     if bad:
@@ -225,14 +225,15 @@ def stop_latency(run: RunRecord, p: StopLatency) -> Verdict:
         if not began or not done:
             return unknown("stop_latency", f"step {p.step!r} has no start and return in the history")
         took = (done[0].t_ns - began[0].t_ns) / 1e9
-        if took > p.within:
-            return violated("stop_latency", f"step {p.step} took {took:.3f}s > {p.within}s", [began[0], done[0]])
+        if took > p.within * run.scale:
+            return violated("stop_latency", f"step {p.step} took {took:.3f}s > {p.within * run.scale}s",
+                            [began[0], done[0]])
         return ok("stop_latency", f"step {p.step} took {took * 1e3:.1f} ms")
     stops = [s for s, _ in _stops(evs)]
     if not stops:
         return unknown("stop_latency", "no stop in the history")
     figures = {f"{s.data.get('listener')}": _phases(evs, s) for s in stops}
-    slow = {k: v[p.phase] for k, v in figures.items() if p.phase in v and v[p.phase] > p.within}
+    slow = {k: v[p.phase] for k, v in figures.items() if p.phase in v and v[p.phase] > p.within * run.scale}
     never = [k for k, v in figures.items() if p.phase not in v]
     if slow:
         return violated("stop_latency", f"{p.phase} over {p.within}s: "

@@ -125,7 +125,7 @@ def exit_without_stall(run: RunRecord, p: Within) -> Verdict:
     slow = 0
     for pid, ask in asked.items():
         end = exited.get(pid)
-        if end is None or (end.t_ns - ask.t_ns) / 1e9 > p.within:
+        if end is None or (end.t_ns - ask.t_ns) / 1e9 > p.within * run.scale:
             slow += 1
             bad += [ask] + ([end] if end else [])
     if bad:

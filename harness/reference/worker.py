@@ -65,17 +65,20 @@ class ReferenceWorker:
         """Create group 0's KV tensors and start (and register) the listener.
 
         Returns: the listener, serving.
-        Error handling: ListenerError / ListenerBusy from the registry; the
-            allocator is torn down again if the listener cannot start.
+        Error handling: ListenerError / ListenerBusy from the registry; an
+            allocator this call created is torn down again if the listener
+            cannot start (a restart's is left to the listener still serving it).
         """
-        if not self.allocator.kv_tensors_created(0):
+        first = not self.allocator.kv_tensors_created(0)
+        if first:
             self.allocator.create_kv_tensors(0, self.spec.capacity)
         listener = self.listener_cls(self.path, self.backend, rank=self.spec.rank, pp=self.spec.pp,
                                      ipc=self.spec.ipc, config=self.spec.config, recorder=self.rec)
         try:
             self.listener = self.registry.start(listener)
         except Exception:
-            self.allocator.teardown()
+            if first:  # a refused restart leaves the old listener, and the allocator it serves, intact
+                self.allocator.teardown()
             raise
         return self.listener
 

@@ -24,6 +24,7 @@ import pytest
 
 from harness.scenario.errors import ScenarioError
 from harness.scenario.loader import MatrixItem, expand, load
+from harness.scenario.repeat import repeats
 
 INI_ROOTS = "lastcall_scenarios"
 
@@ -82,11 +83,16 @@ class ScenarioFile(pytest.File):
             return
         override = self.config.getoption("--target") or os.environ.get("LASTCALL_TARGET")
         items = expand(scn)
+        n = repeats(self.config)
+        suffixes = [""] if n == 1 else [f"-r{i}" for i in range(1, n + 1)]
         for item in items:
-            yield self._item(item, item.id, override, expect_violation=False)
+            for sfx in suffixes:
+                yield self._item(item, item.id + sfx, override, expect_violation=False)
         if override is None:
             for variant in scn.catches:
-                yield self._item(items[0], f"{items[0].id}-catches-{variant}", variant, expect_violation=True)
+                for sfx in suffixes:
+                    yield self._item(items[0], f"{items[0].id}-catches-{variant}{sfx}", variant,
+                                     expect_violation=True)
 
     def _item(self, item: MatrixItem, ident: str, variant: str | None, *, expect_violation: bool) -> ScenarioItem:
         it = ScenarioItem.from_parent(self, name=f"{item.scenario.name}[{ident}]", matrix=item, variant=variant,

@@ -23,7 +23,7 @@ __all__ = ["check"]
 BEFORE_START = ("hold_port",)  # steps that make sense before the cluster exists
 RETURNS = ("call", "stop", "shutdown", "restart")  # steps that run async: wait returned joins them
 CONNECTS = ("send", "idle", "flood")  # steps that open connections: wait closed watches them
-STOPS = ("stop", "shutdown")  # steps stop_result / stop_latency judge
+STOPS = ("stop", "shutdown", "restart")  # steps stop_result / stop_latency judge
 ARM_EXAMPLE = "- arm: {site: listener.frame_read, action: pause, as: f1}, then - wait: {reached: f1}"
 
 

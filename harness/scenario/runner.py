@@ -28,7 +28,7 @@ from harness.launch.cluster import Cluster, Proc, RemoteError, RunOutcome
 from harness.probes.model import Snapshot
 from harness.reference import wire
 from harness.scenario.loader import MatrixItem
-from harness.timeouts import scaled
+from harness.timeouts import scale, scaled
 
 __all__ = ["RunResult", "run_item", "StepError"]
 
@@ -260,9 +260,12 @@ class _Player:
         for wave in range(s.waves):
             offsets = sorted(self.rng.sample(range(pages), min(s.pages, pages)))
             wname = f"{name}.w{wave}"
+            mark = self.c.mark()
             self.do_call(_Obj(op="map", offsets=[o * 2 * MiB for o in offsets], group_id=0), wname)
-            if wave == stop_at:
-                self.do_stop(_Obj(on="all", timeout=None), f"{name}.stop")
+            if wave == stop_at:  # interrupt this wave while its map is inside a backend call
+                if self.c.rec.wait_for("dispatch_started", self.timeout(), after=mark) is None:
+                    raise StepError(f"workload: wave {wave}'s map never reached a worker")
+                self.do_shutdown(_Obj(on="all"), f"{name}.shutdown")
             self.do_wait(_Obj(what="returned", returned=wname, timeout=self.cfg.deadline), name)
             if wave == stop_at:
                 break
@@ -331,7 +334,7 @@ def run_item(item: MatrixItem, *, variant: str | None = None, run_id: str | None
     finally:
         player.finish_up()
         outcome = c.close(before_cleanup=lambda cl: snaps.__setitem__("after", snap(cl, "after")))
-    record = RunRecord(tuple(c.rec.events()), snaps)
+    record = RunRecord(tuple(c.rec.events()), snaps, scale())
     expect: list[tuple[str, Any]] = [(e.checker, e.params) for e in scn.expect]
     if player.armed and "fault_fired" not in [n for n, _ in expect]:
         expect.append(("fault_fired", None))
