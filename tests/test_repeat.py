@@ -43,20 +43,16 @@ expect:
 '''
 
 
-def test_repeat_flags_a_flaky_scenario(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_repeat_flags_a_flaky_scenario_and_passes_a_steady_one(pytester: pytest.Pytester,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
     pytester.makepyfile(flakymod=FLAKY_TARGET)
     pytester.makefile(".yaml", **{"flaky-demo": SCENARIO})
-    monkeypatch.setenv("LASTCALL_FLAKY_COUNTER", str(pytester.path / "counter"))
-    result = pytester.runpytest_subprocess("flaky-demo.yaml", "--repeat", "2", "-k", "not catches",
-                                           "-p", "no:cacheprovider", "--lastcall-reports=")
-    result.stdout.fnmatch_lines(["*FLAKY flaky-demo.yaml::flaky-demo[[]tp1-pp1-cpu[]]: passed 1, failed 1 of 2*"])
-    assert result.ret == 1
-
-
-def test_repeat_passes_a_steady_scenario(pytester: pytest.Pytester) -> None:
     pytester.makefile(".yaml", **{"steady": SCENARIO.replace("flakymod:FLAKY", "reference")
                                   .replace("flaky-demo", "steady")})
-    result = pytester.runpytest_subprocess("steady.yaml", "--repeat", "2", "-k", "not catches",
+    monkeypatch.setenv("LASTCALL_FLAKY_COUNTER", str(pytester.path / "counter"))
+    result = pytester.runpytest_subprocess("flaky-demo.yaml", "steady.yaml", "--repeat", "2", "-k", "not catches",
                                            "-p", "no:cacheprovider", "--lastcall-reports=")
-    result.assert_outcomes(passed=2)
-    assert "FLAKY" not in result.stdout.str()
+    result.stdout.fnmatch_lines(["*FLAKY flaky-demo.yaml::flaky-demo[[]tp1-pp1-cpu[]]: passed 1, failed 1 of 2*"])
+    assert "FLAKY steady" not in result.stdout.str()
+    result.assert_outcomes(passed=3, failed=1)
+    assert result.ret == 1
