@@ -8,11 +8,15 @@ Commands:
   list       list scenarios with their matrix, marks and the planted bugs they catch
   validate   check scenario files (or directories of them) without running anything
   schema     print the JSON Schema of a scenario file, for editors
+  bench      compare listener variants in real worker processes: interleaved windows, interval, A/A floor
+  report     re-judge a stored run's history with the checkers and rebuild its HTML page
 
 Exit codes:
   0    ok
   1    contract: the reference broke a check, or a planted bug was not caught;
-       run: a scenario failed (a violated invariant, a hung run, or a planted bug not caught)
+       run: a scenario failed (a violated invariant, a hung run, or a planted bug not caught);
+       report: a checker found a violation in the history;
+       bench: a worker's fds or threads grew over a window (a leak), or a worker did not exit cleanly
   2    usage error or bad input (bad flag, unknown name, instance in use): one line on stderr
   3    internal error: one line on stderr naming the file the traceback was written to
   130  interrupted (Ctrl-C outside ``serve``)
@@ -260,6 +264,18 @@ def _cmd_list(args: argparse.Namespace) -> int:
     return list_scenarios(args.paths)
 
 
+def _cmd_report(args: argparse.Namespace) -> int:
+    from harness.report.rejudge import report_history
+
+    return report_history(args.history, args.out, _unique(args.check))
+
+
+def _cmd_bench(args: argparse.Namespace) -> int:
+    from harness.bench.command import bench_main
+
+    return bench_main(args)
+
+
 def _cmd_schema(args: argparse.Namespace) -> int:
     import json
 
@@ -354,6 +370,49 @@ def build_parser() -> argparse.ArgumentParser:
                                    "scenario files (e.g. yaml-language-server: $schema=...).",
                        epilog="exit codes: 0 printed, 3 internal error")
     p.set_defaults(func=_cmd_schema)
+
+    p = sub.add_parser("report", help="re-judge a stored run and rebuild its page", formatter_class=fmt,
+                       description="Read a run's history (reports/<run id>/history.jsonl; missing or garbled "
+                                   "lines are reported and the rest is judged), run the checkers of the "
+                                   "verdicts.json beside it on it again (with the snapshots.json beside it), "
+                                   "print the verdicts, and rewrite verdicts.json and index.html.",
+                       epilog="exit codes: 0 no verdict violated, 1 a verdict violated, 2 missing or unreadable "
+                              "history, 3 internal error")
+    p.add_argument("history", metavar="HISTORY.jsonl", help="a run's history.jsonl")
+    p.add_argument("--out", metavar="DIR", help="write verdicts.json and index.html here (default: beside HISTORY)")
+    p.add_argument("--check", action="append", default=[], metavar="NAME",
+                   help="judge with these checkers (repeatable, default parameters) instead of the stored list")
+    p.set_defaults(func=_cmd_report)
+
+    p = sub.add_parser("bench", help="compare listener variants in real worker processes", formatter_class=fmt,
+                       description="Start one worker process per arm (a variant name or module:attribute), send "
+                                   "each op's requests from here in windows interleaved across the arms, and "
+                                   "print per op the median of window medians, the ratio to the first arm with "
+                                   "a bootstrap interval, the Mann-Whitney p and a verdict, beside an A/A "
+                                   "control (a second worker of the first arm). Every worker's fds and threads "
+                                   "are checked after every window.",
+                       epilog="exit codes: 0 measured, 1 a worker leaked fds or threads (or did not exit "
+                              "cleanly), 2 bad flag or unknown arm or op, 3 internal error")
+    p.add_argument("--arm", action="append", default=[], metavar="NAME",
+                   help="an arm, the first is the baseline (repeatable; default: reference and "
+                        "harness.bench.arms:TRACKING_NOOP)")
+    p.add_argument("--op", action="append", default=[], metavar="OP",
+                   help="kv_tensors_created, map16 (or map<N>), unmap_pair (repeatable; default: all three)")
+    p.add_argument("--windows", type=_int_at_least(3), default=15, help="measured windows per op and arm "
+                   "(default 15)")
+    p.add_argument("--requests", type=_int_at_least(1), default=300, help="requests per window (default 300)")
+    p.add_argument("--warmup", type=_int_at_least(0), default=1, help="rounds run first and discarded (default 1)")
+    p.add_argument("--order", choices=["abba", "random"], default="abba",
+                   help="arm order within a round: alternating (default) or shuffled")
+    p.add_argument("--keep-alive", action="store_true", help="one connection per arm instead of one per request")
+    p.add_argument("--no-aa", action="store_true", help="leave out the A/A control")
+    p.add_argument("--alpha", type=float, default=0.01, help="significance level of the verdict (default 0.01)")
+    p.add_argument("--seed", type=int, help="seed of the random order and the bootstrap (default: drawn, printed)")
+    p.add_argument("--backend", choices=["noop", "allocator"], default="noop",
+                   help="the workers' backend: stubbed (default, as kvcached's VMM stubbed) or the allocator")
+    p.add_argument("--json", metavar="FILE", help="write medians, ratios, intervals, p-values and the A/A floor")
+    p.add_argument("--svg", metavar="FILE", help="write a plot of every window median per arm and op")
+    p.set_defaults(func=_cmd_bench)
     return parser
 
 

@@ -21,6 +21,7 @@ are pure functions, separate from the timing loop (:func:`run_interleaved`).
 
 from __future__ import annotations
 
+import random
 import statistics
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -38,6 +39,7 @@ __all__ = [
     "round_order",
     "window_order",
     "schedule",
+    "ORDERS",
     "window_median",
     "median_of_medians",
     "ratio",
@@ -169,12 +171,21 @@ def window_order(arms: Sequence[str], rounds: int) -> list[str]:
     return [a for r in range(rounds) for a in round_order(arms, r)]
 
 
-def schedule(arms: Sequence[str], ops: Sequence[str], windows: int, warmup: int = 1) -> list[Window]:
+ORDERS = ("abba", "random")  # arm orders within a round: alternating forward/reversed, or shuffled
+
+
+def schedule(arms: Sequence[str], ops: Sequence[str], windows: int, warmup: int = 1, *, order: str = "abba",
+             seed: int | None = None) -> list[Window]:
     """Every window of a run, in order: ``warmup`` discarded rounds, then ``windows`` measured ones.
 
     Within a round each op gets one window per arm, in the round's arm order,
-    so every op is spread over the whole run.
+    so every op is spread over the whole run.  ``order="random"`` shuffles the
+    arms afresh for every op of every round (``random.Random(seed)``) instead of
+    alternating them, so no fixed position can favour an arm.
     """
+    if order not in ORDERS:
+        raise ValueError(f"order must be one of {ORDERS}, got {order!r}")
+    rng = random.Random(seed)
     if len(set(arms)) != len(arms) or not arms:
         raise ValueError(f"arms must be distinct and non-empty, got {list(arms)}")
     if len(set(ops)) != len(ops) or not ops:
@@ -183,9 +194,9 @@ def schedule(arms: Sequence[str], ops: Sequence[str], windows: int, warmup: int 
         raise ValueError(f"need windows >= 1 and warmup >= 0, got windows={windows} warmup={warmup}")
     out: list[Window] = []
     for r in range(warmup + windows):
-        order = round_order(arms, r - warmup)
+        forward = round_order(arms, r - warmup)
         for op in ops:
-            for arm in order:
+            for arm in forward if order == "abba" else rng.sample(list(arms), len(arms)):
                 out.append(Window(len(out), r, op, arm, r < warmup))
     return out
 
@@ -268,7 +279,8 @@ def time_window(request: Request, n: int, clock: Clock = time.perf_counter_ns) -
 def run_interleaved(arms: Sequence[Arm], *, ops: Sequence[str] | None = None, windows: int = 9,
                     requests: int = 300, warmup: int = 1, baseline: str | None = None,
                     clock: Clock = time.perf_counter_ns,
-                    progress: Callable[[Window, float], None] | None = None) -> Result:
+                    progress: Callable[[Window, float], None] | None = None, order: str = "abba",
+                    seed: int | None = None) -> Result:
     """Time every op on every arm in interleaved windows; see the module docstring.
 
     Args:
@@ -278,7 +290,9 @@ def run_interleaved(arms: Sequence[Arm], *, ops: Sequence[str] | None = None, wi
         requests: timed requests per window.
         warmup: rounds run first and discarded.
         baseline: the arm ratios are taken against (default: the first).
-        progress: called after each window with it and its median (ns).
+        progress: called after each window with it and its median (ns); an exception it raises
+            ends the run (a leak check uses that).
+        order, seed: the arm order within a round, see :func:`schedule`.
     """
     if not arms:
         raise ValueError("need at least one arm")
@@ -291,7 +305,7 @@ def run_interleaved(arms: Sequence[Arm], *, ops: Sequence[str] | None = None, wi
         if missing:
             raise ValueError(f"arm {a.name!r} lacks ops {missing}")
     base = baseline if baseline is not None else arms[0].name
-    plan = schedule([a.name for a in arms], op_names, windows, warmup)
+    plan = schedule([a.name for a in arms], op_names, windows, warmup, order=order, seed=seed)
     medians: list[float] = []
     for w in plan:
         m = window_median(time_window(by_name[w.arm].ops[w.op], requests, clock))
