@@ -6,6 +6,7 @@ Commands:
   ctl        list, delete or sweep the sockets and usage segments instances leave behind
   run        run scenario files or directories through pytest (a thin front for non-pytest users)
   list       list scenarios with their matrix, marks and the planted bugs they catch
+  replay     rerun the scenario item that produced a report
   validate   check scenario files (or directories of them) without running anything
   schema     print the JSON Schema of a scenario file, for editors
   bench      compare listener variants in real worker processes: interleaved windows, interval, A/A floor
@@ -258,6 +259,12 @@ def _cmd_run(args: argparse.Namespace) -> int:
     return run(args.paths, workers=args.n, target=args.target, keyword=args.k, marks=args.m)
 
 
+def _cmd_replay(args: argparse.Namespace) -> int:
+    from harness.scenario.commands import replay
+
+    return replay(args.report)
+
+
 def _cmd_list(args: argparse.Namespace) -> int:
     from harness.scenario.commands import list_scenarios
 
@@ -350,6 +357,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-k", metavar="EXPR", help="only scenarios matching the expression (as pytest -k)")
     p.add_argument("-m", metavar="MARKS", help="only scenarios with these marks (as pytest -m)")
     p.set_defaults(func=_cmd_run)
+
+    p = sub.add_parser("replay", help="rerun the scenario that produced a report", formatter_class=fmt,
+                       description="Rerun the scenario item (and the target or variant) that wrote a report: give "
+                                   "its reports/<run id> directory, verdicts.json or history.jsonl.",
+                       epilog="exit codes: as lastcall run; 2 when the report cannot be read")
+    p.add_argument("report", metavar="REPORT", help="reports/<run id> (or a file in it)")
+    p.set_defaults(func=_cmd_replay)
 
     p = sub.add_parser("list", help="list scenarios, their matrix and marks", formatter_class=fmt,
                        description="One line per scenario: name, matrix ids, marks, and the bugs it catches.",

@@ -46,3 +46,34 @@ def list_scenarios(paths: Sequence[str]) -> int:
     for err in errors:
         print(err, file=sys.stderr)
     return 2 if errors else 0
+
+
+def replay(report: str) -> int:
+    """Rerun the scenario item that produced ``report`` (a run's report dir, its verdicts.json or history)."""
+    import json
+    from pathlib import Path
+
+    p = Path(report)
+    meta_path = p / "verdicts.json" if p.is_dir() else p.with_name("verdicts.json")
+    try:
+        meta = json.loads(meta_path.read_text())
+    except (OSError, ValueError) as exc:
+        print(f"lastcall replay: cannot read {meta_path}: {exc}", file=sys.stderr)
+        return 2
+    nodeid = meta.get("nodeid")
+    if not nodeid:
+        print(f"lastcall replay: {meta_path} names no test (it was written outside pytest)", file=sys.stderr)
+        return 2
+    target = None
+    if "-catches-" not in nodeid:
+        from harness.scenario import load
+
+        try:
+            scenario = load(nodeid.split("::")[0])
+        except Exception as exc:
+            print(f"lastcall replay: {exc}", file=sys.stderr)
+            return 2
+        if meta.get("variant") and meta["variant"] != scenario.target:
+            target = str(meta["variant"])
+    print(f"lastcall replay: {nodeid}" + (f" --target {target}" if target else ""), flush=True)
+    return run([nodeid], target=target)

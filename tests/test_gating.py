@@ -1,0 +1,118 @@
+"""What a CI gating job relies on: JUnit output with the violated invariants, replay, and a page a
+person can read, checked in a real headless browser (Chromium; skipped with a reason where it is
+missing, a failure when CI=true)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import struct
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+import zlib
+from pathlib import Path
+
+import pytest
+
+pytest_plugins = ["pytester"]
+
+SCENARIO = Path("scenarios/stalled-read-is-cancelled.yaml").read_text().replace(
+    "topology: {tp: [1, 2], pp: 1, device: [cpu, cuda]}", "topology: {tp: 1, pp: 1}")
+
+
+@pytest.fixture(scope="module")
+def failed_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One failing scenario run (the reference scenario against no_conn_tracking) with JUnit and reports."""
+    d = tmp_path_factory.mktemp("gating")
+    (d / "stalled.yaml").write_text(SCENARIO)
+    (d / "pytest.ini").write_text("[pytest]\n")
+    proc = subprocess.run([sys.executable, "-m", "pytest", "stalled.yaml", "-k", "not catches", "-p",
+                           "no:cacheprovider", "--target", "no_conn_tracking", "--junitxml=junit.xml",
+                           "--lastcall-reports=reports"], cwd=d, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return d
+
+
+def _run_dir(d: Path) -> Path:
+    runs = sorted((p for p in (d / "reports").iterdir() if (p / "verdicts.json").exists()),
+                  key=lambda p: (p / "verdicts.json").stat().st_mtime)
+    assert runs, "the failing run wrote no report"
+    return runs[0]  # the run of the fixture (a replay adds its own later)
+
+
+def test_junit_carries_the_violated_invariants(failed_run: Path) -> None:
+    root = ET.parse(failed_run / "junit.xml").getroot()
+    cases = root.iter("testcase")
+    case = next(c for c in cases if c.get("name") == "stalled-read-is-cancelled[tp1-pp1-cpu]")
+    assert case.get("classname") == "stalled.yaml"
+    failure = case.find("failure")
+    assert failure is not None
+    text = (failure.get("message") or "") + (failure.text or "")
+    assert "VIOLATED reads_cancelled" in text and "evidence:" in text and "replay: pytest" in text
+
+
+def test_replay_reruns_the_failing_item(failed_run: Path) -> None:
+    proc = subprocess.run([sys.executable, "-m", "harness.cli", "replay", str(_run_dir(failed_run))],
+                          cwd=failed_run, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 1, proc.stdout[-2000:]
+    assert "--target no_conn_tracking" in proc.stdout
+    assert "1 failed" in proc.stdout
+
+
+def _chromium() -> str | None:
+    return shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
+
+
+def _png_pixels(data: bytes) -> tuple[int, int, list[bytes]]:
+    """Width, height and the unfiltered RGB(A) rows of a non-interlaced 8-bit PNG."""
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    pos, idat, width = 8, b"", 0
+    height = channels = 0
+    while pos < len(data):
+        (n,) = struct.unpack(">I", data[pos:pos + 4])
+        kind, body = data[pos + 4:pos + 8], data[pos + 8:pos + 8 + n]
+        if kind == b"IHDR":
+            width, height, depth, color = struct.unpack(">IIBB", body[:10])
+            assert depth == 8
+            channels = {2: 3, 6: 4}[color]
+        elif kind == b"IDAT":
+            idat += body
+        pos += 12 + n
+    raw, stride, rows, prev = zlib.decompress(idat), width * channels, [], bytearray(width * channels)
+    for y in range(height):
+        f, line = raw[y * (stride + 1)], bytearray(raw[y * (stride + 1) + 1:(y + 1) * (stride + 1)])
+        for i in range(stride):
+            a = line[i - channels] if i >= channels else 0
+            b, c = prev[i], prev[i - channels] if i >= channels else 0
+            p = a + b - c
+            pred = {0: 0, 1: a, 2: b, 3: (a + b) // 2,
+                    4: a if abs(p - a) <= abs(p - b) and abs(p - a) <= abs(p - c) else b if abs(p - b) <= abs(p - c)
+                    else c}[f]
+            line[i] = (line[i] + pred) & 0xFF
+        rows.append(bytes(line))
+        prev = line
+    return width, channels, rows
+
+
+def test_report_page_in_a_headless_browser(failed_run: Path, tmp_path: Path) -> None:
+    browser = _chromium()
+    if browser is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail("CI must check the report page in Chromium: install the chromium package (.ci/run does)")
+        pytest.skip("no Chromium on this machine (apt-get install chromium); CI runs this test")
+    page = _run_dir(failed_run) / "index.html"
+    flags = [browser, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+             "--disable-background-networking", "--disable-component-update", "--disable-sync",
+             f"--user-data-dir={tmp_path / 'profile'}"]
+    dom = subprocess.run([*flags, "--dump-dom", page.as_uri()], capture_output=True, text=True, timeout=120).stdout
+    assert "<svg" in dom and 'class="timeline' in dom
+    assert 'class="violation evidence' in dom or "violation evidence" in dom  # the evidence drawn on the timeline
+    assert "marker stop_started" in dom and "marker stop_returned" in dom
+    shot = tmp_path / "page.png"
+    subprocess.run([*flags, "--window-size=1400,1000", f"--screenshot={shot}", page.as_uri()],
+                   capture_output=True, timeout=120)
+    width, channels, rows = _png_pixels(shot.read_bytes())
+    red = sum(1 for row in rows for x in range(width)
+              if row[x * channels] > 180 and row[x * channels + 1] < 80 and row[x * channels + 2] < 90)
+    assert red > 20, f"the violation (drawn in red) is not visible in the rendered page ({red} red pixels)"
