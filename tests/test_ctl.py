@@ -17,7 +17,6 @@ from pathlib import Path
 import pytest
 
 from harness.cli import EXIT_OK, EXIT_USAGE, main
-from harness.names import temp_root
 from harness.reference.ctl import delete_instance, list_instances, sweep, usage_owner_path
 from harness.reference.paths import OwnerRecord, owner_path, socket_path, usage_segment_name
 from harness.reference.registry import Registry
@@ -29,11 +28,9 @@ SAFETY_S = 30.0  # safety net for a child that hangs; never reached when things 
 
 
 @pytest.fixture
-def root() -> Iterator[str]:
-    """A short socket root under /tmp (socket paths must fit 107 bytes), removed after."""
-    path = str(temp_root())
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
+def root(lc_root: Path) -> str:
+    """The plugin's short socket root (it fails the test if anything is left in it)."""
+    return str(lc_root)
 
 
 @pytest.fixture
@@ -210,3 +207,5 @@ def test_delete_reports_a_path_it_cannot_remove(capsys: pytest.CaptureFixture[st
     assert (rc, out) == (EXIT_USAGE, "")
     assert err == (f"lastcall: error: cannot remove {owner_path(sock)}: Permission denied "
                    "(removed 1 path before it); is it another user's?\n")
+    monkeypatch.undo()
+    shutil.rmtree(owner_path(sock).parent)  # what the refused delete had to leave

@@ -5,20 +5,18 @@ from __future__ import annotations
 import io
 import os
 import select
-import shutil
 import signal
 import socket
 import subprocess
 import sys
 import threading
 import uuid
-from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 from harness import failpoints
 from harness.errors import ConfigError
-from harness.names import temp_root
 from harness.reference import wire
 from harness.reference.listener import ListenerConfig
 from harness.reference.paths import OwnerRecord, owner_path
@@ -29,11 +27,9 @@ SAFETY_S = 30.0  # safety net for a child that hangs; never reached when things 
 
 
 @pytest.fixture
-def root() -> Iterator[str]:
-    """A short socket root under /tmp (socket paths must fit 107 bytes), removed after."""
-    path = str(temp_root())
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
+def root(lc_root: Path) -> str:
+    """The plugin's short socket root (it fails the test if anything is left in it)."""
+    return str(lc_root)
 
 
 def start_serve(*args: str) -> tuple[subprocess.Popen[str], str]:
