@@ -393,37 +393,41 @@ class WorkerListener:
             pass
 
     def _accept(self) -> None:
+        """Accept one pending connection (epoll is level-triggered: more pending ones wake it again).
+
+        The raw accept and a plain socket object skip the enum conversions of socket.accept().
+        """
         assert self._server is not None
-        while True:
-            try:
-                sock, _ = self._server.accept()
-            except (BlockingIOError, InterruptedError):
+        try:
+            fd, _addr = self._server._accept()  # type: ignore[attr-defined]
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError as exc:  # EMFILE and friends: leave it pending, keep serving
+            self.rec.emit("accept_failed", listener=self.label, error=str(exc))
+            return
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM, 0, fd)
+        failpoints.hit("listener.accepted")
+        if self.config.check_peer_uid:
+            pid, uid, _gid = _PEERCRED.unpack(
+                sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _PEERCRED.size))
+            if uid != self._uid:
+                self.rec.emit("peer_rejected", listener=self.label, peer_pid=pid, peer_uid=uid)
+                sock.close()
                 return
-            except OSError as exc:  # EMFILE and friends: leave it pending, keep serving
-                self.rec.emit("accept_failed", listener=self.label, error=str(exc))
+        sock.setblocking(False)
+        with self._lock:
+            self._next_cid += 1
+            cid = self._next_cid
+            if self._stopping:
+                self.rec.emit("accepted_after_stop", listener=self.label, conn=cid)
+                sock.close()
                 return
-            failpoints.hit("listener.accepted")
-            if self.config.check_peer_uid:
-                pid, uid, _gid = _PEERCRED.unpack(
-                    sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _PEERCRED.size))
-                if uid != self._uid:
-                    self.rec.emit("peer_rejected", listener=self.label, peer_pid=pid, peer_uid=uid)
-                    sock.close()
-                    continue
-            sock.setblocking(False)
-            with self._lock:
-                self._next_cid += 1
-                cid = self._next_cid
-                if self._stopping:
-                    self.rec.emit("accepted_after_stop", listener=self.label, conn=cid)
-                    sock.close()
-                    continue
-                conn = _Conn(sock, cid, self.config.max_frame)
-                self._conns[sock.fileno()] = conn
-                if self._on:
-                    self.rec.emit("accepted", listener=self.label, conn=cid)
-            self._ep.register(sock.fileno(), select.EPOLLIN)
-            self._on_readable(conn)  # a client's frame has usually arrived with its connect
+            conn = _Conn(sock, cid, self.config.max_frame)
+            self._conns[sock.fileno()] = conn
+            if self._on:
+                self.rec.emit("accepted", listener=self.label, conn=cid)
+        self._ep.register(sock.fileno(), select.EPOLLIN)
+        self._on_readable(conn)  # a client's frame has usually arrived with its connect
 
     def _on_readable(self, conn: _Conn) -> None:
         try:
