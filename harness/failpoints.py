@@ -14,7 +14,9 @@ with an action, waits until a thread reaches it, and releases it::
 Actions: ``pause`` (park until released), ``raise`` (raise InjectedFault),
 ``delay`` (hold the thread for ``delay`` seconds: the fault itself, never a
 synchronisation), ``crash`` (the process dies at once with SIGKILL),
-``pass`` (nothing happens; only the hit is counted and can be waited for).
+``pass`` (nothing happens; only the hit is counted and can be waited for),
+``call`` (run ``fn()`` on the thread that hit the site: e.g. stop the listener from
+inside its own handler).
 ``count`` limits the action to the next n hits; later hits pass through.
 
 Every hit, arm and release is reported to the observer installed with
@@ -34,7 +36,7 @@ from harness.errors import FailpointError, InjectedFault
 
 __all__ = ["ACTIONS", "Failpoint", "arm", "disarm", "reset", "hit", "get", "armed", "set_observer"]
 
-ACTIONS = ("pause", "raise", "delay", "crash", "pass")
+ACTIONS = ("pause", "raise", "delay", "crash", "pass", "call")
 MAX_PARK_S = 300.0  # a parked thread never waits longer than this: a safety net, not a timer
 
 Observer = Callable[..., Any]
@@ -52,8 +54,10 @@ def _notify(kind: str, **data: Any) -> None:
 class Failpoint:
     """One armed site.  Created by :func:`arm`; thread-safe."""
 
-    def __init__(self, site: str, action: str, *, count: int | None, delay: float, message: str) -> None:
+    def __init__(self, site: str, action: str, *, count: int | None, delay: float, message: str,
+                 fn: Callable[[], Any] | None = None) -> None:
         self.site = site
+        self.fn = fn
         self.action = action
         self.count = count  # hits left that take the action; None = every hit
         self.delay = delay
@@ -80,6 +84,8 @@ class Failpoint:
             raise InjectedFault(f"failpoint {self.site}: {self.message}")
         elif self.action == "delay":
             threading.Event().wait(self.delay)  # the injected latency is the fault
+        elif self.action == "call" and self.fn is not None:
+            self.fn()
         elif self.action == "crash":
             os.kill(os.getpid(), signal.SIGKILL)
 
@@ -103,7 +109,7 @@ class Failpoint:
 
 
 def arm(site: str, action: str = "pause", *, count: int | None = None, delay: float = 0.0,
-        message: str = "injected fault") -> Failpoint:
+        message: str = "injected fault", fn: Callable[[], Any] | None = None) -> Failpoint:
     """Arm ``site`` with ``action``; replaces (and releases) whatever was armed there.
 
     Raises FailpointError for an unknown action or a bad count.
@@ -112,7 +118,9 @@ def arm(site: str, action: str = "pause", *, count: int | None = None, delay: fl
         raise FailpointError(f"unknown failpoint action {action!r}; use one of {', '.join(ACTIONS)}")
     if count is not None and count < 1:
         raise FailpointError(f"count must be >= 1 or None, got {count!r}")
-    fp = Failpoint(site, action, count=count, delay=delay, message=message)
+    if action == "call" and fn is None:
+        raise FailpointError("action 'call' needs fn=, the callable to run at the site")
+    fp = Failpoint(site, action, count=count, delay=delay, message=message, fn=fn)
     with _LOCK:
         old = _ARMED.get(site)
         _ARMED[site] = fp

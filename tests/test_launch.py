@@ -257,3 +257,17 @@ def test_exit_audit_catches_an_exit_hook_that_drains_each_listener_fully(make: M
     w.call("exit", shutdown=False)
     assert w.wait_exited(scaled(20))
     assert violated(c, "exit_without_stall") == ["exit_without_stall"]
+
+
+@pytest.mark.parametrize(("variant", "caught"), [("reference", False), ("stop_from_handler_deadlocks", True)])
+def test_stop_from_a_handler_returns_false_at_once(make: Make, variant: str, caught: bool) -> None:
+    """Environment fault: a handler calls stop on its own listener (from the serving thread) in a worker
+    process. It must return False at once instead of waiting for itself; a later stop finishes."""
+    c = make(drain_timeout=2.0, variant=variant)
+    w = c.worker(0)
+    w.call("stop_in_handler", site="backend.kv_tensors_created")
+    c.engine.call("kv_tensors_created")
+    ev = c.wait("stop_from_handler_returned")
+    assert ev.data["ok"] is False
+    assert w.call("stop") is True
+    assert (ev.data["seconds"] >= 1.0) is caught, ev.data

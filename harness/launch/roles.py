@@ -37,6 +37,7 @@ def worker_main(spec: dict[str, Any], ctl: ControlClient, exit_req: ExitRequest)
         if not worker.allocator.torn_down else None,
         "torn_down": lambda: worker.allocator.torn_down,
         "restart": lambda: worker.start().label,
+        "stop_in_handler": lambda site="backend.kv_tensors_created": _stop_in_handler(ctl, registry, site),
     })
     ctl.send({"t": "ready", "path": worker.path})
     exit_req.wait()
@@ -52,6 +53,20 @@ def worker_main(spec: dict[str, Any], ctl: ControlClient, exit_req: ExitRequest)
     failpoints.hit("process.exit")
     ctl.emit("main_returned", reason=exit_req.reason)
     return 0
+
+
+def _stop_in_handler(ctl: ControlClient, registry: Any, site: str) -> str:
+    """Environment fault: the next handler to hit ``site`` calls stop on its own listener (from the
+    serving thread). Its result and duration become a ``stop_from_handler_returned`` event."""
+    import time
+
+    def stop_here() -> None:
+        t0 = time.monotonic()
+        ok = registry.stop_all()
+        ctl.emit("stop_from_handler_returned", ok=ok, seconds=time.monotonic() - t0)
+
+    failpoints.arm(site, "call", count=1, fn=stop_here)
+    return site
 
 
 def engine_main(spec: dict[str, Any], ctl: ControlClient, exit_req: ExitRequest) -> int:
