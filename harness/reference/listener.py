@@ -121,6 +121,7 @@ class WorkerListener:
         self._lock = threading.Lock()  # guards _stopping, _conns and every dispatch decision
         self._stop_lock = threading.Lock()  # serialises teardown between concurrent stops
         self._stopping = False  # set once, under _lock, by the first stop
+        self._in_poll = False  # the serving thread waits in epoll (nothing in hand): stop may leave it the closing
         self._torn_down = False  # teardown finished: stop() is then a no-op returning True
         self._conns: dict[int, _Conn] = {}  # tracked connections by fileno
         self._next_cid = 0
@@ -253,8 +254,16 @@ class WorkerListener:
                 return
             self._stopping = True
             self.rec.emit("stop_started", listener=self.label)
-            victims = [c for c in self._conns.values() if c.state in (_State.IDLE, _State.READING)]
-            self._cancel_reads(victims)
+            conns = list(self._conns.values())
+            victims = [c for c in conns if c.state in (_State.IDLE, _State.READING)]
+            busy = not self._in_poll or any(c.state in (_State.QUEUED, _State.DISPATCHING) for c in conns)
+            if busy:
+                self._cancel_reads(victims)
+            else:  # the thread waits in epoll with nothing to answer: woken below, it closes them all at once
+                for conn in victims:
+                    conn.state = _State.CANCELLED
+                self.rec.emit("reads_cancelled", listener=self.label, n=len(victims), conns=[c.cid for c in victims],
+                              by="thread_exit")
         self._wake()
 
     # ------------------------------------------------------------ variant seams
@@ -296,10 +305,12 @@ class WorkerListener:
         return self._finish_stop(False, reason="called from the serving thread")
 
     def _teardown(self) -> None:
-        """Close, unlink (only our own inode), remove the owner record and empty dirs."""
-        if self._server is not None:
-            self._step("close")
-            self._server.close()
+        """Unlink (only our own inode), close, remove the owner record and empty dirs.
+
+        The socket file is unlinked while the server socket is still open: its inode cannot be
+        reused by a file that replaces the path after a failed cleanup, so a retry's same-inode
+        check never unlinks someone else's file.
+        """
         self._step("unlink")
         try:
             st = os.stat(self.path)
@@ -309,6 +320,9 @@ class WorkerListener:
                 self.rec.emit("teardown_step", listener=self.label, step="unlink_skipped", why="socket path replaced")
         except FileNotFoundError:
             self.rec.emit("teardown_step", listener=self.label, step="unlink_skipped", why="socket path gone")
+        if self._server is not None:
+            self._step("close")
+            self._server.close()
         try:
             owner_path(self.path).unlink()
         except FileNotFoundError:
@@ -358,7 +372,10 @@ class WorkerListener:
         started.set()
         try:
             while not self._stopping:
-                for fd, _ in ep.poll():
+                self._in_poll = True
+                ready = ep.poll()
+                self._in_poll = False
+                for fd, _ in ready:
                     if fd == server_fd:
                         self._accept()
                     elif fd == self._wake_r:
@@ -389,7 +406,7 @@ class WorkerListener:
         try:
             while os.read(self._wake_r, 512):
                 pass
-        except BlockingIOError:
+        except OSError:  # empty (EAGAIN), or closed under us by a teardown: either way, woken
             pass
 
     def _accept(self) -> None:
