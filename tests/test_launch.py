@@ -271,3 +271,48 @@ def test_stop_from_a_handler_returns_false_at_once(make: Make, variant: str, cau
     assert ev.data["ok"] is False
     assert w.call("stop") is True
     assert (ev.data["seconds"] >= 1.0) is caught, ev.data
+
+
+@pytest.mark.parametrize(("variant", "caught"), [("reference", False), ("dispatch_after_stop", True)])
+def test_queued_request_is_not_dispatched_after_stop(make: Make, variant: str, caught: bool) -> None:
+    """Two requests pipelined on one connection, the first parked in the backend: once stop begins the
+    second must not be dispatched (it gets shutting_down). no_late_dispatch judges it on real processes."""
+    c = make(drain_timeout=5.0, variant=variant)
+    w = c.worker(0)
+    w.call("arm", site=MAP, action="pause", count=1)
+    s = cf.connect(w.path)
+    s.sendall(wire.encode_request(wire.Request(cmd="map_to_kv_tensors", offsets=[0], id="first"))
+              + wire.encode_request(wire.Request(cmd="map_to_kv_tensors", offsets=[2 * MiB], id="queued")))
+    c.wait("fault_reached")
+    stop = w.send("stop")
+    c.wait("stop_started")
+    w.call("release", site=MAP)
+    assert w.result(stop) is True
+    replies = [wire.decode_reply(wire.recv_frame(s)) for _ in range(2)]
+    s.close()
+    assert replies[0].status == "success"
+    assert (replies[1].error_type != "shutting_down") is caught
+    assert ("no_late_dispatch" in violated(c, "no_late_dispatch")) is caught
+
+
+def test_a_fault_that_never_fires_makes_the_run_vacuous(tmp_path: Path) -> None:
+    from harness.scenario.loader import expand, load
+    from harness.scenario.runner import run_item
+
+    path = tmp_path / "vacuous.yaml"
+    path.write_text(
+        "name: vacuous\n"
+        "about: arms a site nothing reaches. Catches nothing; a test of vacuity.\n"
+        "catches: [no_conn_tracking]\n"
+        "steps:\n"
+        "  - start: cluster\n"
+        "  - arm: {site: backend.unmap_from_kv_tensors, action: pause, as: never}\n"
+        "  - call: {op: kv_tensors_created, as: q}\n"
+        "  - wait: {returned: q}\n"
+        "expect:\n"
+        "  - requests_served\n")
+    result = run_item(expand(load(str(path)))[0])
+    assert not result.passed
+    (v,) = [v for v in result.verdicts if v.checker == "fault_fired"]
+    assert v.status == "violated"
+    assert v.message == "vacuous: armed fault(s) ['never'] never fired, so this run proves nothing about them"

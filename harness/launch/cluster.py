@@ -70,6 +70,7 @@ class RunOutcome:
     exits: dict[str, int] = field(default_factory=dict)  # label -> exit code (negative: killed by signal)
     detail: str = ""
     leftovers: list[str] = field(default_factory=list)  # paths the run left, found before the harness removed them
+    strays: list[int] = field(default_factory=list)  # processes of the run's group that outlived it, killed
 
 
 class Proc:
@@ -381,9 +382,30 @@ class Cluster:
             except Exception as exc:  # a probe must never stop the cleanup
                 self.outcome.detail += f" before_cleanup failed: {type(exc).__name__}: {exc}"
         self._cleaned = True
+        self.outcome.strays = self._kill_strays()
         self.outcome.leftovers = self.leftovers()
         self._remove_leftovers()
         return self.outcome
+
+    def _kill_strays(self) -> list[int]:
+        """Kill and reap whatever of the run's process group outlived its known processes (a grandchild a
+        worker started, say), once the probes have seen it: nothing a run starts outlives it."""
+        if not self.pgid:
+            return []
+        try:
+            os.killpg(self.pgid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            return []
+        reaped = []
+        end = time.monotonic() + scaled(5)
+        while time.monotonic() < end:  # orphans come back to us: this process is a child subreaper
+            try:
+                pid, _ = os.waitpid(-self.pgid, 0)
+            except ChildProcessError:
+                break
+            reaped.append(pid)
+        self.rec.emit("strays_killed", pids=reaped)
+        return reaped
 
     def leftovers(self) -> list[str]:
         """Paths of this run still present: everything under the socket root, and its shm segments."""

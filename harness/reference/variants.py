@@ -116,6 +116,16 @@ class DiesOnBadFrame(WorkerListener):
         raise exc
 
 
+class LeaksAChild(WorkerListener):
+    """Starts a helper process with the listener and never stops or reaps it: it outlives its worker."""
+
+    def start(self) -> None:
+        import subprocess
+
+        super().start()
+        self._child = subprocess.Popen(["sleep", "300"], stdin=subprocess.DEVNULL)
+
+
 class HeadOfLineBlocking(WorkerListener):
     """kvcached 0.1.6: serves one connection at a time, waiting on each new one to speak.
 
@@ -234,6 +244,8 @@ VARIANTS: dict[str, Variant] = _variants(
             listener=RmtreeDir),
     Variant("dies_on_bad_frame", "one undecodable request kills the serving thread",
             listener=DiesOnBadFrame),
+    Variant("leaks_a_child", "a helper process started with the listener outlives its worker",
+            listener=LeaksAChild),
     Variant("head_of_line_blocking", "one idle client stalls every other client",
             listener=HeadOfLineBlocking),
     Variant("restart_drops_old", "restart replaces a listener that did not stop",

@@ -49,7 +49,7 @@ EVENT_KINDS = (  # every kind the reference and the launcher emit; a target that
     "peer_flood", "peer_idle", "peer_rejected", "peer_stalled", "planted_delay_calibrated",
     "planted_delay_measured", "process_exited", "process_resources", "process_spawned", "reads_cancelled",
     "reply_failed", "second_stop_returned", "sigkill_sent", "sigterm_sent", "stacks", "stale_socket_removed",
-    "step_failed", "step_returned", "step_started", "stop_all_returned", "stop_from_handler_returned",
+    "step_failed", "strays_killed", "step_returned", "step_started", "stop_all_returned", "stop_from_handler_returned",
     "stop_returned", "stop_started", "teardown_deferred", "teardown_step", "thread_crashed", "thread_exception",
     "thread_exited", "watchdog_fired",
 )
