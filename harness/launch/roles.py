@@ -100,7 +100,8 @@ def engine_main(spec: dict[str, Any], ctl: ControlClient, exit_req: ExitRequest)
     finally:
         client.close()
         usage.close()
-        usage.unlink()
+        if not load_variant(spec.get("variant", "reference")).keep_usage_segment:
+            usage.unlink()
         try:
             os.unlink(owner)
         except FileNotFoundError:

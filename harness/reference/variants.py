@@ -13,8 +13,10 @@ import os
 import shutil
 import socket
 from dataclasses import dataclass
+from typing import Any
 
 from harness.errors import ConfigError, WireError
+from harness.reference import wire
 from harness.reference.listener import WorkerListener, _Conn, _State
 from harness.reference.registry import Registry
 from harness.reference.worker import ReferenceWorker
@@ -116,6 +118,35 @@ class DiesOnBadFrame(WorkerListener):
         raise exc
 
 
+class TeardownThenFalse(WorkerListener):
+    """On a drain timeout it tears down anyway, then reports False: the retry finds nothing to retry."""
+
+    def _wait_drained(self, timeout: float) -> bool:
+        ok = super()._wait_drained(timeout)
+        if not ok:
+            try:
+                self._teardown()
+            except OSError:
+                pass
+        return ok
+
+
+class LostUnmap(ReferenceWorker):
+    """Acknowledges unmap_from_kv_tensors without unmapping: the client believes pages are free that are not."""
+
+    def __init__(self, *args: Any, **kw: Any) -> None:
+        super().__init__(*args, **kw)
+        inner = self.backend
+
+        class Forgetful:
+            def handle(self, req: wire.Request) -> wire.Reply:
+                if req.cmd == "unmap_from_kv_tensors":
+                    return wire.Reply(status="success")
+                return inner.handle(req)
+
+        self.backend = Forgetful()
+
+
 class LeaksAChild(WorkerListener):
     """Starts a helper process with the listener and never stops or reaps it: it outlives its worker."""
 
@@ -214,6 +245,7 @@ class Variant:
     listener: type[WorkerListener] = WorkerListener
     registry: type[Registry] = Registry
     worker: type[ReferenceWorker] = ReferenceWorker
+    keep_usage_segment: bool = False  # engine side: shutdown forgets the /dev/shm usage record (kvcached #477)
 
 
 def _variants(*vs: Variant) -> dict[str, Variant]:
@@ -244,6 +276,11 @@ VARIANTS: dict[str, Variant] = _variants(
             listener=RmtreeDir),
     Variant("dies_on_bad_frame", "one undecodable request kills the serving thread",
             listener=DiesOnBadFrame),
+    Variant("teardown_then_false", "a drain timeout tears down anyway and reports False", listener=TeardownThenFalse),
+    Variant("lost_unmap", "an unmap is acknowledged but not done: the ranks hold pages the client freed",
+            worker=LostUnmap),
+    Variant("leaks_usage_segment", "engine shutdown forgets the /dev/shm usage record (kvcached #477)",
+            keep_usage_segment=True),
     Variant("leaks_a_child", "a helper process started with the listener outlives its worker",
             listener=LeaksAChild),
     Variant("head_of_line_blocking", "one idle client stalls every other client",
