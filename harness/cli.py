@@ -412,6 +412,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "harness.bench.arms:TRACKING_NOOP)")
     p.add_argument("--op", action="append", default=[], metavar="OP",
                    help="kv_tensors_created, map16 (or map<N>), unmap_pair (repeatable; default: all three)")
+    p.add_argument("--workload", metavar="FILE", help="a YAML workload: ops, and optionally arms, windows, "
+                   "requests, warmup (the file's values replace those flags; --op and --arm given here win)")
     p.add_argument("--windows", type=_int_at_least(3), default=15, help="measured windows per op and arm "
                    "(default 15)")
     p.add_argument("--requests", type=_int_at_least(1), default=300, help="requests per window (default 300)")

@@ -361,8 +361,44 @@ def render_svg(r: BenchResult, width: int = 720, panel: int = 220) -> str:
     return "\n".join(out) + "\n"
 
 
+WORKLOAD_KEYS = ("ops", "arms", "windows", "requests", "warmup")  # what a YAML workload file may set
+
+
+def load_workload(path: str) -> dict[str, Any]:
+    """A YAML workload: ``ops: [kv_tensors_created, map32, unmap_pair]`` and optionally arms, windows,
+    requests, warmup. Errors name the file and the key (ConfigError)."""
+    import yaml
+
+    try:
+        with open(path) as f:
+            data = yaml.safe_load(f)
+    except (OSError, yaml.YAMLError) as exc:
+        raise ConfigError(f"{path}: cannot read the workload: {exc}") from None
+    if not isinstance(data, dict) or not data.get("ops"):
+        raise ConfigError(f"{path}: a workload is a mapping with a non-empty 'ops' list, e.g. ops: [map16]")
+    unknown = sorted(set(data) - set(WORKLOAD_KEYS))
+    if unknown:
+        raise ConfigError(f"{path}: unknown key(s) {unknown}; a workload may set {', '.join(WORKLOAD_KEYS)}")
+    for key in ("ops", "arms"):
+        if key in data and not (isinstance(data[key], list) and all(isinstance(x, str) for x in data[key])):
+            raise ConfigError(f"{path}: {key}: expected a list of names, found {data[key]!r}")
+    for key in ("windows", "requests", "warmup"):
+        if key in data and not (isinstance(data[key], int) and data[key] >= (0 if key == "warmup" else 1)):
+            raise ConfigError(f"{path}: {key}: expected a positive whole number, found {data[key]!r}")
+    for op in data["ops"]:
+        check_op(op)
+    return data
+
+
 def bench_main(args: argparse.Namespace) -> int:
     """``lastcall bench``: run, print the table; 1 when a leak stopped the bench or a worker did not close cleanly."""
+    if getattr(args, "workload", None):
+        w = load_workload(args.workload)
+        args.op = args.op or w["ops"]
+        args.arm = args.arm or w.get("arms", [])
+        args.windows = w.get("windows", args.windows)
+        args.requests = w.get("requests", args.requests)
+        args.warmup = w.get("warmup", args.warmup)
     try:
         r = run_bench(args.arm or list(DEFAULT_ARMS), args.op or list(OPS), args.windows, args.requests,
                       args.warmup, args.order, args.keep_alive, not args.no_aa, args.json, args.svg,
