@@ -236,6 +236,18 @@ class TeardownIgnoresStop(ReferenceWorker):
         return True
 
 
+WORKER_CAPABILITIES = frozenset({"worker_listener", "failpoints", "reference_wire", "integration_shutdown"})
+# Which capability each scenario step kind needs; a target that lacks one by design is skipped with the reason.
+STEP_NEEDS: dict[str, str] = {"hold_port": "handshake_listener", "send": "reference_wire", "idle": "worker_listener",
+                              "flood": "worker_listener", "arm": "failpoints", "shutdown": "integration_shutdown"}
+
+
+def missing_capabilities(variant: Variant, step_kinds: set[str]) -> list[str]:
+    """What of ``step_kinds`` the target ``variant`` cannot do, as 'step (capability)' strings."""
+    return sorted(f"{kind} (needs {STEP_NEEDS[kind]})" for kind in step_kinds
+                  if kind in STEP_NEEDS and STEP_NEEDS[kind] not in variant.capabilities)
+
+
 @dataclass(frozen=True)
 class Variant:
     """A named system under test: which listener, registry and worker classes make it up."""
@@ -246,6 +258,7 @@ class Variant:
     registry: type[Registry] = Registry
     worker: type[ReferenceWorker] = ReferenceWorker
     keep_usage_segment: bool = False  # engine side: shutdown forgets the /dev/shm usage record (kvcached #477)
+    capabilities: frozenset[str] = WORKER_CAPABILITIES  # what scenarios may ask of it (see STEP_NEEDS)
 
 
 def _variants(*vs: Variant) -> dict[str, Variant]:

@@ -105,7 +105,21 @@ class ScenarioFile(pytest.File):
             need = item.params["tp"] * item.params["pp"]
             if have < need:
                 it.add_marker(pytest.mark.skip(reason=f"needs {need} CUDA device(s), this machine has {have}"))
+        missing = _missing(item.scenario, variant)
+        if missing:  # lacking by design is a skip; failing a guarantee it claims is a violation
+            it.add_marker(pytest.mark.skip(reason=f"target {variant or item.scenario.target} lacks by design: "
+                                                  + ", ".join(missing)))
         return it
+
+
+def _missing(scenario: Any, variant: str | None) -> list[str]:
+    from harness.reference.variants import load_variant, missing_capabilities
+
+    try:
+        target = load_variant(variant or scenario.target)
+    except Exception:
+        return []  # an unloadable target fails in the run, with its error
+    return missing_capabilities(target, {step.kind for step in scenario.steps})
 
 
 class BrokenScenario(pytest.Item):
