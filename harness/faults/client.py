@@ -27,6 +27,7 @@ __all__ = [
     "garbage_body",
     "reset_mid_frame",
     "one_byte_at_a_time",
+    "stall_byte_by_byte",
     "idle_connections",
     "flood",
 ]
@@ -138,6 +139,16 @@ def one_byte_at_a_time(path: str, req: wire.Request, frame: Framer = wire.encode
     for i in range(len(data)):
         s.send(data[i : i + 1])
     return Peer(s)
+
+
+def stall_byte_by_byte(path: str, req: wire.Request, frame: Framer = wire.encode_request) -> Peer:
+    """Send the header and half the body one byte per send() call, then stall."""
+    data = frame(req)
+    cut = wire.HEADER.size + (len(data) - wire.HEADER.size) // 2
+    s = connect(path)
+    for i in range(cut):
+        s.send(data[i : i + 1])
+    return Peer(s, data[cut:])
 
 
 def idle_connections(path: str, n: int) -> list[Peer]:

@@ -21,7 +21,7 @@ from harness.scenario.steps import EVENT_KINDS, WITHHOLDING_FAULTS, StepBase
 __all__ = ["check"]
 
 BEFORE_START = ("hold_port",)  # steps that make sense before the cluster exists
-RETURNS = ("call", "stop", "shutdown", "restart")  # steps that run async: wait returned joins them
+RETURNS = ("call", "stop", "shutdown", "restart", "exit")  # steps that run async: wait returned joins them
 CONNECTS = ("send", "idle", "flood")  # steps that open connections: wait closed watches them
 STOPS = ("stop", "shutdown", "restart")  # steps stop_result / stop_latency judge
 ARM_EXAMPLE = "- arm: {site: listener.frame_read, action: pause, as: f1}, then - wait: {reached: f1}"

@@ -115,7 +115,7 @@ class _Player:
         self.emit("step_started", step=name, kind="send", fault=s.fault)
         fault = s.fault
         try:
-            if fault in ("stall_after_header", "stall_mid_body", "partial_header"):
+            if fault in ("stall_after_header", "stall_mid_body", "partial_header", "stall_byte_by_byte"):
                 peer = getattr(cf, fault)(path, req)
                 self.peers[name] = [peer]
                 self.emit("peer_stalled", step=name, fault=fault)
@@ -153,7 +153,10 @@ class _Player:
     def do_arm(self, s: Any, name: str) -> None:
         proc = self.proc(s.on)
         t = time.monotonic_ns()  # before the arm: a hit right after arming counts
-        proc.call("arm", site=s.site, action=s.action, count=s.count, delay=s.delay)
+        if s.action == "stop_listener":  # stop from a handler: the handler at the site stops its own listener
+            proc.call("stop_in_handler", site=s.site)
+        else:
+            proc.call("arm", site=s.site, action=s.action, count=s.count, delay=s.delay)
         self.armed[name] = (proc, s.site, t)
         self.emit("armed", step=name, site=s.site, pid=proc.pid, action=s.action, since_ns=t)
 
@@ -233,6 +236,20 @@ class _Player:
                 reply = peer.reply(scaled(1.0))
                 self._returned(target + ".late", "finish", reply is None, None if reply is None
                                else {"status": reply.status, "error_type": reply.error_type})
+
+    def do_exit(self, s: Any, name: str) -> None:
+        procs = self.procs(s.on)
+        self.emit("step_started", step=name, kind="exit", shutdown=s.shutdown)
+        for p in procs:
+            p.send("exit", shutdown=s.shutdown)
+
+        def collect() -> None:
+            gone = all(p.wait_exited(scaled(self.cfg.deadline)) for p in procs)
+            self._returned(name, "exit", gone, [p.exit_code for p in procs])
+
+        t = threading.Thread(target=collect, name=f"lastcall-step-{name}", daemon=True)
+        t.start()
+        self.pending.append(t)
 
     def do_kill(self, s: Any, name: str) -> None:
         proc = self.proc(s.target)

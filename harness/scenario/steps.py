@@ -33,11 +33,13 @@ __all__ = [
 ]
 
 SendFault = Literal["none", "stall_after_header", "stall_mid_body", "partial_header", "zero_length",
-                    "oversize_length", "garbage_body", "reset_mid_frame", "one_byte_at_a_time"]
+                    "oversize_length", "garbage_body", "reset_mid_frame", "one_byte_at_a_time",
+                    "stall_byte_by_byte"]
 SEND_FAULTS: tuple[str, ...] = SendFault.__args__  # type: ignore[attr-defined]
-WITHHOLDING_FAULTS = ("stall_after_header", "stall_mid_body", "partial_header")  # faults that leave bytes to finish
+WITHHOLDING_FAULTS = ("stall_after_header", "stall_mid_body", "partial_header", "stall_byte_by_byte")  # faults that leave bytes to finish
 FRAMELESS_FAULTS = ("zero_length", "oversize_length", "garbage_body")  # faults that send no request of their own
-Action = Literal["pause", "raise", "delay", "crash", "pass"]  # harness.failpoints.ACTIONS, tested equal
+Action = Literal["pause", "raise", "delay", "crash", "pass", "stop_listener"]  # failpoints.ACTIONS but call,
+# plus stop_listener: the handler that hits the site calls stop on its own listener (stop from a handler)
 FAILPOINT_ACTIONS: tuple[str, ...] = Action.__args__  # type: ignore[attr-defined]
 EVENT_KINDS = (  # every kind the reference and the launcher emit; a target that adds one adds it here
     "accept_failed", "accepted", "accepted_after_stop", "allocator_state", "allocator_torn_down", "armed",
@@ -167,6 +169,14 @@ class Restart(Strict):
     as_: StepName | None = _AS
 
 
+class Exit(Strict):
+    """Ask worker processes to end (async); ``shutdown: false`` leaves their listeners to the exit hook."""
+
+    on: WorkerOrAll = Field("all", description="all workers, or one {rank, pp}")
+    shutdown: bool = Field(False, description="run the integration shutdown first (false: the exit hook must)")
+    as_: StepName | None = _AS
+
+
 class Kill(Strict):
     """Send a signal to the engine or a worker process."""
 
@@ -276,6 +286,11 @@ class RestartStep(StepBase):
     restart: Restart = Field(description=Restart.__doc__)
 
 
+class ExitStep(StepBase):
+    kind: ClassVar[str] = "exit"
+    exit: Exit = Field(description=Exit.__doc__)
+
+
 class KillStep(StepBase):
     kind: ClassVar[str] = "kill"
     kill: Kill = Field(description=Kill.__doc__)
@@ -308,7 +323,7 @@ class WorkloadStep(StepBase):
 
 _STEPS: tuple[type[StepBase], ...] = (
     StartStep, SendStep, IdleStep, FloodStep, ArmStep, CallStep, WaitStep, ReleaseStep, StopStep, ShutdownStep,
-    RestartStep, KillStep, RemoveStep, ReplaceStep, HoldPortStep, FinishStep, WorkloadStep,
+    RestartStep, KillStep, RemoveStep, ReplaceStep, HoldPortStep, FinishStep, WorkloadStep, ExitStep,
 )
 STEP_TYPES: dict[str, type[StepBase]] = {c.kind: c for c in sorted(_STEPS, key=lambda c: c.kind)}  # alphabetical
 
@@ -322,7 +337,8 @@ def _step_kind(value: object) -> str | None:
 
 
 Step = Annotated[
-    Annotated[ArmStep, Tag("arm")] | Annotated[CallStep, Tag("call")] | Annotated[FinishStep, Tag("finish")]
+    Annotated[ArmStep, Tag("arm")] | Annotated[CallStep, Tag("call")] | Annotated[ExitStep, Tag("exit")]
+    | Annotated[FinishStep, Tag("finish")]
     | Annotated[FloodStep, Tag("flood")] | Annotated[HoldPortStep, Tag("hold_port")]
     | Annotated[IdleStep, Tag("idle")] | Annotated[KillStep, Tag("kill")] | Annotated[ReleaseStep, Tag("release")]
     | Annotated[RemoveStep, Tag("remove")] | Annotated[ReplaceStep, Tag("replace")]
