@@ -130,7 +130,7 @@ def test_yaml_1_1_booleans_stay_words() -> None:
      "t.yaml:4:39: steps[1].wait.event: unknown event kind 'stop_begun'; expected one of: "),
     ("steps: [start: cluster, send: {cmd: map_to_kv_tensors, as: r1}, finish: r1]\nexpect: [no_late_dispatch]\n",
      "t.yaml:4:73: steps[2].finish: 'r1' withholds nothing (fault 'none'); expected a send with fault "
-     "stall_after_header, stall_mid_body or partial_header"),
+     "stall_after_header, stall_mid_body, partial_header or stall_byte_by_byte"),
     ("steps: [start: cluster]\nexpect: [stop_latency: {withn: 1s}]\n",
      "t.yaml:5:25: expect[0].stop_latency: unknown key 'withn'; expected one of: step, within, phase "
      "(did you mean 'within'?)"),
@@ -242,7 +242,7 @@ def test_schema_prints_the_json_schema(capsys: pytest.CaptureFixture[str]) -> No
 def test_names_match_the_harness() -> None:
     # "call" runs a Python callable at the site: a harness-side action, not one a YAML file can name;
     # "stop_listener" is the YAML face of it that the runner provides (stop from a handler)
-    assert tuple(a for a in failpoints.ACTIONS if a != "call") + ("stop_listener",) == FAILPOINT_ACTIONS
+    assert (*(a for a in failpoints.ACTIONS if a != "call"), "stop_listener") == FAILPOINT_ACTIONS
     assert set(SEND_FAULTS) - {"none"} <= set(harness.faults.client.__all__)
     send = STEP_TYPES["send"].model_fields["send"].annotation
     assert send is not None

@@ -36,7 +36,8 @@ SendFault = Literal["none", "stall_after_header", "stall_mid_body", "partial_hea
                     "oversize_length", "garbage_body", "reset_mid_frame", "one_byte_at_a_time",
                     "stall_byte_by_byte"]
 SEND_FAULTS: tuple[str, ...] = SendFault.__args__  # type: ignore[attr-defined]
-WITHHOLDING_FAULTS = ("stall_after_header", "stall_mid_body", "partial_header", "stall_byte_by_byte")  # faults that leave bytes to finish
+WITHHOLDING_FAULTS = (  # faults that leave bytes to finish
+    "stall_after_header", "stall_mid_body", "partial_header", "stall_byte_by_byte")
 FRAMELESS_FAULTS = ("zero_length", "oversize_length", "garbage_body")  # faults that send no request of their own
 Action = Literal["pause", "raise", "delay", "crash", "pass", "stop_listener"]  # failpoints.ACTIONS but call,
 # plus stop_listener: the handler that hits the site calls stop on its own listener (stop from a handler)
