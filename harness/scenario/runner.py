@@ -12,7 +12,6 @@ makes the run vacuous.
 
 from __future__ import annotations
 
-import random
 import signal
 import threading
 import time
@@ -75,7 +74,6 @@ class _Player:
         self.pending: list[threading.Thread] = []
         self.held: list[Any] = []
         self.mark = 0
-        self.rng = random.Random(item.scenario.seed)
 
     # ----------------------------------------------------------- addressing
     def proc(self, who: Any) -> Proc:
@@ -272,11 +270,17 @@ class _Player:
         raise StepError("hold_port needs a handshake target; the worker-listener runner does not support it")
 
     def do_workload(self, s: Any, name: str) -> None:
-        stop_at = self.rng.randrange(s.waves) if s.stop_at == "random" else s.stop_at
+        """Waves of map/unmap from the scenario's seed: Faker names each wave (its request, in the history)
+        and picks its pages, so a seed replays the same workload."""
+        from faker import Faker
+
+        fake = Faker()
+        fake.seed_instance(self.item.scenario.seed or 0)
+        stop_at = fake.random_int(0, s.waves - 1) if s.stop_at == "random" else s.stop_at
         pages = self.cfg.capacity // (2 * MiB)
         for wave in range(s.waves):
-            offsets = sorted(self.rng.sample(range(pages), min(s.pages, pages)))
-            wname = f"{name}.w{wave}"
+            offsets = sorted(fake.random_sample(range(pages), length=min(s.pages, pages)))
+            wname = f"{name}.{fake.unique.user_name()}"
             mark = self.c.mark()
             self.do_call(_Obj(op="map", offsets=[o * 2 * MiB for o in offsets], group_id=0), wname)
             if wave == stop_at:  # interrupt this wave while its map is inside a backend call
