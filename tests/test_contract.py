@@ -47,8 +47,11 @@ def test_every_variant_is_caught_by_a_check_or_a_scenario() -> None:
     assert caught == set(VARIANTS) - {"reference"}
 
 
+PROCESS_LEVEL = {"leaks_a_child"}  # its bug is a process outliving its worker: judged on real processes only
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("variant", sorted(set(VARIANTS) - {"reference"}))
+@pytest.mark.parametrize("variant", sorted(set(VARIANTS) - {"reference"} - PROCESS_LEVEL))
 def test_full_matrix_each_variant_breaks_only_where_expected(variant: str, lc_root: Path) -> None:
     """Every check against the variant: those naming it must fire; none may crash."""
     for check in CHECKS:

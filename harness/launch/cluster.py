@@ -174,7 +174,8 @@ class Cluster:
         self.outcome = RunOutcome()
         self._common = {"ipc": self.ipc, "root": str(self.root), "tp": tp, "pp_size": pp, "variant": variant,
                         "drain_timeout": drain_timeout, "exit_budget": exit_budget, "device": device,
-                        "capacity": capacity, "ipc_timeout": ipc_timeout, "shm_dir": shm_dir}
+                        "capacity": capacity, "ipc_timeout": ipc_timeout, "shm_dir": shm_dir,
+                        "fast_exit": os.environ.get("LASTCALL_FAST_EXIT") == "1"}
         self._procs: dict[int, Proc] = {}
         self._lock = threading.Lock()
         self._changed = threading.Condition()  # notified when a process becomes ready or exits

@@ -283,9 +283,11 @@ class _Player:
             wname = f"{name}.{fake.unique.user_name()}"
             mark = self.c.mark()
             self.do_call(_Obj(op="map", offsets=[o * 2 * MiB for o in offsets], group_id=0), wname)
-            if wave == stop_at:  # interrupt this wave while its map is inside a backend call
-                if self.c.rec.wait_for("dispatch_started", self.timeout(), after=mark) is None:
-                    raise StepError(f"workload: wave {wave}'s map never reached a worker")
+            if wave == stop_at:  # interrupt this wave while its map is inside a backend call (held by an
+                # armed fault if there is one: the handler that fault holds, not just any dispatch)
+                kind = "fault_reached" if self.armed else "dispatch_started"
+                if self.c.rec.wait_for(kind, self.timeout(), after=mark) is None:
+                    raise StepError(f"workload: wave {wave}'s map never reached a worker ({kind})")
                 self.do_shutdown(_Obj(on="all"), f"{name}.shutdown")
             self.do_wait(_Obj(what="returned", returned=wname, timeout=self.cfg.deadline), name)
             if wave == stop_at:
