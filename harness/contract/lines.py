@@ -17,6 +17,7 @@ from pathlib import Path
 from harness import failpoints
 from harness.contract.rig import MiB, Pending, Rig, violated
 from harness.errors import ListenerBusy
+from harness.faults.client import closed
 from harness.history import Event
 from harness.reference import wire
 from harness.reference.listener import WorkerListener
@@ -43,14 +44,8 @@ def _park_map(rig: Rig, w: ReferenceWorker, page: int = 0) -> tuple[failpoints.F
 
 
 def _is_eof(sock: socket.socket, timeout: float) -> bool:
-    """True if the peer closed or reset ``sock`` within ``timeout``."""
-    sock.settimeout(timeout)
-    try:
-        return sock.recv(1) == b""
-    except (ConnectionResetError, BrokenPipeError):
-        return True
-    except TimeoutError:
-        return False
+    """True if the listener closed or reset ``sock`` within ``timeout``."""
+    return closed(sock, timeout)
 
 
 def _dispatched_after(events: list[Event], t_ns: int) -> list[Event]:

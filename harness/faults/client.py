@@ -18,6 +18,7 @@ from harness.timeouts import scaled
 
 __all__ = [
     "Peer",
+    "closed",
     "connect",
     "stall_after_header",
     "stall_mid_body",
@@ -60,13 +61,7 @@ class Peer:
 
     def closed_by_listener(self, timeout: float | None = None) -> bool:
         """True if the listener closed or reset the connection within ``timeout``."""
-        self.sock.settimeout(scaled() if timeout is None else timeout)
-        try:
-            return self.sock.recv(1 << 16) == b""
-        except (ConnectionResetError, BrokenPipeError):
-            return True
-        except TimeoutError:
-            return False
+        return closed(self.sock, scaled() if timeout is None else timeout)
 
     def reset(self) -> None:
         """Close with an RST (SO_LINGER 0) instead of a FIN."""
@@ -75,6 +70,17 @@ class Peer:
 
     def close(self) -> None:
         self.sock.close()
+
+
+def closed(sock: socket.socket, timeout: float) -> bool:
+    """True if the other end closed or reset ``sock`` within ``timeout`` (data read first means no)."""
+    sock.settimeout(timeout)
+    try:
+        return sock.recv(1 << 16) == b""
+    except (ConnectionResetError, BrokenPipeError):
+        return True
+    except TimeoutError:
+        return False
 
 
 def connect(path: str, timeout: float | None = None) -> socket.socket:
