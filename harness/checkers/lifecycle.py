@@ -18,14 +18,6 @@ from harness.history import Event
 Key = tuple[int, str]
 
 
-def _first(events: list[Event], kind: str) -> dict[Key, Event]:
-    out: dict[Key, Event] = {}
-    for e in events:
-        if e.kind == kind and key_of(e) not in out:
-            out[key_of(e)] = e
-    return out
-
-
 def _stops(events: list[Event]) -> list[tuple[Event, int]]:
     """Each stop (the first stop_started of a listener's life) with the end of its window: the next
     listener_started on the same key (a restart reuses the label in the same process), else forever."""

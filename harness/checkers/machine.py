@@ -20,13 +20,18 @@ def _pair(run: RunRecord) -> tuple[Snapshot, Snapshot] | None:
     return None if before is None or after is None else (before, after)
 
 
+def _new(before: list[tuple[str, int]], after: list[tuple[str, int]]) -> list[str]:
+    """Names in ``after`` whose (name, inode) identity was not there ``before``: what the run left."""
+    had = set(before)
+    return [name for name, ino in after if (name, ino) not in had]
+
+
 @checker("no_leftover_paths", "no socket file, owner record or directory of the run is left under its root")
 def no_leftover_paths(run: RunRecord, p: Params) -> Verdict:
     snaps = _pair(run)
     if snaps is None:
         return unknown("no_leftover_paths", "no before/after snapshots")
-    before = {(e.path, e.ino) for e in snaps[0].paths}
-    left = [e.path for e in snaps[1].paths if (e.path, e.ino) not in before]
+    left = _new([(e.path, e.ino) for e in snaps[0].paths], [(e.path, e.ino) for e in snaps[1].paths])
     if left:
         return violated("no_leftover_paths", f"left behind: {left}")
     return ok("no_leftover_paths")
@@ -37,8 +42,7 @@ def no_leftover_shm(run: RunRecord, p: Params) -> Verdict:
     snaps = _pair(run)
     if snaps is None:
         return unknown("no_leftover_shm", "no before/after snapshots")
-    before = {(e.name, e.ino) for e in snaps[0].shm}
-    left = [e.name for e in snaps[1].shm if (e.name, e.ino) not in before]
+    left = _new([(e.name, e.ino) for e in snaps[0].shm], [(e.name, e.ino) for e in snaps[1].shm])
     if left:
         return violated("no_leftover_shm", f"left in /dev/shm: {left}")
     return ok("no_leftover_shm")
