@@ -214,8 +214,9 @@ def test_worker_dying_at_start_gives_status_and_stderr() -> None:
     with pytest.raises(LaunchError) as info:
         Cluster(variant="no_such_module_xyz:V").start()
     msg = str(info.value)
-    assert "worker pp0/rank0" in msg and "exited with status 1 before it was ready" in msg
-    assert "cannot load variant 'no_such_module_xyz:V'" in msg
+    # the engine, the group leader, loads the target first and is the first one waited for
+    assert "engine engine" in msg and "exited with status 1 before it was ready" in msg
+    assert "cannot load target 'no_such_module_xyz:V'" in msg
 
 
 # ------------------------------------------------------------------- exit hook

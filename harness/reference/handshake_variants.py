@@ -12,6 +12,8 @@ with the reference's own seams, e.g. ``HandshakeListener._stop_thread(lst, t)``.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import zmq
@@ -19,7 +21,7 @@ import zmq
 from harness.errors import ConfigError, ListenerError
 from harness.reference.handshake import HandshakeListener, envelope_of
 
-__all__ = ["HANDSHAKE_VARIANTS", "RECV_TIMEOUT_MS", "get_handshake_variant"]
+__all__ = ["HANDSHAKE_VARIANTS", "RECV_TIMEOUT_MS", "get_handshake_variant", "HandshakeTarget", "handshake_target"]
 
 RECV_TIMEOUT_MS = 1000  # vLLM 0.11.1+: the receive timeout on which the stop flag is checked
 
@@ -117,3 +119,37 @@ def get_handshake_variant(name: str) -> type[HandshakeListener]:
         return HANDSHAKE_VARIANTS[name]
     except KeyError:
         raise ConfigError(f"unknown handshake variant {name!r}; known: {', '.join(HANDSHAKE_VARIANTS)}") from None
+
+
+_ABOUT = {
+    "never_stopped": "vLLM 0.11.0: shutdown() leaves the thread serving; the port stays bound",
+    "join_timeout_zero": "vLLM 0.11.0: join(timeout=0) and True while the thread still holds the port",
+    "poll_timeout_1s": "vLLM 0.11.1+: the stop flag is seen only on a 1 s receive timeout",
+    "ready_wait_no_timeout": "vLLM: start waits for ready without a timeout; a held port hangs startup",
+    "dies_on_bad_message": "vLLM: one malformed handshake kills the listener thread",
+}
+
+
+@dataclass(frozen=True)
+class HandshakeTarget:
+    """A handshake-only target (harness.targets.Target): a planted-bug handshake listener class."""
+
+    name: str
+    about: str
+    handshake_listener: Callable[..., Any]
+    capabilities: frozenset[str] = frozenset({"handshake_listener"})
+    codec: Any = None
+    worker_side: Any = None
+    engine_side: Any = None
+
+
+def handshake_target(name: str) -> HandshakeTarget | None:
+    """The planted-bug handshake variant ``name`` as a target; None if there is none of that name.
+
+    ``reference`` is not one of them: the reference target (harness.reference.variants) has both
+    the worker listener and this handshake listener.
+    """
+    cls = HANDSHAKE_VARIANTS.get(name)
+    if cls is None or name == "reference":
+        return None
+    return HandshakeTarget(name, _ABOUT.get(name, cls.__doc__ or name), cls)

@@ -17,6 +17,7 @@ from typing import Any
 
 from harness.errors import ConfigError, WireError
 from harness.reference import wire
+from harness.reference.handshake import HandshakeListener
 from harness.reference.listener import WorkerListener, _Conn, _State
 from harness.reference.registry import Registry
 from harness.reference.worker import ReferenceWorker
@@ -240,12 +241,15 @@ WORKER_CAPABILITIES = frozenset({"worker_listener", "failpoints", "reference_wir
 # Which capability each scenario step kind needs; a target that lacks one by design is skipped with the reason.
 STEP_NEEDS: dict[str, str] = {"hold_port": "handshake_listener", "send": "reference_wire", "idle": "worker_listener",
                               "flood": "worker_listener", "arm": "failpoints", "shutdown": "integration_shutdown"}
+for _kind in ("call", "stop", "restart", "remove", "replace", "workload", "exit"):
+    STEP_NEEDS.setdefault(_kind, "worker_listener")  # worker scenarios skip on a handshake-only target
 
 
-def missing_capabilities(variant: Variant, step_kinds: set[str]) -> list[str]:
+def missing_capabilities(variant: Any, step_kinds: set[str]) -> list[str]:
     """What of ``step_kinds`` the target ``variant`` cannot do, as 'step (capability)' strings."""
+    caps = frozenset(getattr(variant, "capabilities", frozenset()))
     return sorted(f"{kind} (needs {STEP_NEEDS[kind]})" for kind in step_kinds
-                  if kind in STEP_NEEDS and STEP_NEEDS[kind] not in variant.capabilities)
+                  if kind in STEP_NEEDS and STEP_NEEDS[kind] not in caps)
 
 
 @dataclass(frozen=True)
@@ -259,6 +263,24 @@ class Variant:
     worker: type[ReferenceWorker] = ReferenceWorker
     keep_usage_segment: bool = False  # engine side: shutdown forgets the /dev/shm usage record (kvcached #477)
     capabilities: frozenset[str] = WORKER_CAPABILITIES  # what scenarios may ask of it (see STEP_NEEDS)
+    handshake_listener: Any = None  # the reference also owns the handshake listener (harness.reference.handshake)
+    codec: Any = None  # the reference framing (harness.targets.REFERENCE_CODEC)
+
+    @property
+    def about(self) -> str:
+        return self.bug
+
+    def worker_side(self, spec: dict[str, Any], recorder: Any) -> Any:
+        """This variant's worker in a worker process (harness.targets.WorkerSide)."""
+        from harness.targets.reference import ReferenceWorkerSide
+
+        return ReferenceWorkerSide(self, spec, recorder)
+
+    def engine_side(self, spec: dict[str, Any], recorder: Any) -> Any:
+        """The reference engine (client + /dev/shm usage record) in an engine process."""
+        from harness.targets.reference import ReferenceEngineSide
+
+        return ReferenceEngineSide(self, spec, recorder)
 
 
 def _variants(*vs: Variant) -> dict[str, Variant]:
@@ -266,7 +288,8 @@ def _variants(*vs: Variant) -> dict[str, Variant]:
 
 
 VARIANTS: dict[str, Variant] = _variants(
-    Variant("reference", "none: keeps every line of the stop contract"),
+    Variant("reference", "none: keeps every line of the stop contract", handshake_listener=HandshakeListener,
+            capabilities=WORKER_CAPABILITIES | {"handshake_listener"}),
     Variant("timed_join_teardown", "a timed join, then teardown and True while the handler runs",
             listener=TimedJoinTeardown),
     Variant("no_conn_tracking", "a read in progress is not cancelled when stop begins",

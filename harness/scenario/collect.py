@@ -113,13 +113,13 @@ class ScenarioFile(pytest.File):
 
 
 def _missing(scenario: Any, variant: str | None) -> list[str]:
-    from harness.reference.variants import load_variant, missing_capabilities
+    from harness.targets import load_target, missing_for
 
     try:
-        target = load_variant(variant or scenario.target)
+        target = load_target(variant or scenario.target)
     except Exception:
         return []  # an unloadable target fails in the run, with its error
-    return missing_capabilities(target, {step.kind for step in scenario.steps})
+    return missing_for(target, {step.kind for step in scenario.steps})
 
 
 class BrokenScenario(pytest.Item):
