@@ -256,7 +256,23 @@ def _cmd_validate(args: argparse.Namespace) -> int:
 def _cmd_run(args: argparse.Namespace) -> int:
     from harness.scenario.commands import run
 
-    return run(args.paths, workers=args.n, target=args.target, keyword=args.k, marks=args.m)
+    extra = [*(["--listener", args.listener] if args.listener else []),
+             *(["--kvcached-src", args.kvcached_src] if args.kvcached_src else [])]
+    return run(args.paths, workers=args.n, target=args.target, keyword=args.k, marks=args.m, extra=extra)
+
+
+def _cmd_fetch(args: argparse.Namespace) -> int:
+    from harness.errors import ConfigError
+    from harness.targets.fetch import fetch
+
+    code = 0
+    for spec in args.specs:
+        try:
+            print(fetch(spec))
+        except ConfigError as exc:
+            print(f"lastcall fetch: {exc}", file=sys.stderr)
+            code = 2
+    return code
 
 
 def _cmd_replay(args: argparse.Namespace) -> int:
@@ -356,7 +372,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--target", metavar="T", help="run every scenario against this target or variant")
     p.add_argument("-k", metavar="EXPR", help="only scenarios matching the expression (as pytest -k)")
     p.add_argument("-m", metavar="MARKS", help="only scenarios with these marks (as pytest -m)")
+    p.add_argument("--listener", metavar="MODULE:ATTR",
+                   help="the reference target with this listener class instead of its own")
+    p.add_argument("--kvcached-src", metavar="DIR", help="kvcached source tree for --target kvcached")
     p.set_defaults(func=_cmd_run)
+
+    p = sub.add_parser("fetch", help="download and unpack a pinned sdist (kvcached) into the cache",
+                       formatter_class=fmt,
+                       description="Download NAME==VERSION's sdist from PyPI once, check its sha256 against the "
+                                   "hash recorded in harness/targets/fetch.py, and unpack it into the cache "
+                                   "($LASTCALL_CACHE, default ~/.cache/lastcall); prints the tree's path. "
+                                   "--target kvcached==VERSION then runs scenarios against it.",
+                       epilog="exit codes: 0 fetched (or already there), 2 bad spec, unknown version, failed "
+                              "download or hash mismatch")
+    p.add_argument("specs", nargs="+", metavar="NAME==VERSION", help="e.g. kvcached==0.1.6")
+    p.set_defaults(func=_cmd_fetch)
 
     p = sub.add_parser("replay", help="rerun the scenario that produced a report", formatter_class=fmt,
                        description="Rerun the scenario item (and the target or variant) that wrote a report: give "

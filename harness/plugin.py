@@ -20,6 +20,7 @@ MARKERS = {
     "slow": "long tests, left out by -m 'not slow'",
     "gpu": "needs a CUDA device; skipped with the reason where there is none",
     "bench": "real-process benchmarks, run serially with -m bench",
+    "kvcached": "runs kvcached's own code (target kvcached==VERSION); skipped unless `lastcall fetch` filled the cache",
 }
 
 
@@ -42,6 +43,9 @@ def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Col
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    from harness.scenario.collect import configure
+
+    configure(config)
     for name, doc in MARKERS.items():
         config.addinivalue_line("markers", f"{name}: {doc}")
     config.addinivalue_line("markers", "leaks_ok: this test may leave things behind on purpose (no leak check)")

@@ -67,7 +67,7 @@ def resources(pid: int, when: str, t: int, threads: list[str], fds: list[list[An
 
 
 def test_every_checker_is_registered_with_its_parameters() -> None:
-    assert len(CHECKERS) == 21
+    assert len(CHECKERS) == 22
     assert set(CHECKERS) == set(CHECKER_PARAMS)
 
 
@@ -849,3 +849,28 @@ def test_requests_served_violated() -> None:
 def test_requests_served_unknown() -> None:
     v = check("requests_served", [H("step_returned", 10, step="z", kind="send", ok=True, fault="zero_length")])
     assert (v.status, v.message) == ("unknown", "no well-formed request was sent")
+
+
+def call_step(step: str, t: int, ok: bool, error: str = "") -> list[Event]:
+    return [H("step_started", t, step=step, kind="call"),
+            H("step_returned", t + 50, step=step, kind="call", ok=ok, value=[0] if ok else None, error=error)]
+
+
+def test_calls_answered_ok() -> None:
+    assert check("calls_answered", call_step("m1", 100, True)).message == "1 call(s) answered"
+    both = call_step("m1", 100, True) + call_step("m2", 300, False, "timed out")
+    assert check("calls_answered", both, {"calls": ["m1"]}).status == "ok"
+
+
+def test_calls_answered_violated() -> None:
+    lost = "StateConsistencyError: 0 bytes read on a total of 4 expected bytes"
+    v = check("calls_answered", call_step("m1", 100, True) + call_step("m2", 300, False, lost))
+    assert v.status == "violated"
+    assert v.message == f"m2 got no answer: {lost}"
+    assert ev(v, "step") == [("step_returned", "m2")]
+
+
+def test_calls_answered_unknown() -> None:
+    assert check("calls_answered", []).message == "no call step returned in the history"
+    v = check("calls_answered", call_step("m1", 100, True), {"calls": ["m9"]})
+    assert (v.status, v.message) == ("unknown", "no call step m9 returned in the history")

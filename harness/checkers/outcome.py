@@ -10,7 +10,7 @@ They read the harness's own events: ``step_started`` / ``step_returned``
 from __future__ import annotations
 
 from harness.checkers.base import RunRecord, Verdict, checker, ok, unknown, violated
-from harness.checkers.params import FaultFired, Params, StopResult, Within
+from harness.checkers.params import CallsAnswered, FaultFired, Params, StopResult, Within
 from harness.history import Event
 
 BAD_FAULTS = {"zero_length", "oversize_length", "garbage_body", "partial_header", "reset_mid_frame"}
@@ -84,6 +84,20 @@ def requests_served(run: RunRecord, p: Params) -> Verdict:
     if bad:
         return violated("requests_served", f"{len(bad)} request(s) failed: {bad[0].data.get('error')}", bad)
     return ok("requests_served", f"{len(plain)} request(s) served")
+
+
+@checker("calls_answered", "each engine call got its answer: a request drained by stop still gets its reply")
+def calls_answered(run: RunRecord, p: CallsAnswered) -> Verdict:
+    calls = [e for e in _returned(run, "call") if p.calls is None or e.data.get("step") in p.calls]
+    missing = sorted(set(p.calls or ()) - {e.data.get("step") for e in calls})
+    if not calls or missing:
+        return unknown("calls_answered", f"no call step {' '.join(missing)} returned in the history"
+                       .replace("  ", " "))
+    bad = [e for e in calls if not e.data.get("ok")]
+    if bad:
+        return violated("calls_answered", f"{bad[0].data.get('step')} got no answer: {bad[0].data.get('error')}",
+                        bad)
+    return ok("calls_answered", f"{len(calls)} call(s) answered")
 
 
 @checker("survives_bad_input", "malformed frames get bad_request or a close, are never dispatched, kill nothing")

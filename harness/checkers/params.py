@@ -10,7 +10,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-__all__ = ["CHECKER_PARAMS", "Params", "StopResult", "StopLatency", "Within", "FaultFired", "PortReleased"]
+__all__ = ["CHECKER_PARAMS", "Params", "StopResult", "StopLatency", "Within", "FaultFired", "PortReleased",
+           "CallsAnswered"]
 
 
 class Params(BaseModel):
@@ -46,6 +47,12 @@ class FaultFired(Params):
     faults: list[str] | None = None
 
 
+class CallsAnswered(Params):
+    """calls_answered: the named engine calls (their `as:` names; None = every call) got a non-error answer."""
+
+    calls: list[str] | None = None
+
+
 class PortReleased(Params):
     """port_released: nothing of the run LISTENs on the ports and a trial bind succeeds."""
 
@@ -71,6 +78,7 @@ CHECKER_PARAMS: dict[str, type[Params]] = {
     "exit_without_stall": Within,
     "served_while_stalled": Params,
     "requests_served": Params,
+    "calls_answered": CallsAnswered,
     "survives_bad_input": Params,
     "fault_fired": FaultFired,
     "gpu_memory_released": Params,

@@ -39,9 +39,11 @@ Framer = Callable[[wire.Request], bytes]
 class Peer:
     """A connection in a chosen state, and what is left of its frame."""
 
-    def __init__(self, sock: socket.socket, rest: bytes = b"") -> None:
+    def __init__(self, sock: socket.socket, rest: bytes = b"",
+                 decode: Callable[[bytes], wire.Reply] = wire.decode_reply) -> None:
         self.sock = sock
         self.rest = rest
+        self.decode = decode  # the target's reply decoding (harness.targets.Codec.decode_reply)
 
     def finish(self) -> bool:
         """Send the withheld bytes; False if the listener had already closed the connection."""
@@ -55,7 +57,7 @@ class Peer:
         """The listener's reply, or None if it closed the connection instead."""
         self.sock.settimeout(scaled() if timeout is None else timeout)
         try:
-            return wire.decode_reply(wire.recv_frame(self.sock))
+            return self.decode(wire.recv_frame(self.sock))
         except (wire.PeerClosed, ConnectionResetError, BrokenPipeError):
             return None
 

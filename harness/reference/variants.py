@@ -48,6 +48,24 @@ class DispatchAfterStop(WorkerListener):
         return True
 
 
+class CutsDrainedReply(WorkerListener):
+    """kvcached 0.1.6: stop shuts down every tracked connection, the one whose handler it is draining too.
+
+    The handler finishes its backend call, but its reply can no longer be written: the
+    client sees the connection drop and reports an unknown outcome for a request that
+    was in fact done (found by lastcall running executing-handler-is-drained on 0.1.6).
+    """
+
+    def _cancel_reads(self, victims: list[_Conn]) -> None:
+        busy = [c for c in self._conns.values() if c.state is _State.DISPATCHING]
+        for conn in busy:
+            try:
+                conn.sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+        super()._cancel_reads(victims)
+
+
 class TeardownWhileAlive(WorkerListener):
     """Tears down as soon as stop begins, while a handler may still be inside the backend."""
 
@@ -237,12 +255,27 @@ class TeardownIgnoresStop(ReferenceWorker):
         return True
 
 
-WORKER_CAPABILITIES = frozenset({"worker_listener", "failpoints", "reference_wire", "integration_shutdown"})
+WORKER_CAPABILITIES = frozenset({"worker_listener", "failpoints", "listener_failpoints", "wire",
+                                 "integration_shutdown"})
 # Which capability each scenario step kind needs; a target that lacks one by design is skipped with the reason.
-STEP_NEEDS: dict[str, str] = {"hold_port": "handshake_listener", "send": "reference_wire", "idle": "worker_listener",
+STEP_NEEDS: dict[str, str] = {"hold_port": "handshake_listener", "send": "wire", "idle": "worker_listener",
                               "flood": "worker_listener", "arm": "failpoints", "shutdown": "integration_shutdown"}
 for _kind in ("call", "stop", "restart", "remove", "replace", "workload", "exit"):
     STEP_NEEDS.setdefault(_kind, "worker_listener")  # worker scenarios skip on a handshake-only target
+for _kind in ("handshake_start", "handshake", "hammer", "stop_hammer", "bad_handshake", "handshake_shutdown", "cycle"):
+    STEP_NEEDS.setdefault(_kind, "handshake_listener")  # handshake scenarios skip on a worker-only target
+# an arm on a site inside the listener itself (listener.*, cleanup.*, exit_hook...), not a backend call or the
+# process: a target whose listener is not the reference's has no such sites (harness.targets: capabilities)
+STEP_NEEDS["arm_listener_site"] = "listener_failpoints"
+TARGET_SITES = ("backend.", "process.")  # sites any target's processes pass (the gated backend, the process role)
+
+
+def step_needs(steps: Any) -> set[str]:
+    """The need-keys of a scenario's steps: their kinds, plus arm_listener_site for listener-internal sites."""
+    kinds = {step.kind for step in steps}
+    if any(step.kind == "arm" and not step.spec.site.startswith(TARGET_SITES) for step in steps):
+        kinds.add("arm_listener_site")
+    return kinds
 
 
 def missing_capabilities(variant: Any, step_kinds: set[str]) -> list[str]:
@@ -298,6 +331,8 @@ VARIANTS: dict[str, Variant] = _variants(
             listener=DispatchAfterStop),
     Variant("teardown_while_alive", "teardown and True while the serving thread is still alive",
             listener=TeardownWhileAlive),
+    Variant("cuts_drained_reply", "stop shuts down the connection of the handler it drains: its reply is lost "
+            "(kvcached 0.1.6)", listener=CutsDrainedReply),
     Variant("drop_registration_on_error", "a cleanup error drops the registration: no retry possible",
             listener=RaiseOnCleanupError, registry=DropRegistrationOnError),
     Variant("concurrent_stop_true", "a concurrent stop reports True while another is draining",

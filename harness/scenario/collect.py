@@ -34,6 +34,12 @@ def addoption(parser: pytest.Parser) -> None:
     group.addoption("--target", default=None, help="run scenarios against this target or variant "
                     "(a name such as reference or no_conn_tracking, or module:attribute); default: each "
                     "scenario's own, or LASTCALL_TARGET")
+    group.addoption("--listener", default=None, metavar="MODULE:ATTR",
+                    help="run the reference target with this listener class/factory instead of its own "
+                    "(same as --target reference@MODULE:ATTR); default: LASTCALL_LISTENER")
+    group.addoption("--kvcached-src", default=None, metavar="DIR",
+                    help="the kvcached source tree or unpacked sdist the kvcached target imports "
+                    "(sets LASTCALL_KVCACHED_SRC for the run's processes)")
     parser.addini(INI_ROOTS, type="paths", default=[], help="directories whose *.yaml files are lastcall scenarios")
     from harness.report.summary import addoption as add_report_options
 
@@ -64,6 +70,22 @@ def collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Collector 
     return None
 
 
+def configure(config: pytest.Config) -> None:
+    """--kvcached-src reaches the worker processes through the environment (they inherit it)."""
+    src = config.getoption("--kvcached-src", None)
+    if src:
+        os.environ["LASTCALL_KVCACHED_SRC"] = str(Path(src).resolve())
+
+
+def chosen_target(config: pytest.Config) -> str | None:
+    """The target override of this session (--target, LASTCALL_TARGET), with --listener applied."""
+    target = config.getoption("--target") or os.environ.get("LASTCALL_TARGET")
+    listener = config.getoption("--listener", None) or os.environ.get("LASTCALL_LISTENER")
+    if listener:
+        target = f"{(target or 'reference').partition('@')[0]}@{listener}"
+    return target
+
+
 def _cuda_devices() -> int:
     try:
         import torch
@@ -81,7 +103,7 @@ class ScenarioFile(pytest.File):
         except ScenarioError as exc:
             yield BrokenScenario.from_parent(self, name=self.path.stem, error=str(exc))
             return
-        override = self.config.getoption("--target") or os.environ.get("LASTCALL_TARGET")
+        override = chosen_target(self.config)
         items = expand(scn)
         n = repeats(self.config)
         suffixes = [""] if n == 1 else [f"-r{i}" for i in range(1, n + 1)]
@@ -105,21 +127,25 @@ class ScenarioFile(pytest.File):
             need = item.params["tp"] * item.params["pp"]
             if have < need:
                 it.add_marker(pytest.mark.skip(reason=f"needs {need} CUDA device(s), this machine has {have}"))
-        missing = _missing(item.scenario, variant)
+        missing, why_not = _missing(item.scenario, variant)
+        name = variant or item.scenario.target
         if missing:  # lacking by design is a skip; failing a guarantee it claims is a violation
-            it.add_marker(pytest.mark.skip(reason=f"target {variant or item.scenario.target} lacks by design: "
-                                                  + ", ".join(missing)))
+            it.add_marker(pytest.mark.skip(reason=f"target {name} lacks by design: " + ", ".join(missing)))
+        elif why_not:
+            it.add_marker(pytest.mark.skip(reason=f"target {name} cannot run here: {why_not}"))
         return it
 
 
-def _missing(scenario: Any, variant: str | None) -> list[str]:
-    from harness.targets import load_target, missing_for
+def _missing(scenario: Any, variant: str | None) -> tuple[list[str], str | None]:
+    """What the target lacks by design for this scenario, and why it cannot run on this machine (or None)."""
+    from harness.reference.variants import step_needs
+    from harness.targets import load_target, missing_for, unavailable
 
     try:
         target = load_target(variant or scenario.target)
     except Exception:
-        return []  # an unloadable target fails in the run, with its error
-    return missing_for(target, {step.kind for step in scenario.steps})
+        return [], None  # an unloadable target fails in the run, with its error
+    return missing_for(target, step_needs(scenario.steps)), unavailable(target)
 
 
 class BrokenScenario(pytest.Item):

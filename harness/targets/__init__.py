@@ -190,6 +190,11 @@ def load_target(spec: str) -> Any:
         return VARIANTS[name]
     if name in _NAMED:
         return _import(_NAMED[name])
+    kind, pinned, version = name.partition("==")
+    if pinned and kind == "kvcached":
+        from harness.targets.kvcached import KvcachedTarget
+
+        return KvcachedTarget(version)
     from harness.reference.handshake_variants import handshake_target
 
     hs = handshake_target(name)

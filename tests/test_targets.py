@@ -1,0 +1,141 @@
+"""The target plug-in contract: choosing a target by name or module:attribute, a swapped listener,
+the kvcached adapter's codec and fetch, and (marked kvcached) kvcached's own listener in real processes."""
+
+from __future__ import annotations
+
+import pickle
+import re
+from pathlib import Path
+
+import pytest
+
+from harness.errors import ConfigError, FrameDecodeError
+from harness.reference import wire
+from harness.reference.variants import VARIANTS, NoConnTracking, Variant
+from harness.scenario.loader import expand, load
+from harness.scenario.runner import run_item
+from harness.targets import Target, codec_of, load_target, missing_for, unavailable
+from harness.targets.fetch import cached_source, parse_pin
+from harness.targets.kvcached import KvcachedTarget, PickleCodec
+
+pytest_plugins = ["pytester"]
+ROOT = Path(__file__).resolve().parent.parent
+SCENARIOS = ROOT / "scenarios"
+MY_VARIANT = Variant("mine", "a user's variant, loaded by module:attribute")
+KVCACHED = "kvcached==0.1.6"
+needs_kvcached = pytest.mark.skipif(cached_source("kvcached", "0.1.6") is None,
+                                    reason="kvcached 0.1.6 is not in the cache: run `lastcall fetch kvcached==0.1.6`")
+
+
+def test_targets_by_name() -> None:
+    assert load_target("reference") is VARIANTS["reference"]
+    assert isinstance(load_target("reference"), Target)
+    assert load_target("no_conn_tracking").listener is NoConnTracking
+    hs = load_target("never_stopped")
+    assert hs.capabilities == {"handshake_listener"} and hs.worker_side is None
+    kv = load_target(KVCACHED)
+    assert isinstance(kv, KvcachedTarget) and kv.version == "0.1.6"
+    assert isinstance(kv, Target)
+
+
+def test_target_by_module_attribute_and_a_swapped_listener() -> None:
+    assert load_target("tests.test_targets:MY_VARIANT") == MY_VARIANT
+    swapped = load_target("reference@harness.reference.variants:NoConnTracking")
+    assert swapped.listener is NoConnTracking and swapped.name == "reference@harness.reference.variants:NoConnTracking"
+    assert swapped.registry is VARIANTS["reference"].registry
+
+
+@pytest.mark.parametrize("spec, says", [
+    ("refrence", "unknown target 'refrence' (did you mean 'reference'?)"),
+    ("no_such_module_xyz:V", "cannot load target 'no_such_module_xyz:V'"),
+    ("tests.test_targets:ROOT", "'tests.test_targets:ROOT' is a PosixPath, not a target"),
+    ("reference@NoColon", "after @ give the listener factory as module:attribute"),
+    ("kvcached@x:y", "applies to the reference or one of its variants, not 'kvcached'"),
+    ("reference@tests.test_targets:ROOT.name", "is a str, not a listener factory"),
+])
+def test_bad_target_names_are_clear_errors(spec: str, says: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        load_target(spec)
+    assert says in str(info.value)
+
+
+def test_capabilities_decide_what_skips() -> None:
+    kv = load_target(KVCACHED)
+    steps = load(str(SCENARIOS / "cleanup-error-keeps-registration.yaml")).steps
+    from harness.reference.variants import step_needs
+
+    assert missing_for(kv, step_needs(steps)) == ["arm_listener_site (needs listener_failpoints)"]
+    assert missing_for(kv, {"send", "arm", "shutdown"}) == []
+    assert missing_for(load_target("never_stopped"), {"send"}) == ["send (needs wire)"]
+
+
+def test_pickle_codec_speaks_kvcacheds_framing() -> None:
+    c = PickleCodec()
+    frame = c.encode_request(wire.Request(cmd="prepare_unmap_from_kv_tensors", offsets=[0, 4096],
+                                          transaction_id="t1", commit=True))
+    assert int.from_bytes(frame[:4], "big") == len(frame) - 4
+    assert pickle.loads(frame[4:]) == {"cmd": "prepare_unmap_from_kv_tensors", "group_id": 0, "offsets": [0, 4096],
+                                       "transaction_id": "t1", "commit": True}
+    reply = c.decode_reply(pickle.dumps({"status": "error", "message": "boom"}))
+    assert (reply.status, reply.error_type, reply.message) == ("error", "operation_failed", "boom")
+    assert c.decode_reply(pickle.dumps({"status": "success", "created": True})).created is True
+    with pytest.raises(FrameDecodeError):
+        c.decode_reply(b"\x00not a pickle")
+    with pytest.raises(FrameDecodeError):
+        c.decode_reply(pickle.dumps([1, 2]))
+    assert codec_of(load_target("reference")).header_size == 4
+
+
+def test_fetch_spec_and_an_unfetched_version(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    with pytest.raises(ConfigError, match=re.escape("give NAME==VERSION, e.g. kvcached==0.1.6")):
+        parse_pin("kvcached")
+    assert parse_pin("kvcached==0.1.5") == ("kvcached", "0.1.5")
+    monkeypatch.setenv("LASTCALL_CACHE", str(tmp_path))
+    assert cached_source("kvcached", "0.1.6") is None
+    assert unavailable(KvcachedTarget("0.1.6")) == ("kvcached 0.1.6 is not in the cache: run "
+                                                    "`lastcall fetch kvcached==0.1.6`")
+    monkeypatch.setenv("LASTCALL_KVCACHED_SRC", str(tmp_path))
+    assert "holds no kvcached/tp_ipc_util.py" in str(unavailable(KvcachedTarget()))
+
+
+def test_an_unavailable_target_skips_with_the_fix(pytester: pytest.Pytester, tmp_path: Path) -> None:
+    (pytester.path / "s.yaml").write_text((SCENARIOS / "executing-handler-is-drained.yaml").read_text())
+    result = pytester.runpytest("s.yaml", "--target", "kvcached==9.9", "-rs", "-p", "no:cacheprovider",
+                                "--lastcall-reports=")
+    result.assert_outcomes(skipped=1)
+    result.stdout.fnmatch_lines(["*target kvcached==9.9 cannot run here: kvcached 9.9 is not in the cache: "
+                                 "run `lastcall fetch kvcached==9.9`*"])
+
+
+def _run(name: str, target: str) -> object:
+    item = expand(load(str(SCENARIOS / f"{name}.yaml")))[0]
+    return run_item(item, variant=target)
+
+
+def test_a_swapped_listener_runs_in_the_worker_processes() -> None:
+    """reference@module:attribute reaches the forked workers: the swapped-in listener's bug is caught."""
+    result = _run("stalled-read-is-cancelled", "reference@harness.reference.variants:NoConnTracking")
+    assert result.variant == "reference@harness.reference.variants:NoConnTracking"  # type: ignore[attr-defined]
+    assert not result.passed  # type: ignore[attr-defined]
+
+
+@pytest.mark.kvcached
+@needs_kvcached
+def test_kvcached_passes_what_it_keeps() -> None:
+    result = _run("restart-replaces-a-stopped-listener", KVCACHED)
+    assert result.passed, [str(v) for v in result.violated]  # type: ignore[attr-defined]
+
+
+@pytest.mark.kvcached
+@needs_kvcached
+def test_kvcached_016_loses_the_reply_of_the_handler_its_stop_drains() -> None:
+    result = _run("executing-handler-is-drained", KVCACHED)
+    assert [v.checker for v in result.violated] == ["calls_answered"]  # type: ignore[attr-defined]
+    assert "0 bytes read" in result.violated[0].message  # type: ignore[attr-defined]
+
+
+@pytest.mark.kvcached
+@needs_kvcached
+def test_kvcached_016_cannot_stop_once_its_socket_file_is_removed() -> None:
+    result = _run("socket-file-removed-while-live", KVCACHED)
+    assert "stop_result" in [v.checker for v in result.violated]  # type: ignore[attr-defined]
