@@ -32,7 +32,7 @@ def test_missing_capabilities() -> None:
     assert missing_capabilities(worker_only, {"hold_port"}) == ["hold_port (needs handshake_listener)"]
     handshake_only = load_target("never_stopped")
     assert missing_capabilities(handshake_only, {"start", "send", "stop"}) == [
-        "send (needs reference_wire)", "stop (needs worker_listener)"]
+        "send (needs wire)", "stop (needs worker_listener)"]
     no_failpoints = dataclasses.replace(ref, capabilities=ref.capabilities - {"failpoints"})
     assert missing_capabilities(no_failpoints, {"arm", "send"}) == ["arm (needs failpoints)"]
 

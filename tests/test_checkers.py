@@ -67,7 +67,7 @@ def resources(pid: int, when: str, t: int, threads: list[str], fds: list[list[An
 
 
 def test_every_checker_is_registered_with_its_parameters() -> None:
-    assert len(CHECKERS) == 22
+    assert len(CHECKERS) == 23
     assert set(CHECKERS) == set(CHECKER_PARAMS)
 
 
@@ -874,3 +874,36 @@ def test_calls_answered_unknown() -> None:
     assert check("calls_answered", []).message == "no call step returned in the history"
     v = check("calls_answered", call_step("m1", 100, True), {"calls": ["m9"]})
     assert (v.status, v.message) == ("unknown", "no call step m9 returned in the history")
+
+
+def ctl_steps(found: list[dict[str, Any]], removed: list[str], delete_ok: bool = True) -> list[Event]:
+    return [H("step_returned", 100, step="l1", kind="ctl", ok=True, value=found),
+            H("step_returned", 200, step="d1", kind="ctl", ok=delete_ok, value=removed if delete_ok else None,
+              error="" if delete_ok else "InstanceInUse: owner 12 is alive")]
+
+
+DEAD_SOCKET = {"key": "r1-abc", "alive": False, "artifacts": [
+    {"kind": "socket", "path": "/tmp/lc-x/r/lastcall-r1-abc/w0.sock", "state": "dead"},
+    {"kind": "usage", "path": "/dev/shm/lastcall-r1", "state": "alive"}]}
+CTL = {"found": "l1", "deleted": "d1"}
+
+
+def test_ctl_cleans_ok() -> None:
+    v = check("ctl_cleans", ctl_steps([DEAD_SOCKET], ["/tmp/lc-x/r/lastcall-r1-abc/w0.sock", "/tmp/lc-x/r"]), CTL)
+    assert (v.status, v.message) == ("ok", "1 leftover(s) of a dead owner found and removed")
+
+
+def test_ctl_cleans_violated() -> None:
+    nothing_dead = {**DEAD_SOCKET, "artifacts": [DEAD_SOCKET["artifacts"][1]]}
+    v = check("ctl_cleans", ctl_steps([nothing_dead], []), CTL)
+    assert v.status == "violated" and v.message.startswith("l1: ctl list found no leftovers of a dead owner")
+    v = check("ctl_cleans", ctl_steps([DEAD_SOCKET], ["/tmp/lc-x/r"]), CTL)
+    assert v.message == ("d1: ctl delete did not remove the dead owner's leftovers (still there: "
+                         "['/tmp/lc-x/r/lastcall-r1-abc/w0.sock'])")
+    v = check("ctl_cleans", ctl_steps([DEAD_SOCKET], [], delete_ok=False), CTL)
+    assert v.message.endswith("(InstanceInUse: owner 12 is alive)")
+
+
+def test_ctl_cleans_unknown() -> None:
+    v = check("ctl_cleans", [], CTL)
+    assert (v.status, v.message) == ("unknown", "no ctl step l1, d1 returned in the history")

@@ -10,7 +10,7 @@ They read the harness's own events: ``step_started`` / ``step_returned``
 from __future__ import annotations
 
 from harness.checkers.base import RunRecord, Verdict, checker, ok, unknown, violated
-from harness.checkers.params import CallsAnswered, FaultFired, Params, StopResult, Within
+from harness.checkers.params import CallsAnswered, CtlCleans, FaultFired, Params, StopResult, Within
 from harness.history import Event
 
 BAD_FAULTS = {"zero_length", "oversize_length", "garbage_body", "partial_header", "reset_mid_frame"}
@@ -98,6 +98,27 @@ def calls_answered(run: RunRecord, p: CallsAnswered) -> Verdict:
         return violated("calls_answered", f"{bad[0].data.get('step')} got no answer: {bad[0].data.get('error')}",
                         bad)
     return ok("calls_answered", f"{len(calls)} call(s) answered")
+
+
+@checker("ctl_cleans", "`lastcall ctl list` finds what a killed process left behind, and `ctl delete` removes it")
+def ctl_cleans(run: RunRecord, p: CtlCleans) -> Verdict:
+    steps = {e.data.get("step"): e for e in _returned(run, "ctl")}
+    found, deleted = steps.get(p.found), steps.get(p.deleted)
+    if found is None or deleted is None:
+        missing = [n for n, e in ((p.found, found), (p.deleted, deleted)) if e is None]
+        return unknown("ctl_cleans", f"no ctl step {', '.join(missing)} returned in the history")
+    dead = [a for inst in found.data.get("value") or () for a in inst.get("artifacts", ())
+            if a.get("state") == "dead"]
+    if not found.data.get("ok") or not dead:
+        return violated("ctl_cleans", f"{p.found}: ctl list found no leftovers of a dead owner "
+                        f"({found.data.get('error') or 'nothing with state dead'})", [found])
+    removed = set(deleted.data.get("value") or ()) if deleted.data.get("ok") else set()
+    kept = sorted(a["path"] for a in dead if a["path"] not in removed)
+    if not deleted.data.get("ok") or kept:
+        why = deleted.data.get("error") or f"still there: {kept}"
+        return violated("ctl_cleans", f"{p.deleted}: ctl delete did not remove the dead owner's leftovers ({why})",
+                        [found, deleted])
+    return ok("ctl_cleans", f"{len(dead)} leftover(s) of a dead owner found and removed")
 
 
 @checker("survives_bad_input", "malformed frames get bad_request or a close, are never dispatched, kill nothing")

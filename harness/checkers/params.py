@@ -11,7 +11,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 __all__ = ["CHECKER_PARAMS", "Params", "StopResult", "StopLatency", "Within", "FaultFired", "PortReleased",
-           "CallsAnswered"]
+           "CallsAnswered", "CtlCleans"]
 
 
 class Params(BaseModel):
@@ -53,6 +53,13 @@ class CallsAnswered(Params):
     calls: list[str] | None = None
 
 
+class CtlCleans(Params):
+    """ctl_cleans: the ctl list step ``found`` saw leftovers of a dead owner; the delete step removed them."""
+
+    found: str = Field(description="the `as:` name of a ctl step with action list")
+    deleted: str = Field(description="the `as:` name of a ctl step with action delete")
+
+
 class PortReleased(Params):
     """port_released: nothing of the run LISTENs on the ports and a trial bind succeeds."""
 
@@ -79,6 +86,7 @@ CHECKER_PARAMS: dict[str, type[Params]] = {
     "served_while_stalled": Params,
     "requests_served": Params,
     "calls_answered": CallsAnswered,
+    "ctl_cleans": CtlCleans,
     "survives_bad_input": Params,
     "fault_fired": FaultFired,
     "gpu_memory_released": Params,

@@ -19,6 +19,7 @@ from harness.contract.exit_probe import exit_hook_bounded, exit_hook_retries
 from harness.contract.rig import ContractViolation
 from harness.names import temp_root
 from harness.reference.variants import Variant
+from harness.reference.wire import PeerClosed
 
 __all__ = ["Check", "CHECKS", "Outcome", "run_check", "ContractViolation"]
 
@@ -41,7 +42,7 @@ class Check:
 
 
 CHECKS: tuple[Check, ...] = (
-    Check(1, "no_dispatch_after_stop", lines.no_dispatch_after_stop, ("dispatch_after_stop",)),
+    Check(1, "no_dispatch_after_stop", lines.no_dispatch_after_stop, ("dispatch_after_stop", "cuts_drained_reply")),
     Check(2, "reads_cancelled_at_once", lines.reads_cancelled_at_once, ("no_conn_tracking",)),
     Check(3, "handler_drained", lines.handler_drained, ("teardown_while_alive",)),
     Check(4, "teardown_keeps_other_ranks", lines.teardown_keeps_other_ranks, ("rmtree_dir",)),
@@ -86,6 +87,9 @@ def run_check(check: Check, variant: Variant, root: Path | None = None) -> Outco
         return Outcome(check.name, variant.name, True, "", time.monotonic() - t0)
     except ContractViolation as exc:
         return Outcome(check.name, variant.name, False, str(exc), time.monotonic() - t0)
+    except PeerClosed as exc:  # a reply the check waited for never came: the listener dropped the connection
+        return Outcome(check.name, variant.name, False, f"a reply was lost: the listener closed the connection "
+                       f"under its request ({exc})", time.monotonic() - t0)
     except Exception as exc:
         detail = f"check crashed: {type(exc).__name__}: {exc}\n{traceback.format_exc()}"
         return Outcome(check.name, variant.name, False, detail, time.monotonic() - t0)

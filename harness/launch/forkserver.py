@@ -24,6 +24,7 @@ worker watches.  If the harness goes away, the server kills its children.
 from __future__ import annotations
 
 import gc
+import importlib
 import os
 import selectors
 import signal
@@ -47,6 +48,11 @@ def preload() -> None:
     import harness.launch.child
     import harness.reference.client
     import harness.reference.variants  # noqa: F401
+
+    # A target whose code is slow to import (vllm_nixl: about 11 s for vLLM's scheduler module) names it in
+    # LASTCALL_PRELOAD (comma-separated modules), so each fork finds it loaded; such imports start no threads.
+    for module in filter(None, os.environ.get("LASTCALL_PRELOAD", "").split(",")):
+        importlib.import_module(module.strip())
 
     # Move everything imported so far out of the collector's sight: children share these pages
     # copy-on-write, and interpreter exit does not spend most of a second collecting torch's objects.

@@ -10,10 +10,11 @@ messages.  Traffic only ever goes to 127.0.0.1.
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from typing import Any
 
 from harness import failpoints
-from harness.launch.child import ControlClient, ExitRequest
+from harness.launch.child import ControlClient, ExitRequest, process_resources
 
 __all__ = ["MAINS", "HOST"]
 
@@ -21,11 +22,23 @@ HOST = "127.0.0.1"
 HAMMER_MAX = 100_000  # a continuous peer stops by itself after this many handshakes
 
 
+def _listener_factory(name: str) -> Callable[..., Any]:
+    """The handshake listener (class or factory) of the target ``name``: called with HandshakeListener's
+    constructor signature, (metadata, *, host, port, recorder, start_timeout, join_timeout)."""
+    from harness.errors import ConfigError
+    from harness.targets import load_target
+
+    factory = getattr(load_target(name), "handshake_listener", None)
+    if factory is None:
+        raise ConfigError(f"target {name!r} has no handshake listener")
+    return factory  # type: ignore[no-any-return]
+
+
 def hs_engine_main(spec: dict[str, Any], ctl: ControlClient, exit_req: ExitRequest) -> int:
     from harness.reference.handshake import AgentMetadata
-    from harness.reference.handshake_variants import get_handshake_variant
 
-    cls = get_handshake_variant(spec.get("variant", "reference"))
+    cls = _listener_factory(spec.get("variant", "reference"))
+    ctl.emit("process_resources", when="before_start", **process_resources())
     tp, pp = int(spec.get("tp", 1)), int(spec.get("pp_size", 1))
     meta = {(p, t): AgentMetadata(engine_id=spec["ipc"], agent_name=f"agent-{p}-{t}", pp_rank=p, tp_rank=t,
                                   payload=b"x" * 64) for p in range(pp) for t in range(tp)}
@@ -55,8 +68,8 @@ def hs_engine_main(spec: dict[str, Any], ctl: ControlClient, exit_req: ExitReque
     ctl.send({"t": "ready", "path": ""})
     exit_req.wait()
     ctl.emit("exit_requested", reason=exit_req.reason, shutdown=exit_req.shutdown)
-    if exit_req.shutdown:
-        shutdown()
+    stopped = bool(exit_req.shutdown and shutdown())
+    ctl.emit("process_resources", when="after_shutdown" if stopped else "at_exit", **process_resources())
     failpoints.hit("process.exit")
     ctl.emit("main_returned", reason=exit_req.reason)
     return 0
@@ -67,7 +80,11 @@ def hs_peer_main(spec: dict[str, Any], ctl: ControlClient, exit_req: ExitRequest
     import zmq
 
     from harness.reference.handshake import fetch_metadata
+    from harness.targets import load_target
 
+    codec = getattr(load_target(spec.get("variant", "reference")), "handshake_codec", None)
+    if codec is not None:  # the target speaks its own handshake wire (vllm_nixl: vLLM's reply, two frames)
+        fetch_metadata = codec.fetch
     stop_hammer = threading.Event()
 
     def fetch(port: int, pp: int = 0, tp: int = 0, within: float = 2.0) -> str:
@@ -94,12 +111,12 @@ def hs_peer_main(spec: dict[str, Any], ctl: ControlClient, exit_req: ExitRequest
         stop_hammer.set()
         return True
 
-    def bad(port: int, kind: str = "garbage") -> str:
-        """Send one malformed handshake from a REQ socket; returns what came back ("no reply" on timeout)."""
+    def bad(port: int, kind: str = "garbage", within: float = 2.0) -> str:
+        """Send one malformed handshake from a REQ socket; returns what came back ("no reply" after ``within``)."""
         ctx: zmq.Context[Any] = zmq.Context()
         s = ctx.socket(zmq.REQ)
         s.setsockopt(zmq.LINGER, 0)
-        s.setsockopt(zmq.RCVTIMEO, 2000)
+        s.setsockopt(zmq.RCVTIMEO, max(1, int(within * 1000)))
         try:
             s.connect(f"tcp://{HOST}:{port}")
             body = {"garbage": b"\xc1\xc1", "wrong_tag": msgspec.msgpack.encode(("hello", 0, 0)),

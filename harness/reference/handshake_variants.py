@@ -137,7 +137,7 @@ class HandshakeTarget:
     name: str
     about: str
     handshake_listener: Callable[..., Any]
-    capabilities: frozenset[str] = frozenset({"handshake_listener"})
+    capabilities: frozenset[str] = frozenset({"handshake_listener", "failpoints", "listener_failpoints"})
     codec: Any = None
     worker_side: Any = None
     engine_side: Any = None

@@ -256,17 +256,19 @@ class TeardownIgnoresStop(ReferenceWorker):
 
 
 WORKER_CAPABILITIES = frozenset({"worker_listener", "failpoints", "listener_failpoints", "wire",
-                                 "integration_shutdown"})
+                                 "integration_shutdown", "owner_records"})
 # Which capability each scenario step kind needs; a target that lacks one by design is skipped with the reason.
 STEP_NEEDS: dict[str, str] = {"hold_port": "handshake_listener", "send": "wire", "idle": "worker_listener",
                               "flood": "worker_listener", "arm": "failpoints", "shutdown": "integration_shutdown"}
 for _kind in ("call", "stop", "restart", "remove", "replace", "workload", "exit"):
     STEP_NEEDS.setdefault(_kind, "worker_listener")  # worker scenarios skip on a handshake-only target
-for _kind in ("handshake_start", "handshake", "hammer", "stop_hammer", "bad_handshake", "handshake_shutdown", "cycle"):
+for _kind in ("handshake_start", "handshake", "hammer", "stop_hammer", "malformed_handshake", "handshake_shutdown",
+              "cycle"):
     STEP_NEEDS.setdefault(_kind, "handshake_listener")  # handshake scenarios skip on a worker-only target
 # an arm on a site inside the listener itself (listener.*, cleanup.*, exit_hook...), not a backend call or the
 # process: a target whose listener is not the reference's has no such sites (harness.targets: capabilities)
 STEP_NEEDS["arm_listener_site"] = "listener_failpoints"
+STEP_NEEDS["ctl"] = "owner_records"  # lastcall ctl reads the reference's owner records beside its sockets
 TARGET_SITES = ("backend.", "process.")  # sites any target's processes pass (the gated backend, the process role)
 
 

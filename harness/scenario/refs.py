@@ -4,7 +4,9 @@ Every ``as:`` name is unique; every reference to one (wait, release, finish, and
 ``step``/``faults`` parameters of expect entries) names an earlier step of the right
 kind; ``start`` comes once, before anything that needs the cluster; a wait on a
 failpoint waits on one that was armed; ranks exist in every run of the matrix; the
-planted bugs in ``catches`` exist.  Each check returns problems; none raises.
+planted bugs in ``catches`` exist.  A handshake scenario (one with a handshake step)
+drives only the handshake listener: no worker-listener step, no worker address, and
+its ``catches`` name handshake variants.  Each check returns problems; none raises.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from harness.scenario.errors import KeyPath, Problem, format_path
 from harness.scenario.explain import did_you_mean, one_of
 from harness.scenario.fields import Worker
 from harness.scenario.schema import Scenario
-from harness.scenario.steps import EVENT_KINDS, WITHHOLDING_FAULTS, StepBase
+from harness.scenario.steps import EVENT_KINDS, HANDSHAKE_STEPS, WITHHOLDING_FAULTS, WORKER_STEPS, StepBase
 
 __all__ = ["check"]
 
@@ -24,6 +26,9 @@ BEFORE_START = ("hold_port",)  # steps that make sense before the cluster exists
 RETURNS = ("call", "stop", "shutdown", "restart", "exit")  # steps that run async: wait returned joins them
 CONNECTS = ("send", "idle", "flood")  # steps that open connections: wait closed watches them
 STOPS = ("stop", "shutdown", "restart")  # steps stop_result / stop_latency judge
+# the same in a handshake scenario: every step that records its return, and the starts and stops of the listener
+HS_RETURNS = ("handshake_shutdown", "handshake", "handshake_start", "malformed_handshake", "cycle")
+HS_STOPS = ("handshake_start", "handshake_shutdown", "cycle")
 ARM_EXAMPLE = "- arm: {site: listener.frame_read, action: pause, as: f1}, then - wait: {reached: f1}"
 
 
@@ -43,6 +48,8 @@ class _Refs:
         self.sc = sc
         self.named: dict[str, _Named] = {}
         self.problems: list[Problem] = []
+        # a handshake scenario: the index of its first handshake step
+        self.handshake = next((i for i, s in enumerate(sc.steps) if s.kind in HANDSHAKE_STEPS), None)
 
     def add(self, path: KeyPath, message: str, hint: str | None = None) -> None:
         self.problems.append(Problem(path, message, hint=hint))
@@ -81,6 +88,7 @@ class _Refs:
                              f"'- start: cluster'", hint="move '- start: cluster' before this step")
                 started = early = True  # one problem is enough
             self.refs_of(i, step)
+            self.listener_of(i, step)
             if step.name is not None:
                 first = self.named.get(step.name)
                 if first is not None:
@@ -104,6 +112,20 @@ class _Refs:
                              f"a send with fault {_kinds(WITHHOLDING_FAULTS)}")
         elif step.kind == "wait":
             self.wait(i, step)
+        elif step.kind == "stop_hammer":
+            self.ref(at, step.spec, ("hammer",), i)
+        elif step.kind == "handshake_start" and isinstance(step.spec.port, str):
+            self.ref((*at, "port"), step.spec.port, ("hold_port", "handshake_start"), i)
+
+    def listener_of(self, i: int, step: StepBase) -> None:
+        """A handshake scenario has an engine and a peer, no workers: no worker-listener step in it."""
+        if self.handshake is None or step.kind not in WORKER_STEPS:
+            return
+        first = self.sc.steps[self.handshake].kind
+        self.add(("steps", i, step.kind), f"{step.kind} drives the worker listener, but this is a handshake "
+                 f"scenario ({first} at steps[{self.handshake}]); one scenario drives one listener",
+                 hint="use handshake_start, handshake, hammer, malformed_handshake, handshake_shutdown or cycle "
+                      "here, or put this step in a scenario of its own")
 
     def wait(self, i: int, step: StepBase) -> None:
         wait, at = step.spec, ("steps", i, "wait")
@@ -122,7 +144,7 @@ class _Refs:
                          hint="move the arm step before the wait" if later is not None else
                          f"arm a failpoint and wait for it: {ARM_EXAMPLE}")
         elif wait.returned is not None:
-            self.ref((*at, "returned"), wait.returned, RETURNS, i)
+            self.ref((*at, "returned"), wait.returned, RETURNS if self.handshake is None else HS_RETURNS, i)
         elif wait.closed is not None:
             self.ref((*at, "closed"), wait.closed, CONNECTS, i)
         elif wait.event is not None and wait.event not in EVENT_KINDS:
@@ -132,8 +154,25 @@ class _Refs:
 
     # ---------------------------------------------------------------- workers
     def workers_of(self, at: KeyPath, step: StepBase) -> None:
+        if self.handshake is not None:
+            if step.kind not in WORKER_STEPS:  # (those are reported once, as the wrong listener)
+                for key, _worker in _workers(step.spec):
+                    self.add((*at, step.kind, key), f"a handshake scenario has no workers, only the engine "
+                             f"(which owns the listener) and its peer; expected {key}: engine")
+            if step.kind == "handshake":
+                self.check_ranks((*at, step.kind), step.spec)
+            return
         for key, worker in _workers(step.spec):
             self.check_worker((*at, step.kind, key), worker)
+
+    def check_ranks(self, path: KeyPath, spec: object) -> None:
+        """A handshake asks for (pp, tp): the engine serves one agent per rank of the topology."""
+        axes = self.sc.topology.axes()
+        for field in ("pp", "tp"):
+            value, size = getattr(spec, field), min(axes[field])
+            if value >= size:
+                self.add((*path, field), f"{field} {value} does not exist when {field} is {size}; expected "
+                         f"{field} < {size} (topology.{field}: {getattr(self.sc.topology, field)})")
 
     def check_worker(self, path: KeyPath, worker: Worker) -> None:
         axes = self.sc.topology.axes()
@@ -150,18 +189,33 @@ class _Refs:
             at: KeyPath = ("expect", j, entry.checker)
             step = getattr(entry.params, "step", None)
             if isinstance(step, str):
-                self.ref((*at, "step"), step, STOPS, None)
+                self.ref((*at, "step"), step, STOPS if self.handshake is None else HS_STOPS, None)
             faults = getattr(entry.params, "faults", None)
             for k, name in enumerate(faults or []):
                 self.ref((*at, "faults", k), name, ("arm",), None)
+            for k, name in enumerate(getattr(entry.params, "calls", None) or []):
+                self.ref((*at, "calls", k), name, ("call",), None)
+            for key in ("found", "deleted"):
+                name = getattr(entry.params, key, None)
+                if isinstance(name, str):
+                    self.ref((*at, key), name, ("ctl",), None)
 
     def catches(self, variants: Collection[str]) -> None:
-        bugs = [v for v in variants if v != "reference"]
+        from harness.reference.handshake_variants import HANDSHAKE_VARIANTS
+
+        worker_bugs = [v for v in variants if v != "reference"]
+        handshake_bugs = [v for v in HANDSHAKE_VARIANTS if v != "reference"]
+        bugs, other = (handshake_bugs, worker_bugs) if self.handshake is not None else (worker_bugs, handshake_bugs)
+        listeners = ("the worker listener", "a handshake listener")
+        this, that = listeners[::-1] if self.handshake is not None else listeners
         for k, name in enumerate(self.sc.catches):
             if name == "reference":
                 self.add(("catches", k), "'reference' is the correct implementation, not a planted bug; "
                          f"expected {one_of(bugs)}")
-            elif name not in variants:
+            elif name in other and name not in bugs:
+                self.add(("catches", k), f"{name!r} is a planted bug of {that}, but this scenario drives {this}; "
+                         f"expected {one_of(bugs)}{did_you_mean(name, bugs)}")
+            elif name not in bugs:
                 self.add(("catches", k), f"unknown planted bug {name!r}; expected {one_of(bugs)}"
                          f"{did_you_mean(name, bugs)}")
 

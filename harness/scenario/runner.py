@@ -13,6 +13,7 @@ makes the run vacuous.
 from __future__ import annotations
 
 import signal
+import socket
 import threading
 import time
 from collections.abc import Callable
@@ -27,6 +28,7 @@ from harness.launch.cluster import Cluster, Proc, RemoteError, RunOutcome
 from harness.probes.model import Snapshot
 from harness.reference import wire
 from harness.scenario.loader import MatrixItem
+from harness.scenario.steps import is_handshake
 from harness.timeouts import scale, scaled
 
 __all__ = ["RunResult", "run_item", "StepError"]
@@ -73,7 +75,11 @@ class _Player:
         self.armed: dict[str, tuple[Proc, str, int]] = {}  # name -> (process, site, t_ns armed)
         self.pending: list[threading.Thread] = []
         self.held: list[Any] = []
+        self.ports: dict[str, int] = {}  # step name -> the TCP port it holds (hold_port) or bound
         self.mark = 0
+        from harness.targets import codec_of, load_target
+
+        self.codec = codec_of(load_target(cluster.variant))  # client-side faults speak the target's framing
 
     # ----------------------------------------------------------- addressing
     def proc(self, who: Any) -> Proc:
@@ -112,17 +118,20 @@ class _Player:
                            transaction_id=s.transaction_id or "", commit=s.commit, id=name)
         self.emit("step_started", step=name, kind="send", fault=s.fault)
         fault = s.fault
+        frame = self.codec.encode_request
         try:
             if fault in ("stall_after_header", "stall_mid_body", "partial_header", "stall_byte_by_byte"):
-                peer = getattr(cf, fault)(path, req)
+                peer = getattr(cf, fault)(path, req, frame)
+                peer.decode = self.codec.decode_reply
                 self.peers[name] = [peer]
                 self.emit("peer_stalled", step=name, fault=fault)
                 return
-            peer = {"none": lambda: _whole(path, req), "zero_length": lambda: cf.zero_length(path),
+            peer = {"none": lambda: _whole(path, frame(req)), "zero_length": lambda: cf.zero_length(path),
                     "oversize_length": lambda: cf.oversize_length(path),
                     "garbage_body": lambda: cf.garbage_body(path),
-                    "one_byte_at_a_time": lambda: cf.one_byte_at_a_time(path, req),
-                    "reset_mid_frame": lambda: cf.reset_mid_frame(path, req)}[fault]()
+                    "one_byte_at_a_time": lambda: cf.one_byte_at_a_time(path, req, frame),
+                    "reset_mid_frame": lambda: cf.reset_mid_frame(path, req, frame)}[fault]()
+            peer.decode = self.codec.decode_reply
             self.peers[name] = [peer]
             if fault == "reset_mid_frame":
                 self._returned(name, "send", True, {"status": None}, fault=fault)
@@ -267,7 +276,38 @@ class _Player:
         self.emit("path_replaced", step=name, path=path)
 
     def do_hold_port(self, s: Any, name: str) -> None:
-        raise StepError("hold_port needs a handshake target; the worker-listener runner does not support it")
+        """Bind and listen on a TCP port of 127.0.0.1 (0: any free one) and keep it until the run ends."""
+        self.emit("step_started", step=name, kind="hold_port", port=s.port)
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        try:
+            sock.bind(("127.0.0.1", s.port))
+            sock.listen()
+        except OSError as exc:
+            sock.close()
+            self._returned(name, "hold_port", False, None, port=s.port, error=f"{type(exc).__name__}: {exc}")
+            raise StepError(f"hold_port: cannot hold 127.0.0.1:{s.port}: {exc}") from None
+        self.held.append(sock)
+        port = int(sock.getsockname()[1])
+        self.ports[name] = port
+        self._returned(name, "hold_port", True, port, port=port)
+
+    def do_ctl(self, s: Any, name: str) -> None:
+        """``lastcall ctl list`` / ``delete`` on this run's socket root and /dev/shm, in-process."""
+        from harness.reference.ctl import delete_instance, list_instances
+
+        self.emit("step_started", step=name, kind="ctl", action=s.action)
+        try:
+            if s.action == "list":
+                value: Any = [{"key": i.key, "alive": i.alive, "artifacts": [
+                    {"kind": a.kind, "path": str(a.path), "state": a.state,
+                     "pid": a.owner.pid if a.owner is not None else None} for a in i.artifacts]}
+                    for i in list_instances(self.c.root, self.c.shm_dir) if i.ipc == self.c.ipc]
+            else:
+                value = [str(p) for p in delete_instance(self.c.ipc, self.c.root, self.c.shm_dir, force=s.force)]
+        except Exception as exc:  # a refusal (InstanceInUse) or a failure is this step's outcome
+            self._returned(name, "ctl", False, None, action=s.action, error=f"{type(exc).__name__}: {exc}")
+            return
+        self._returned(name, "ctl", True, value, action=s.action)
 
     def do_workload(self, s: Any, name: str) -> None:
         """Waves of map/unmap from the scenario's seed: Faker names each wave (its request, in the history)
@@ -321,9 +361,9 @@ class _Obj:
         self.__dict__.update(kw)
 
 
-def _whole(path: str, req: wire.Request) -> cf.Peer:
+def _whole(path: str, data: bytes) -> cf.Peer:
     s = cf.connect(path)
-    s.sendall(wire.encode_request(req))
+    s.sendall(data)
     return cf.Peer(s)
 
 
@@ -331,10 +371,16 @@ def run_item(item: MatrixItem, *, variant: str | None = None, run_id: str | None
              snapshot: Callable[[Cluster, str], Snapshot] | None = None) -> RunResult:
     """Run one matrix item against ``variant`` (default: the scenario's target) and judge it.
 
+    A scenario with a handshake step runs on a HandshakeCluster (harness.scenario.hsrunner).
+
     Returns: the RunResult; never raises for a failing system under test.
     """
     from harness.probes.snapshot import for_cluster
 
+    if is_handshake(item.scenario.steps):  # an engine owning a handshake listener, and a peer
+        from harness.scenario.hsrunner import run_handshake_item
+
+        return run_handshake_item(item, variant=variant, run_id=run_id, snapshot=snapshot)
     snap = snapshot or for_cluster
     scn, cfg = item.scenario, item.scenario.config
     chosen = variant or scn.target

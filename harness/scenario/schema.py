@@ -195,10 +195,14 @@ def json_schema(variants: list[str] | None = None) -> dict[str, Any]:
     """The JSON Schema of a scenario file (draft 2020-12), for editors.
 
     ``variants``: the names ``catches`` may use (harness.reference.variants.VARIANTS),
-    offered for completion; left out, any string is accepted there.
+    offered for completion, with the handshake listener's planted bugs added
+    (harness.reference.handshake_variants); left out, any string is accepted there.
     """
     schema = copy.deepcopy(_base_schema())
     schema = {"$schema": "https://json-schema.org/draft/2020-12/schema", **schema}
     if variants is not None:
-        schema["properties"]["catches"]["items"] = {"type": "string", "enum": list(variants)}
+        from harness.reference.handshake_variants import HANDSHAKE_VARIANTS
+
+        handshake = [v for v in HANDSHAKE_VARIANTS if v != "reference" and v not in variants]
+        schema["properties"]["catches"]["items"] = {"type": "string", "enum": [*variants, *handshake]}
     return schema

@@ -1,13 +1,27 @@
 """The steps of a scenario: each is a one-key mapping, ``- send: {...}``, run in order.
 
 A step's key is its kind; its value is the step's parameters (a mapping, or a name
-for ``start``, ``release`` and ``finish``).  ``as:`` names a step so that a later
-step or an ``expect`` entry can refer to it.  There is no ``sleep``: steps
-synchronise with ``wait`` on a failpoint, an event, a return or a close.
+for ``start``, ``release``, ``finish`` and ``stop_hammer``).  ``as:`` names a step so
+that a later step or an ``expect`` entry can refer to it.  There is no ``sleep``:
+steps synchronise with ``wait`` on a failpoint, an event, a return or a close.
+
+A scenario with any of :data:`HANDSHAKE_STEPS` drives a handshake listener (an
+engine owning it and a peer engine) instead of the worker listener::
+
+    - hold_port: {as: held}
+    - start: cluster
+    - handshake_start: {port: held, as: l1}     # PortInUse at once, not a hang
+    - handshake_start: {as: l2}                 # any free port
+    - handshake: {pp: 0, tp: 0, as: h1}         # the peer fetches metadata
+    - hammer: {as: traffic}                     # ... and then back to back
+    - handshake_shutdown: {as: s1}
+    - wait: {returned: s1}
+    - stop_hammer: traffic
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import Discriminator, Field, Tag, model_validator
@@ -29,7 +43,8 @@ from harness.scenario.fields import (
 __all__ = [
     "Step", "StepBase", "STEP_TYPES", "SEND_FAULTS", "WITHHOLDING_FAULTS", "FAILPOINT_ACTIONS", "EVENT_KINDS",
     "Send", "Connections", "Arm", "Call", "Wait", "Stop", "Shutdown", "Restart", "Kill", "PathFault",
-    "HoldPort", "Workload",
+    "HoldPort", "Workload", "HandshakeStart", "Handshake", "Hammer", "MalformedHandshake", "HandshakeShutdown",
+    "Cycle", "HANDSHAKE_STEPS", "WORKER_STEPS", "is_handshake",
 ]
 
 SendFault = Literal["none", "stall_after_header", "stall_mid_body", "partial_header", "zero_length",
@@ -178,6 +193,15 @@ class Exit(Strict):
     as_: StepName | None = _AS
 
 
+class Ctl(Strict):
+    """``lastcall ctl`` on this run's root: list what its instance left (value: instances with their
+    artifacts and owner states) or delete it (value: the paths removed); as a user would after a crash."""
+
+    action: Literal["list", "delete"] = Field(description="list the run's instance, or delete it")
+    force: bool = Field(False, description="delete even while an owner is alive (ctl delete --force)")
+    as_: StepName | None = _AS
+
+
 class Kill(Strict):
     """Send a signal to the engine or a worker process."""
 
@@ -201,6 +225,65 @@ class HoldPort(Strict):
 
 def _word_or_number(value: object) -> str:
     return "Name" if isinstance(value, str) else "Number"
+
+
+# ------------------------------------------------------ handshake side channel
+# A port: a number (0 = any free one), or the as: name of an earlier hold_port step (the port it holds) or
+# handshake_start step (the port its listener bound: start again on the same port).
+PortOrHeld = Annotated[
+    Annotated[int, Tag("Number"), Field(ge=0, le=65535)] | Annotated[StepName, Tag("Name")],
+    Discriminator(_word_or_number),
+]
+HandshakeFault = Literal["garbage", "wrong_tag", "unknown_rank"]
+_WITHIN: Any = Field(2.0, gt=0, description="a safety net: how long the peer waits for the reply")
+
+
+class HandshakeStart(Strict):
+    """The engine starts its handshake listener: ok with the bound port, or the typed error (PortInUse)."""
+
+    port: PortOrHeld = Field(0, description="0 (any free port), a port number, or the name of a hold_port step "
+                                            "(its port) or of a handshake_start step (the port it bound)")
+    start_timeout: Duration = Field(1.0, gt=0, description="how long start may wait for the thread to bind")
+    join_timeout: Duration = Field(5.0, gt=0, description="how long shutdown waits for the thread to exit")
+    as_: StepName | None = _AS
+
+
+class Handshake(Strict):
+    """The peer engine fetches one agent's metadata from the listener last started (a well-formed request)."""
+
+    pp: int = Field(0, ge=0, description="pipeline rank asked for, 0 <= pp < topology.pp")
+    tp: int = Field(0, ge=0, description="tensor-parallel rank asked for, 0 <= tp < topology.tp")
+    within: Duration = _WITHIN
+    background: bool = Field(False, description="do not wait for the reply; wait: {returned: NAME} joins it")
+    as_: StepName | None = _AS
+
+
+class Hammer(Strict):
+    """The peer handshakes back to back (continuous traffic) until a stop_hammer step names this one."""
+
+    as_: StepName | None = _AS
+
+
+class MalformedHandshake(Strict):
+    """The peer sends one malformed handshake: undecodable (garbage), a wrong tag, or a rank nobody serves."""
+
+    kind: HandshakeFault = Field("garbage", description="garbage, wrong_tag or unknown_rank")
+    within: Duration = _WITHIN
+    as_: StepName | None = _AS
+
+
+class HandshakeShutdown(Strict):
+    """The engine shuts its handshake listener down (async): ``wait: {returned: NAME}`` joins it."""
+
+    as_: StepName | None = _AS
+
+
+class Cycle(Strict):
+    """Start and shut down ``n`` handshake listeners in turn in the engine process, on one port."""
+
+    n: int = Field(10, ge=1, le=1000, description="how many start/shutdown rounds")
+    port: int = Field(0, ge=0, le=65535, description="the port of every round; 0 = the one the first round got")
+    as_: StepName | None = _AS
 
 
 class Workload(Strict):
@@ -322,11 +405,65 @@ class WorkloadStep(StepBase):
     workload: Workload = Field(description=Workload.__doc__)
 
 
+class CtlStep(StepBase):
+    kind: ClassVar[str] = "ctl"
+    ctl: Ctl = Field(description=Ctl.__doc__)
+
+
+class HandshakeStartStep(StepBase):
+    kind: ClassVar[str] = "handshake_start"
+    handshake_start: HandshakeStart = Field(description=HandshakeStart.__doc__)
+
+
+class HandshakeStep(StepBase):
+    kind: ClassVar[str] = "handshake"
+    handshake: Handshake = Field(description=Handshake.__doc__)
+
+
+class HammerStep(StepBase):
+    kind: ClassVar[str] = "hammer"
+    hammer: Hammer = Field(description=Hammer.__doc__)
+
+
+class StopHammerStep(StepBase):
+    kind: ClassVar[str] = "stop_hammer"
+    stop_hammer: StepName = Field(description="a hammer step's name: the peer stops after its handshake in flight")
+
+
+class MalformedHandshakeStep(StepBase):
+    kind: ClassVar[str] = "malformed_handshake"
+    malformed_handshake: MalformedHandshake = Field(description=MalformedHandshake.__doc__)
+
+
+class HandshakeShutdownStep(StepBase):
+    kind: ClassVar[str] = "handshake_shutdown"
+    handshake_shutdown: HandshakeShutdown = Field(description=HandshakeShutdown.__doc__)
+
+
+class CycleStep(StepBase):
+    kind: ClassVar[str] = "cycle"
+    cycle: Cycle = Field(description=Cycle.__doc__)
+
+
 _STEPS: tuple[type[StepBase], ...] = (
     StartStep, SendStep, IdleStep, FloodStep, ArmStep, CallStep, WaitStep, ReleaseStep, StopStep, ShutdownStep,
     RestartStep, KillStep, RemoveStep, ReplaceStep, HoldPortStep, FinishStep, WorkloadStep, ExitStep,
+    HandshakeStartStep, HandshakeStep, HammerStep, StopHammerStep, MalformedHandshakeStep, HandshakeShutdownStep,
+    CycleStep, CtlStep,
 )
 STEP_TYPES: dict[str, type[StepBase]] = {c.kind: c for c in sorted(_STEPS, key=lambda c: c.kind)}  # alphabetical
+# Steps that drive a handshake listener: a scenario with any of them is a handshake scenario (an engine owning
+# the listener and a peer engine; harness.scenario.hsrunner).  hold_port, arm, release, wait and kill (of the
+# engine) work in both kinds of scenario; the worker-listener steps below work only without these.
+HANDSHAKE_STEPS = ("handshake_start", "handshake", "hammer", "stop_hammer", "malformed_handshake",
+                   "handshake_shutdown", "cycle")
+WORKER_STEPS = ("send", "idle", "flood", "call", "stop", "shutdown", "restart", "exit", "finish", "remove", "replace",
+                "workload", "ctl")
+
+
+def is_handshake(steps: Iterable[StepBase]) -> bool:
+    """Whether these steps drive a handshake listener (rather than the worker listener)."""
+    return any(step.kind in HANDSHAKE_STEPS for step in steps)
 
 
 def _step_kind(value: object) -> str | None:
@@ -338,14 +475,19 @@ def _step_kind(value: object) -> str | None:
 
 
 Step = Annotated[
-    Annotated[ArmStep, Tag("arm")] | Annotated[CallStep, Tag("call")] | Annotated[ExitStep, Tag("exit")]
-    | Annotated[FinishStep, Tag("finish")]
-    | Annotated[FloodStep, Tag("flood")] | Annotated[HoldPortStep, Tag("hold_port")]
-    | Annotated[IdleStep, Tag("idle")] | Annotated[KillStep, Tag("kill")] | Annotated[ReleaseStep, Tag("release")]
+    Annotated[ArmStep, Tag("arm")] | Annotated[CallStep, Tag("call")] | Annotated[CtlStep, Tag("ctl")]
+    | Annotated[CycleStep, Tag("cycle")]
+    | Annotated[ExitStep, Tag("exit")] | Annotated[FinishStep, Tag("finish")] | Annotated[FloodStep, Tag("flood")]
+    | Annotated[HammerStep, Tag("hammer")] | Annotated[HandshakeStep, Tag("handshake")]
+    | Annotated[HandshakeShutdownStep, Tag("handshake_shutdown")]
+    | Annotated[HandshakeStartStep, Tag("handshake_start")] | Annotated[HoldPortStep, Tag("hold_port")]
+    | Annotated[IdleStep, Tag("idle")] | Annotated[KillStep, Tag("kill")]
+    | Annotated[MalformedHandshakeStep, Tag("malformed_handshake")] | Annotated[ReleaseStep, Tag("release")]
     | Annotated[RemoveStep, Tag("remove")] | Annotated[ReplaceStep, Tag("replace")]
     | Annotated[RestartStep, Tag("restart")] | Annotated[SendStep, Tag("send")]
     | Annotated[ShutdownStep, Tag("shutdown")] | Annotated[StartStep, Tag("start")]
-    | Annotated[StopStep, Tag("stop")] | Annotated[WaitStep, Tag("wait")] | Annotated[WorkloadStep, Tag("workload")],
+    | Annotated[StopStep, Tag("stop")] | Annotated[StopHammerStep, Tag("stop_hammer")]
+    | Annotated[WaitStep, Tag("wait")] | Annotated[WorkloadStep, Tag("workload")],
     Discriminator(_step_kind, custom_error_type="unknown_step",
                   custom_error_message="a step is a mapping with one key, its kind (e.g. - start: cluster)"),
 ]
