@@ -101,6 +101,16 @@ def encode_request(pp_rank: int, tp_rank: int, tag: str = GET_META_MSG) -> bytes
     return _ENCODER.encode((tag, pp_rank, tp_rank))
 
 
+def check_listener_args(metadata: Mapping[tuple[int, int], AgentMetadata], port: int) -> None:
+    """ConfigError unless each metadata entry is keyed by its own (pp_rank, tp_rank) and port is 0..65535."""
+    for key, meta in metadata.items():
+        if key != (meta.pp_rank, meta.tp_rank):
+            raise ConfigError(f"metadata key {key!r} does not match its (pp_rank, tp_rank) = "
+                              f"{(meta.pp_rank, meta.tp_rank)!r}; key each entry by its own ranks")
+    if not 0 <= port <= 65535:
+        raise ConfigError(f"port must be 0 (pick a free one) to 65535, got {port!r}")
+
+
 class HandshakeListener:
     """Serves agent metadata on host:port until shut down.
 
@@ -110,12 +120,7 @@ class HandshakeListener:
     def __init__(self, metadata: Mapping[tuple[int, int], AgentMetadata], *, host: str = DEFAULT_HOST,
                  port: int = 0, recorder: Emitter | None = None, start_timeout: float | None = None,
                  join_timeout: float | None = None) -> None:
-        for key, meta in metadata.items():
-            if key != (meta.pp_rank, meta.tp_rank):
-                raise ConfigError(f"metadata key {key!r} does not match its (pp_rank, tp_rank) = "
-                                  f"{(meta.pp_rank, meta.tp_rank)!r}; key each entry by its own ranks")
-        if not 0 <= port <= 65535:
-            raise ConfigError(f"port must be 0 (pick a free one) to 65535, got {port!r}")
+        check_listener_args(metadata, port)
         self.metadata = dict(metadata)
         self.host = host
         self.requested_port = port

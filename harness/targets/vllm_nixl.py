@@ -71,7 +71,7 @@ import zmq
 
 from harness.errors import ConfigError, HandshakeError
 from harness.history import Emitter, NullRecorder
-from harness.reference.handshake import AgentMetadata
+from harness.reference.handshake import AgentMetadata, check_listener_args
 
 __all__ = ["TARGET", "VllmNixlTarget", "VllmNixlListener", "HandshakeCodec", "FakeNixlAgent", "GET_META_MSG",
            "SCHEDULER_MODULE", "METADATA_MODULE", "FIX"]
@@ -270,12 +270,7 @@ class VllmNixlListener:
     def __init__(self, metadata: Mapping[tuple[int, int], AgentMetadata], *, host: str = "127.0.0.1",
                  port: int = 0, recorder: Emitter | None = None, start_timeout: float | None = None,
                  join_timeout: float | None = None) -> None:
-        for key, meta in metadata.items():
-            if key != (meta.pp_rank, meta.tp_rank):
-                raise ConfigError(f"metadata key {key!r} does not match its (pp_rank, tp_rank) = "
-                                  f"{(meta.pp_rank, meta.tp_rank)!r}; key each entry by its own ranks")
-        if not 0 <= port <= 65535:
-            raise ConfigError(f"port must be 0 (pick a free one) to 65535, got {port!r}")
+        check_listener_args(metadata, port)
         self.metadata = dict(metadata)
         self.host = host
         self.requested_port = port
