@@ -29,7 +29,8 @@ def test_scenario_against_every_variant(path: Path, monkeypatch: pytest.MonkeyPa
     out = Path("reports") / "planted-bug-table" / f"{path.stem}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps([c.__dict__ for c in cells], indent=1))
-    failures = [f"{c.scenario} fails on the reference" for c in cells if c.variant == "reference" and c.caught]
-    failures += [f"{c.scenario} does not catch {c.variant}" for c in cells
+    failures = [f"{c.scenario} fails on the reference: {c.detail}" for c in cells
+                if c.variant == "reference" and c.caught]
+    failures += [f"{c.scenario} does not catch {c.variant}: {c.detail}" for c in cells
                  if c.named and c.variant != "reference" and not c.caught]
     assert not failures, failures

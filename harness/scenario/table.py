@@ -24,6 +24,15 @@ class Cell:
     caught: bool  # a checker reported a violation (for the reference: the run failed)
     named: bool  # the scenario names this variant in catches
     checkers: tuple[str, ...]  # the checkers that fired
+    detail: str = ""  # why the run ended as it did: the step error, the outcome, every verdict (for a miss)
+
+
+def _detail(r: RunResult) -> str:
+    parts = [f"step error: {r.step_error}"] if r.step_error else []
+    if r.outcome.status != "ok":
+        parts.append(f"outcome: {r.outcome.status} {r.outcome.detail}".rstrip())
+    parts += [f"{v.checker}: {v.status} ({v.message})" for v in r.verdicts]
+    return "; ".join(parts)
 
 
 def build(paths: Sequence[str], variants: Sequence[str],
@@ -43,7 +52,7 @@ def build(paths: Sequence[str], variants: Sequence[str],
             r: RunResult = run_item(item, variant=variant)
             fired = tuple(v.checker for v in r.violated)
             caught = bool(fired) if variant != "reference" else not r.passed
-            cell = Cell(scn.name, variant, caught, variant in scn.catches, fired)
+            cell = Cell(scn.name, variant, caught, variant in scn.catches, fired, _detail(r))
             cells.append(cell)
             if progress is not None:
                 progress(cell)
