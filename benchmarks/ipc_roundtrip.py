@@ -1,15 +1,28 @@
 """Round-trip cost of the reference listener vs a bare listener with the same framing.
 
-Run:  .venv/bin/python benchmarks/ipc_roundtrip.py [--backend noop|allocator|both] [--quick]
+Run:  .venv/bin/python benchmarks/ipc_roundtrip.py [--backend noop|allocator|both]
+          [--placement process thread] [--quick]
 
-What it measures (all in one process; servers on their own threads, the client
-on the main thread; history recording off: the reference listener gets no
-recorder, i.e. a NullRecorder):
+What it measures (the client always on this process's main thread; history
+recording off: the reference listener gets no recorder, i.e. a NullRecorder):
 
 1. Per-request round trip with one fresh connection per request (connect, send
    one frame, read the reply, close: kvcached's ``_send_and_receive_message``),
-   reference listener vs :class:`harness.bench.bare.BareListener`, both serving
-   the same backend object, interleaved ABBA windows, median of window medians:
+   reference listener vs :class:`harness.bench.bare.BareListener`, each with
+   its own backend of the same kind, interleaved ABBA windows, median of window
+   medians, in two placements:
+
+   * ``process`` (the target is judged here): each listener in a forked child
+     (:class:`harness.bench.serverproc.ServerProcess`), as kvcached's listener
+     runs in a worker process and its client in the engine's;
+   * ``thread`` (informational): both listeners on threads of this process,
+     sharing one backend object.  Client and listener then take turns on one
+     GIL, so the reference's bookkeeping after each reply (the EOF read and the
+     close of a connection a keep-alive listener must watch, which a
+     one-request-per-connection loop never pays) lands on the client's clock
+     instead of running on another core.
+
+   The ops:
 
    * ``kv_tensors_created``: one small request;
    * ``map 16``: a map of 16 distinct page offsets, timed; the same offsets are
@@ -21,7 +34,8 @@ recorder, i.e. a NullRecorder):
    Once with the NoopBackend (listener cost dominates) and once with the real
    allocator (``AllocatorBackend(KVAllocator(page_size=2 MiB))``, CPU memory).
    Beside it, the serving thread's own CPU time per ``kv_tensors_created``
-   request (``pthread_getcpuclockid``), which wake-up latency does not inflate.
+   request (``pthread_getcpuclockid`` in this process, ``/proc/PID/task/TID/schedstat``
+   for a child), which wake-up latency does not inflate.
 2. ``stop()`` latency of a reference listener with 0, 16 and 256 idle
    connections parked (connected and accepted), median of 15 fresh listeners each.
 3. A ``kv_tensors_created`` round trip on a listener with 16 idle clients
@@ -50,6 +64,7 @@ from pathlib import Path
 
 from harness.bench.bare import BareListener
 from harness.bench.interleave import Arm, Request, Step, format_result, format_rows, run_interleaved
+from harness.bench.serverproc import Served, ServerProcess
 from harness.reference import wire
 from harness.reference.allocator import KVAllocator, MiB
 from harness.reference.backend import AllocatorBackend, NoopBackend
@@ -161,18 +176,18 @@ def thread_cpu_ns(thread: threading.Thread | None) -> int:
     return time.clock_gettime_ns(time.pthread_getcpuclockid(thread.ident))
 
 
-def server_cpu(servers: dict[str, tuple[str, threading.Thread | None]], n: int, rounds: int) -> str:
+def server_cpu(servers: dict[str, tuple[str, Callable[[], int]]], n: int, rounds: int) -> str:
     """Serving-thread CPU per kv_tensors_created request, arms alternated per round; medians."""
     per: dict[str, list[float]] = {name: [] for name in servers}
     names = list(servers)
     for r in range(rounds + 1):  # round 0 warms up
         for name in names if r % 2 else reversed(names):
-            path, thread = servers[name]
-            c0 = thread_cpu_ns(thread)
+            path, cpu_ns = servers[name]
+            c0 = cpu_ns()
             for _ in range(n):
                 call(path, wire.Request(cmd="kv_tensors_created"), "success")
             if r:
-                per[name].append((thread_cpu_ns(thread) - c0) / n)
+                per[name].append((cpu_ns() - c0) / n)
     base = statistics.median(per[names[-1]])
     rows = [[name, f"{statistics.median(v) / 1e3:.1f}", f"{statistics.median(v) / base:.3f}"]
             for name, v in per.items()]
@@ -212,29 +227,57 @@ def make_backend(kind: str) -> tuple[Backend, KVAllocator | None]:
 
 
 # ------------------------------------------------------------------ parts
-def part_ipc(root: Path, kind: str, windows: int, requests: int) -> str:
-    backend, alloc = make_backend(kind)
+def part_ipc(root: Path, kind: str, windows: int, requests: int, placement: str) -> str:
+    """Reference vs bare round trips; ``placement``: "process" (each listener in its own child process,
+    the client here: the deployment shape, which the target is judged on) or "thread" (both listeners on
+    threads of this process, the client too: one GIL serialises their work, informational)."""
     seq = itertools.count()
-    try:
-        with reference(root, f"rt-{kind}", backend) as ref, bare(root, f"bare-{kind}", backend) as base:
-            arms = [Arm("reference", Client(os.fspath(ref.path), seq).ops()),
-                    Arm("bare", Client(os.fspath(base.path), seq).ops())]
+    if placement == "process":
+        def served(make: Callable[[Backend], Served]) -> Callable[[], tuple[Served, Callable[[], str]]]:
+            def factory() -> tuple[Served, Callable[[], str]]:  # runs in the child
+                backend, alloc = make_backend(kind)
+                return make(backend), functools.partial(allocator_check, alloc)
+            return factory
+
+        with ServerProcess(served(lambda b: WorkerListener(socket_path(f"rt-{kind}", 0, root=root), b)),
+                           "reference") as ref, \
+                ServerProcess(served(lambda b: BareListener(root / f"bare-{kind}.sock", b)), "bare") as base:
+            arms = [Arm("reference", Client(ref.path, seq).ops()), Arm("bare", Client(base.path, seq).ops())]
             res = run_interleaved(arms, ops=OPS, windows=windows, requests=requests, baseline="bare")
-            cpu = server_cpu({"reference": (os.fspath(ref.path), ref.thread),
-                              "bare": (os.fspath(base.path), base.thread)}, requests, windows)
-        leaked = alloc.used_bytes() if alloc is not None else 0
-    finally:
-        if alloc is not None:
-            alloc.teardown()
-    if leaked:
-        raise RuntimeError(f"{leaked} bytes still mapped after the run: a map was not undone")
-    if kind == "noop":
+            cpu = server_cpu({"reference": (ref.path, ref.cpu_ns), "bare": (base.path, base.cpu_ns)},
+                             requests, windows)
+    else:
+        backend, alloc = make_backend(kind)
+        try:
+            with reference(root, f"rt-{kind}", backend) as lref, bare(root, f"bare-{kind}", backend) as lbase:
+                arms = [Arm("reference", Client(os.fspath(lref.path), seq).ops()),
+                        Arm("bare", Client(os.fspath(lbase.path), seq).ops())]
+                res = run_interleaved(arms, ops=OPS, windows=windows, requests=requests, baseline="bare")
+                cpu = server_cpu({"reference": (os.fspath(lref.path), functools.partial(thread_cpu_ns, lref.thread)),
+                                  "bare": (os.fspath(lbase.path), functools.partial(thread_cpu_ns, lbase.thread))},
+                                 requests, windows)
+        finally:
+            problem = allocator_check(alloc)
+        if problem:
+            raise RuntimeError(problem)
+    if kind == "noop" and placement == "process":
         targets = {op: f"<= {RATIO_TARGET:.2f} {verdict(res.ratio(op, 'reference') <= RATIO_TARGET)}"
                    for op in OPS}
     else:
         targets = {op: "(informational)" for op in OPS}
-    title = f"Round trip, one fresh connection per request, backend: {kind}"
+    where = {"process": "each listener in its own process, the client in this one",
+             "thread": "both listeners and the client in one process (one GIL)"}[placement]
+    title = f"Round trip, one fresh connection per request, backend: {kind}; {where}"
     return format_result(res, targets=targets, title=title) + "\n\n" + cpu
+
+
+def allocator_check(alloc: KVAllocator | None) -> str:
+    """Tear the allocator down; what is wrong if a map was not undone ("" if nothing)."""
+    if alloc is None:
+        return ""
+    leaked = alloc.used_bytes()
+    alloc.teardown()
+    return f"{leaked} bytes still mapped after the run: a map was not undone" if leaked else ""
 
 
 def part_stop(root: Path, parked: tuple[int, ...], reps: int) -> str:
@@ -305,10 +348,12 @@ def raise_fd_limit(need: int) -> str:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     p.add_argument("--backend", choices=["noop", "allocator", "both"], default="both")
-    p.add_argument("--windows", type=int, default=9, help="measured windows per op and arm (default 9)")
+    p.add_argument("--windows", type=int, default=21, help="measured windows per op and arm (default 21)")
     p.add_argument("--requests", type=int, default=300, help="requests per window (default 300)")
     p.add_argument("--stop-reps", type=int, default=15, help="fresh listeners per stop row (default 15)")
     p.add_argument("--quick", action="store_true", help="smoke run: 3 windows x 50 requests, 3 stop reps")
+    p.add_argument("--placement", nargs="+", choices=["process", "thread"], default=["process", "thread"],
+                   help="where the listeners of the round-trip part run (default: both, process first)")
     p.add_argument("--skip", nargs="*", default=[], choices=["ipc", "stop", "loaded"], help="parts to leave out")
     args = p.parse_args(argv)
     if args.quick:
@@ -322,7 +367,8 @@ def main(argv: list[str] | None = None) -> int:
     root = Path(tempfile.mkdtemp(prefix="lc-", dir="/tmp"))
     sections: list[Callable[[], str]] = []
     if "ipc" not in args.skip:
-        sections += [functools.partial(part_ipc, root, k, args.windows, args.requests) for k in kinds]
+        sections += [functools.partial(part_ipc, root, k, args.windows, args.requests, where)
+                     for where in args.placement for k in kinds]
     if "stop" not in args.skip:
         sections.append(lambda: part_stop(root, parked, args.stop_reps))
     if "loaded" not in args.skip:

@@ -1,0 +1,149 @@
+"""A listener served from a forked child process: the shape the real listeners run in.
+
+kvcached's client lives in the engine process and its listener in each worker
+process; a benchmark that puts client and listener on two threads of one
+process makes them take turns on one GIL, so every microsecond of the
+listener's connection bookkeeping (the EOF read and close after a reply, which
+in a deployment run on the worker's core while the engine prepares its next
+request) lands on the client's clock.  :class:`ServerProcess` runs the listener
+in a child instead: the client times round trips from the parent, as the engine
+would.
+
+The child is forked (no exec: the listener's class and backend are whatever the
+factory builds) and talks to the parent over two pipes, no sleeps:
+
+* ready: one line ``<socket path> <serving thread's tid>`` once ``start()`` returned;
+* stop: the parent writes ``stop`` (or dies: EOF does the same), the child calls
+  ``stop()`` and answers one line ``ok <detail>`` or ``failed <detail>``, then
+  ``os._exit``; the parent reaps it.
+
+:meth:`ServerProcess.cpu_ns` reads the serving thread's CPU time from
+``/proc/<pid>/task/<tid>/schedstat`` (nanoseconds, Linux), the cross-process
+counterpart of ``pthread_getcpuclockid``.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+from types import TracebackType
+from typing import Protocol
+
+__all__ = ["Served", "ServerProcess"]
+
+
+class Served(Protocol):
+    """What the child serves: a listener with a path, a serving thread, start and stop."""
+
+    @property
+    def path(self) -> Path: ...
+
+    def start(self) -> None: ...
+
+    def stop(self) -> bool: ...
+
+
+class ServerProcess:
+    """``with ServerProcess(factory) as sp:`` serves ``factory()[0]`` in a child until the block ends.
+
+    ``factory`` runs in the child and returns the listener and a check called
+    after its stop (returns "" when all is well, else what is wrong, e.g. pages
+    still mapped).  Leaving the block stops the listener and raises
+    RuntimeError if stop returned False, the check failed or the child died.
+    """
+
+    def __init__(self, factory: Callable[[], tuple[Served, Callable[[], str]]], name: str = "server") -> None:
+        self.factory = factory
+        self.name = name
+        self.pid = 0
+        self.tid = 0
+        self.path = ""
+        self._cmd_w = -1
+        self._out_r = -1
+
+    def __enter__(self) -> ServerProcess:
+        cmd_r, cmd_w = os.pipe()
+        out_r, out_w = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the child: never returns
+            os.close(cmd_w)
+            os.close(out_r)
+            self._child(cmd_r, out_w)
+        os.close(cmd_r)
+        os.close(out_w)
+        self.pid, self._cmd_w, self._out_r = pid, cmd_w, out_r
+        line = self._line()
+        if not line.startswith("ready "):
+            self._reap()
+            raise RuntimeError(f"{self.name} (pid {pid}) did not start: {line or 'exited without a word'}")
+        _, self.path, tid = line.split(" ")
+        self.tid = int(tid)
+        return self
+
+    def __exit__(self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None) -> None:
+        try:
+            os.write(self._cmd_w, b"stop\n")
+        except OSError:
+            pass  # already gone: the reply line says why
+        line = self._line()
+        code = self._reap()
+        if et is None and (not line.startswith("ok") or code != 0):
+            raise RuntimeError(f"{self.name} (pid {self.pid}) did not stop cleanly (exit {code}): "
+                               f"{line or 'no answer'}")
+
+    def cpu_ns(self) -> int:
+        """CPU time the serving thread has used so far, in nanoseconds."""
+        with open(f"/proc/{self.pid}/task/{self.tid}/schedstat") as f:
+            return int(f.read().split()[0])
+
+    # ------------------------------------------------------------ internals
+    def _line(self) -> str:
+        data = b""
+        while not data.endswith(b"\n"):
+            chunk = os.read(self._out_r, 4096)  # the child answers or exits (EOF): never blocks for good
+            if not chunk:
+                break
+            data += chunk
+        return data.decode(errors="replace").strip()
+
+    def _reap(self) -> int:
+        for fd in (self._cmd_w, self._out_r):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        self._cmd_w = self._out_r = -1
+        _, status = os.waitpid(self.pid, 0)
+        return os.waitstatus_to_exitcode(status)
+
+    def _child(self, cmd_r: int, out_w: int) -> None:
+        code = 2
+        try:
+            signal.signal(signal.SIGINT, signal.SIG_IGN)  # ^C is the parent's: it stops us through the pipe
+            listener, check = self.factory()
+            listener.start()
+            thread = getattr(listener, "thread", None)
+            tid = getattr(thread, "native_id", None)
+            if tid is None:
+                raise RuntimeError(f"{type(listener).__name__} has no serving thread after start()")
+            os.write(out_w, f"ready {os.fspath(listener.path)} {tid}\n".encode())
+            os.read(cmd_r, 64)  # "stop", or EOF when the parent is gone
+            ok = listener.stop()
+            problem = check() if ok else "stop() returned False"
+            if problem:
+                os.write(out_w, f"failed {problem}\n".encode())
+                code = 1
+            else:
+                os.write(out_w, b"ok\n")
+                code = 0
+        except BaseException as exc:  # reported to the parent, never raised out of a forked child
+            last = traceback.format_exception_only(type(exc), exc)[-1].strip()
+            try:
+                os.write(out_w, f"failed {last}\n".encode())
+            except OSError:
+                pass
+        finally:
+            os._exit(code)

@@ -1,0 +1,97 @@
+"""harness.bench.serverproc: a listener served from a forked child, stopped and reaped; failures reported.
+
+The benchmark script itself (benchmarks/ipc_roundtrip.py) runs as a subprocess here, so that the
+process that forks its servers is single-threaded, as when a person runs it.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from harness.bench.bare import BareListener
+from harness.bench.serverproc import Served, ServerProcess
+from harness.reference import wire
+from harness.reference.backend import NoopBackend
+from harness.reference.listener import WorkerListener
+from harness.reference.paths import socket_path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def roundtrip(path: str) -> wire.Reply:
+    import socket
+
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        s.settimeout(10)
+        s.connect(path)
+        s.sendall(wire.encode_request(wire.Request(cmd="kv_tensors_created")))
+        return wire.decode_reply(wire.recv_frame(s))
+
+
+def fine() -> str:
+    return ""
+
+
+def child_is_gone(pid: int) -> bool:
+    try:
+        os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        return True
+    return False
+
+
+@pytest.mark.parametrize("kind", ["reference", "bare"])
+def test_serves_from_another_process_and_stops_clean(tmp_path: Path, kind: str) -> None:
+    def factory() -> tuple[Served, Callable[[], str]]:
+        if kind == "reference":
+            return WorkerListener(socket_path("sp", 0, root=tmp_path), NoopBackend()), fine
+        return BareListener(tmp_path / "bare.sock", NoopBackend()), fine
+
+    with ServerProcess(factory, kind) as sp:
+        assert sp.pid != os.getpid()
+        assert os.path.exists(sp.path)
+        before = sp.cpu_ns()
+        for _ in range(20):
+            assert roundtrip(sp.path).status == "success"
+        assert sp.cpu_ns() > before  # the serving thread's own CPU, read from /proc
+    assert child_is_gone(sp.pid)
+    assert not os.path.exists(sp.path)  # the child's stop() removed its socket
+    assert list(tmp_path.iterdir()) == []  # nor its directory
+
+
+def test_a_factory_that_raises_is_reported_and_reaped(tmp_path: Path) -> None:
+    def factory() -> tuple[Served, Callable[[], str]]:
+        raise ValueError("no backend for you")
+
+    sp = ServerProcess(factory, "broken")
+    with pytest.raises(RuntimeError, match=r"broken \(pid \d+\) did not start: failed ValueError: no backend for you"):
+        sp.__enter__()
+    assert child_is_gone(sp.pid)
+
+
+def test_a_failed_check_after_stop_is_reported(tmp_path: Path) -> None:
+    def factory() -> tuple[Served, Callable[[], str]]:
+        return WorkerListener(socket_path("sp", 0, root=tmp_path), NoopBackend()), lambda: "4194304 bytes mapped"
+
+    sp = ServerProcess(factory, "leaky")
+    stopped_dirty = r"leaky \(pid \d+\) did not stop cleanly \(exit 1\): failed 4194304 bytes"
+    with pytest.raises(RuntimeError, match=stopped_dirty), sp:
+        assert roundtrip(sp.path).status == "success"
+    assert child_is_gone(sp.pid)
+
+
+def test_ipc_roundtrip_benchmark_runs_and_prints_its_tables(tmp_path: Path) -> None:
+    out = subprocess.run([sys.executable, "benchmarks/ipc_roundtrip.py", "--windows", "1", "--requests", "3",
+                          "--stop-reps", "1"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    text = out.stdout
+    assert text.count("Round trip, one fresh connection per request") == 4
+    assert "each listener in its own process" in text and "one GIL" in text
+    assert "stop() latency" in text and "16 idle clients parked" in text
+    assert "WARNING" not in text and "Traceback" not in out.stderr
