@@ -89,7 +89,7 @@ def test_a_failed_check_after_stop_is_reported(tmp_path: Path) -> None:
 def test_ipc_roundtrip_benchmark_runs_and_prints_its_tables(tmp_path: Path) -> None:
     out = subprocess.run([sys.executable, "benchmarks/ipc_roundtrip.py", "--windows", "1", "--requests", "3",
                           "--stop-reps", "1"], cwd=ROOT, capture_output=True, text=True, timeout=120)
-    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
     text = out.stdout
     assert text.count("Round trip, one fresh connection per request") == 4
     assert "each listener in its own process" in text and "one GIL" in text
