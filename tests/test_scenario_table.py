@@ -14,23 +14,39 @@ from pathlib import Path
 
 import pytest
 
-from harness.scenario.table import build
+from harness.history import write_jsonl
+from harness.scenario.report import timeline
+from harness.scenario.runner import RunResult
+from harness.scenario.table import Cell, build
 from harness.targets import target_names
 
 VARIANTS = [v for v in target_names() if v not in ("kvcached", "vllm_nixl")]  # worker and handshake variants
 SCENARIOS = sorted(Path("scenarios").glob("*.yaml"))
 
 
+def wrong(c: Cell) -> bool:
+    """The reference failed, or a variant the scenario names was not caught."""
+    return c.caught if c.variant == "reference" else c.named and not c.caught
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("path", SCENARIOS, ids=[p.stem for p in SCENARIOS])
 def test_scenario_against_every_variant(path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("LASTCALL_FAST_EXIT", "1")  # hundreds of runs: skip each worker's module teardown
-    cells = build([str(path)], VARIANTS)
-    out = Path("reports") / "planted-bug-table" / f"{path.stem}.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps([c.__dict__ for c in cells], indent=1))
-    failures = [f"{c.scenario} fails on the reference: {c.detail}" for c in cells
-                if c.variant == "reference" and c.caught]
-    failures += [f"{c.scenario} does not catch {c.variant}: {c.detail}" for c in cells
-                 if c.named and c.variant != "reference" and not c.caught]
-    assert not failures, failures
+    out = Path("reports") / "planted-bug-table"
+    out.mkdir(parents=True, exist_ok=True)
+    kept: dict[str, str] = {}
+
+    def keep(cell: Cell, run: RunResult) -> None:  # the history of a cell that went wrong: kept, and shown
+        if wrong(cell):
+            where = out / f"{path.stem}--{cell.variant}.jsonl"
+            write_jsonl(where, run.events)
+            kept[cell.variant] = f"{where}; timeline:\n{timeline(run.events)}"
+
+    cells = build([str(path)], VARIANTS, keep=keep)
+    (out / f"{path.stem}.json").write_text(json.dumps([c.__dict__ for c in cells], indent=1))
+    failures = [f"{c.scenario} fails on the reference: {c.detail} (history: {kept.get(c.variant)})"
+                for c in cells if c.variant == "reference" and wrong(c)]
+    failures += [f"{c.scenario} does not catch {c.variant}: {c.detail} (history: {kept.get(c.variant)})"
+                 for c in cells if c.variant != "reference" and wrong(c)]
+    assert not failures, "\n\n".join(failures)

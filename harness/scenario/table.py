@@ -36,7 +36,10 @@ def _detail(r: RunResult) -> str:
 
 
 def build(paths: Sequence[str], variants: Sequence[str],
-          progress: Callable[[Cell], None] | None = None) -> list[Cell]:
+          progress: Callable[[Cell], None] | None = None,
+          keep: Callable[[Cell, RunResult], None] | None = None) -> list[Cell]:
+    """Run every scenario of ``paths`` against every variant; ``keep`` sees each cell with its run
+    (the slow test keeps the history of a cell that went wrong)."""
     scenarios, errors = load_many(list(paths))
     if errors:
         raise errors[0]
@@ -54,6 +57,8 @@ def build(paths: Sequence[str], variants: Sequence[str],
             caught = bool(fired) if variant != "reference" else not r.passed
             cell = Cell(scn.name, variant, caught, variant in scn.catches, fired, _detail(r))
             cells.append(cell)
+            if keep is not None:
+                keep(cell, r)
             if progress is not None:
                 progress(cell)
     return cells
