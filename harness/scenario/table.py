@@ -83,13 +83,34 @@ def markdown(cells: list[Cell], variants: Sequence[str]) -> str:
     return "\n".join(lines)
 
 
+def load_cells(directory: str) -> list[Cell]:
+    """The cells the slow test wrote (``reports/planted-bug-table/*.json``), scenarios in name order."""
+    import json
+    from pathlib import Path
+
+    files = sorted(Path(directory).glob("*.json"))
+    if not files:
+        raise SystemExit(f"no *.json under {directory}: run `pytest -m slow tests/test_scenario_table.py` first")
+    cells = []
+    for f in files:
+        for d in json.loads(f.read_text()):
+            d["checkers"] = tuple(d.get("checkers", ()))
+            cells.append(Cell(**d))
+    return cells
+
+
 def main(argv: list[str]) -> int:
+    """``python -m harness.scenario.table [PATH...]`` runs the table; ``--from DIR`` prints the one the slow
+    test left in DIR (reports/planted-bug-table) without running anything."""
     from harness.targets import target_names
 
     variants = [v for v in target_names() if v not in ("kvcached", "vllm_nixl")]
-    cells = build(argv or ["scenarios"], variants,
-                  progress=lambda c: print(f"{c.scenario:45} {c.variant:28} {'caught' if c.caught else '-'} "
-                                           f"{','.join(c.checkers)}", file=sys.stderr, flush=True))
+    if argv[:1] == ["--from"]:
+        cells = load_cells(argv[1] if len(argv) > 1 else "reports/planted-bug-table")
+    else:
+        cells = build(argv or ["scenarios"], variants,
+                      progress=lambda c: print(f"{c.scenario:45} {c.variant:28} {'caught' if c.caught else '-'} "
+                                               f"{','.join(c.checkers)}", file=sys.stderr, flush=True))
     print(markdown(cells, variants))
     return 0
 
