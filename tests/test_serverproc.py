@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
 from collections.abc import Callable
 from pathlib import Path
 
@@ -84,6 +85,24 @@ def test_a_failed_check_after_stop_is_reported(tmp_path: Path) -> None:
     with pytest.raises(RuntimeError, match=stopped_dirty), sp:
         assert roundtrip(sp.path).status == "success"
     assert child_is_gone(sp.pid)
+
+
+class HangsInStop(BareListener):
+    def stop(self, timeout: float = 5.0) -> bool:
+        threading.Event().wait()  # never set: a stop that hangs
+        return True
+
+
+def test_a_stop_that_hangs_is_killed_not_waited_for(tmp_path: Path) -> None:
+    def factory() -> tuple[Served, Callable[[], str]]:
+        return HangsInStop(tmp_path / "hang.sock", NoopBackend()), fine
+
+    sp = ServerProcess(factory, "hanging", timeout=0.5)
+    with pytest.raises(RuntimeError, match=r"hanging \(pid \d+\) said nothing for 0.5s \(a start or stop that "
+                                           r"hangs\): killed"), sp:
+        assert roundtrip(sp.path).status == "success"
+    assert child_is_gone(sp.pid)
+    (tmp_path / "hang.sock").unlink()  # what a killed server leaves: ours to remove
 
 
 def test_ipc_roundtrip_benchmark_runs_and_prints_its_tables(tmp_path: Path) -> None:

@@ -15,7 +15,9 @@ factory builds) and talks to the parent over two pipes, no sleeps:
 * ready: one line ``<socket path> <serving thread's tid>`` once ``start()`` returned;
 * stop: the parent writes ``stop`` (or dies: EOF does the same), the child calls
   ``stop()`` and answers one line ``ok <detail>`` or ``failed <detail>``, then
-  ``os._exit``; the parent reaps it.
+  ``os._exit``; the parent reaps it.  A child silent for ``timeout`` (default
+  the scaled safety net) is killed and reaped, and the parent raises: a start
+  or stop that hangs never hangs the benchmark.
 
 :meth:`ServerProcess.cpu_ns` reads the serving thread's CPU time from
 ``/proc/<pid>/task/<tid>/schedstat`` (nanoseconds, Linux), the cross-process
@@ -25,12 +27,16 @@ counterpart of ``pthread_getcpuclockid``.
 from __future__ import annotations
 
 import os
+import select
 import signal
+import time
 import traceback
 from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
 from typing import Protocol
+
+from harness.timeouts import scaled
 
 __all__ = ["Served", "ServerProcess"]
 
@@ -55,9 +61,11 @@ class ServerProcess:
     RuntimeError if stop returned False, the check failed or the child died.
     """
 
-    def __init__(self, factory: Callable[[], tuple[Served, Callable[[], str]]], name: str = "server") -> None:
+    def __init__(self, factory: Callable[[], tuple[Served, Callable[[], str]]], name: str = "server",
+                 timeout: float | None = None) -> None:
         self.factory = factory
         self.name = name
+        self.timeout = scaled() if timeout is None else timeout  # a safety net for each answer, not a timer
         self.pid = 0
         self.tid = 0
         self.path = ""
@@ -67,7 +75,12 @@ class ServerProcess:
     def __enter__(self) -> ServerProcess:
         cmd_r, cmd_w = os.pipe()
         out_r, out_w = os.pipe()
-        pid = os.fork()
+        try:
+            pid = os.fork()
+        except OSError:
+            for fd in (cmd_r, cmd_w, out_r, out_w):
+                os.close(fd)
+            raise
         if pid == 0:  # the child: never returns
             os.close(cmd_w)
             os.close(out_r)
@@ -88,7 +101,12 @@ class ServerProcess:
             os.write(self._cmd_w, b"stop\n")
         except OSError:
             pass  # already gone: the reply line says why
-        line = self._line()
+        try:
+            line = self._line()
+        except RuntimeError:
+            if et is None:
+                raise
+            return  # the body's own error says more; the child is killed and reaped
         code = self._reap()
         if et is None and (not line.startswith("ok") or code != 0):
             raise RuntimeError(f"{self.name} (pid {self.pid}) did not stop cleanly (exit {code}): "
@@ -101,20 +119,26 @@ class ServerProcess:
 
     # ------------------------------------------------------------ internals
     def _line(self) -> str:
+        """The child's next line; a child silent past ``timeout`` (a start or stop that hangs) is killed."""
         data = b""
+        deadline = time.monotonic() + self.timeout
         while not data.endswith(b"\n"):
-            chunk = os.read(self._out_r, 4096)  # the child answers or exits (EOF): never blocks for good
-            if not chunk:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([self._out_r], [], [], left)[0]:
+                os.kill(self.pid, signal.SIGKILL)
+                self._reap()
+                raise RuntimeError(f"{self.name} (pid {self.pid}) said nothing for {self.timeout:g}s "
+                                   f"(a start or stop that hangs): killed")
+            chunk = os.read(self._out_r, 4096)
+            if not chunk:  # the child exited
                 break
             data += chunk
         return data.decode(errors="replace").strip()
 
     def _reap(self) -> int:
         for fd in (self._cmd_w, self._out_r):
-            try:
+            if fd >= 0:
                 os.close(fd)
-            except OSError:
-                pass
         self._cmd_w = self._out_r = -1
         _, status = os.waitpid(self.pid, 0)
         return os.waitstatus_to_exitcode(status)
