@@ -20,7 +20,7 @@ Exit codes:
        bench: a worker's fds or threads grew over a window (a leak), or a worker did not exit cleanly
   2    usage error or bad input (bad flag, unknown name, instance in use): one line on stderr
   3    internal error: one line on stderr naming the file the traceback was written to
-  130  interrupted (Ctrl-C outside ``serve``)
+  130  interrupted (Ctrl-C or SIGTERM outside ``serve``; every run cleans up first)
 """
 
 from __future__ import annotations
@@ -29,8 +29,10 @@ import argparse
 import difflib
 import os
 import shutil
+import signal
 import sys
 import tempfile
+import threading
 import traceback
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, NoReturn
@@ -470,8 +472,32 @@ def _write_traceback() -> str:
     return path
 
 
+def sigterm_interrupts() -> Callable[[], None]:
+    """Make SIGTERM unwind this process like ^C, so every run's finally blocks close its clusters.
+
+    Without it, a ``kill`` of ``lastcall run`` or ``lastcall bench`` ends the
+    harness at once: the fork server then kills the engine and workers, and the
+    usage segments and sockets they own stay behind for ``lastcall ctl sweep``.
+    Installed only on the main thread and only over the default action (a
+    command with its own handler, ``serve``, keeps it); returns the undo.
+    """
+    if threading.current_thread() is not threading.main_thread() or \
+            signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+        return lambda: None
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt("SIGTERM")
+
+    def restore() -> None:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+    signal.signal(signal.SIGTERM, interrupt)
+    return restore
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Run one command; returns its exit code (see the module docstring)."""
+    """Run one command; returns its exit code (see the module docstring).  SIGTERM counts as ^C."""
+    restore = sigterm_interrupts()
     try:
         args = build_parser().parse_args(argv)
         return int(args.func(args))
@@ -494,6 +520,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"lastcall: internal error: {type(exc).__name__}: {exc} (traceback in {path}; please report it)",
               file=sys.stderr)
         return EXIT_INTERNAL
+    finally:
+        restore()
 
 
 if __name__ == "__main__":

@@ -98,7 +98,9 @@ def _cuda_devices() -> int:
 class ScenarioFile(pytest.File):
     def collect(self) -> Iterator[pytest.Item]:
         try:
-            rel = os.path.relpath(self.path, self.config.rootpath)
+            # named as the user would type it from here; opened from here too (pytest's rootdir may be
+            # elsewhere: `lastcall run /other/dir/x.yaml` roots the session at /other/dir)
+            rel = os.path.relpath(self.path)
             scn = load(rel if not rel.startswith("..") else str(self.path))
         except ScenarioError as exc:
             yield BrokenScenario.from_parent(self, name=self.path.stem, error=str(exc))

@@ -1,0 +1,80 @@
+"""A harness killed with SIGTERM unwinds like ^C: every live run is closed and nothing it started stays.
+
+Found the hard way: `pkill -f` of a table run left an engine's /dev/shm usage segment behind (the fork
+server SIGKILLs its children when the harness vanishes, so their owners cannot remove what they own).
+The scenario is given by an absolute path outside the repository, from the repository: pytest then roots
+the session at the scenario's directory, which the plugin used to resolve the file against (and fail).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+PARKED = """\
+name: parked-until-terminated
+about: A map parked in the backend until the harness is terminated.
+catches: [lost_unmap]
+config: {drain_timeout: 200ms, exit_budget: 200ms}
+steps:
+  - start: cluster
+  - arm: {site: backend.map_to_kv_tensors, on: {rank: 0}, action: pause, as: f1}
+  - call: {op: map, offsets: [0], as: m1}
+  - wait: {reached: f1}
+  - wait: {returned: m1, timeout: 120s}
+expect:
+  - no_leftover_paths
+"""
+
+
+def mine(tag: str) -> list[str]:
+    """What a run of the process tagged ``tag`` owns under /dev/shm and /tmp."""
+    shm = [f"/dev/shm/{n}" for n in os.listdir("/dev/shm") if f"r{tag}" in n]
+    tmp = [f"/tmp/{n}" for n in os.listdir("/tmp") if n.startswith(f"lc-{tag}")]
+    return shm + tmp
+
+
+def until(cond: object, limit: float = 30.0) -> None:
+    """Re-read the file system until ``cond()`` holds (a safety net, not a timer)."""
+    end = time.monotonic() + limit
+    while not cond():  # type: ignore[operator]
+        if time.monotonic() > end:
+            pytest.fail("condition not reached in time")
+
+
+def test_sigterm_closes_the_live_run_and_leaves_nothing(tmp_path: Path) -> None:
+    scenario = tmp_path / "parked.yaml"
+    scenario.write_text(PARKED)
+    lastcall = str(Path(sys.executable).parent / "lastcall")  # the console script, as a person runs it
+    proc = subprocess.Popen([lastcall, "run", str(scenario), "-k", "not catches"],
+                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        tag = f"{proc.pid}x"
+        # the engine's usage segment appears once the cluster is up: the run is live
+        until(lambda: any(n.startswith("/dev/shm/") for n in mine(tag)) or proc.poll() is not None)
+        assert proc.poll() is None, proc.communicate()
+        family = psutil.Process(proc.pid).children(recursive=True)  # fork server, engine, worker
+        assert len(family) >= 3
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    _gone, alive = psutil.wait_procs(family, timeout=10)
+    left = mine(tag)
+    for path in left:  # a failing run's leftovers are this test's to remove
+        shutil.rmtree(path) if os.path.isdir(path) else os.unlink(path)
+    assert proc.returncode == 130, out[-2000:] + err[-2000:]
+    assert alive == [], f"outlived the harness: {alive}"
+    assert left == [], "left behind by a terminated run"
