@@ -61,3 +61,21 @@ def test_full_matrix_each_variant_breaks_only_where_expected(variant: str, lc_ro
         assert "check crashed" not in outcome.detail, outcome.detail
         if variant in check.catches:
             assert not outcome.kept, f"{check.name} missed {variant}"
+
+
+@pytest.mark.parametrize("name", ["exit_hook_bounded", "exit_hook_retries"])
+def test_a_broken_exit_probe_is_a_crash_not_a_catch(name: str, lc_root: Path,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """A child interpreter that dies before its end gives no verdict: the check reports a crash (every
+    contract test fails on one) rather than a violation that would count as catching the variant, and
+    what it left under the root is removed all the same."""
+    import harness.contract.exit_probe as probe
+
+    monkeypatch.setattr(probe.sys, "executable", "/bin/false")  # the child exits 1 at once
+    (lc_root / "lastcall-tp-x-05b16a01").mkdir()
+    (lc_root / "lastcall-tp-x-05b16a01" / "w0.sock").touch()
+    outcome = run_check(next(c for c in CHECKS if c.name == name), VARIANTS["drop_registration_on_error"], lc_root)
+    assert not outcome.kept
+    assert "check crashed: ExitProbeFailed: exit probe child" in outcome.detail
+    assert "failed with status 1" in outcome.detail
+    assert list(lc_root.iterdir()) == []
