@@ -10,46 +10,19 @@ from __future__ import annotations
 
 import signal
 import socket
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 import pytest
+from lc_helpers import Make, handshake_clusters, status, step
 
 from harness.launch.cluster import RemoteError
 from harness.launch.hscluster import HandshakeCluster
 from harness.timeouts import scaled
 
-Make = Callable[..., HandshakeCluster]
-
 
 @pytest.fixture
 def make() -> Iterator[Make]:
-    made: list[HandshakeCluster] = []
-
-    def start(**kw: object) -> HandshakeCluster:
-        c = HandshakeCluster(**kw)  # type: ignore[arg-type]
-        made.append(c)
-        return c.start()
-
-    yield start
-    for c in made:
-        c.close()
-
-
-def step(c: HandshakeCluster, name: str, kind: str, fn: Callable[[], object], **data: object) -> object:
-    """Run ``fn`` as a named step, recorded as step_started / step_returned (what the checkers read)."""
-    c.rec.emit("step_started", step=name, kind=kind, **data)
-    try:
-        value = fn()
-    except RemoteError as exc:
-        c.rec.emit("step_returned", step=name, kind=kind, ok=False, value=None, error=str(exc),
-                   error_class=exc.error_class, **data)
-        return exc
-    c.rec.emit("step_returned", step=name, kind=kind, ok=True, value=value, **data)
-    return value
-
-
-def status(c: HandshakeCluster, *checks: object) -> dict[str, str]:
-    return {v.checker: v.status for v in c.verdicts(*checks)}  # type: ignore[arg-type]
+    yield from handshake_clusters()
 
 
 def shutdown_and_probe(c: HandshakeCluster, port: int) -> object:

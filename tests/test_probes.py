@@ -15,12 +15,13 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from lc_helpers import until
 
 from harness.probes.fs import paths_under, shm_entries
 from harness.probes.gpu import gpu_processes
@@ -32,16 +33,6 @@ from harness.probes.snapshot import for_cluster, take
 from harness.reference.paths import OwnerRecord
 
 ME = os.getpid()
-
-
-def until(cond: Callable[[], Any], limit: float = 5.0) -> Any:
-    """Re-evaluate ``cond`` (a /proc read) until it is truthy; fail after ``limit`` seconds."""
-    end = time.monotonic() + limit
-    while time.monotonic() < end:
-        value = cond()
-        if value:
-            return value
-    pytest.fail("condition not reached in time")
 
 
 @pytest.fixture

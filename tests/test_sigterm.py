@@ -13,11 +13,10 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import psutil
-import pytest
+from lc_helpers import until
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -44,14 +43,6 @@ def mine(tag: str) -> list[str]:
     return shm + tmp
 
 
-def until(cond: object, limit: float = 30.0) -> None:
-    """Re-read the file system until ``cond()`` holds (a safety net, not a timer)."""
-    end = time.monotonic() + limit
-    while not cond():  # type: ignore[operator]
-        if time.monotonic() > end:
-            pytest.fail("condition not reached in time")
-
-
 def test_sigterm_closes_the_live_run_and_leaves_nothing(tmp_path: Path) -> None:
     scenario = tmp_path / "parked.yaml"
     scenario.write_text(PARKED)
@@ -61,7 +52,7 @@ def test_sigterm_closes_the_live_run_and_leaves_nothing(tmp_path: Path) -> None:
     try:
         tag = f"{proc.pid}x"
         # the engine's usage segment appears once the cluster is up: the run is live
-        until(lambda: any(n.startswith("/dev/shm/") for n in mine(tag)) or proc.poll() is not None)
+        until(lambda: any(n.startswith("/dev/shm/") for n in mine(tag)) or proc.poll() is not None, 30.0)
         assert proc.poll() is None, proc.communicate()
         family = psutil.Process(proc.pid).children(recursive=True)  # fork server, engine, worker
         assert len(family) >= 3

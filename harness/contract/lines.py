@@ -43,11 +43,6 @@ def _park_map(rig: Rig, w: ReferenceWorker, page: int = 0) -> tuple[failpoints.F
     return fp, pending
 
 
-def _is_eof(sock: socket.socket, timeout: float) -> bool:
-    """True if the listener closed or reset ``sock`` within ``timeout``."""
-    return closed(sock, timeout)
-
-
 def _dispatched_after(events: list[Event], t_ns: int) -> list[Event]:
     return [e for e in events if e.kind == "dispatch_started" and e.t_ns > t_ns]
 
@@ -88,7 +83,7 @@ def reads_cancelled_at_once(variant: Variant, root: Path) -> None:
         fp, parked = _park_map(rig, w)
         stop = rig.call_async(lambda: rig.listener(w).stop(), "stop")
         rig.wait("stop_started")
-        cancelled = _is_eof(stalled, scaled(AT_ONCE_S))
+        cancelled = closed(stalled, scaled(AT_ONCE_S))
         try:
             stalled.sendall(body[4:])  # too late: must never be dispatched
         except OSError:

@@ -104,10 +104,22 @@ def stall_after_header(path: str, req: wire.Request, frame: Framer = wire.encode
     return _split(path, req, wire.HEADER.size, frame)
 
 
+def _mid_body(data: bytes) -> int:
+    """Where half a frame's body ends: the header and half the bytes after it."""
+    return wire.HEADER.size + (len(data) - wire.HEADER.size) // 2
+
+
+def _bytewise(path: str, data: bytes) -> socket.socket:
+    """Connect and send ``data`` one byte per send() call."""
+    s = connect(path)
+    for i in range(len(data)):
+        s.send(data[i : i + 1])
+    return s
+
+
 def stall_mid_body(path: str, req: wire.Request, frame: Framer = wire.encode_request) -> Peer:
     """Send the header and half the body."""
-    data = frame(req)
-    return _split(path, req, wire.HEADER.size + (len(data) - wire.HEADER.size) // 2, frame)
+    return _split(path, req, _mid_body(frame(req)), frame)
 
 
 def partial_header(path: str, req: wire.Request, frame: Framer = wire.encode_request) -> Peer:
@@ -142,21 +154,14 @@ def reset_mid_frame(path: str, req: wire.Request, frame: Framer = wire.encode_re
 
 def one_byte_at_a_time(path: str, req: wire.Request, frame: Framer = wire.encode_request) -> Peer:
     """Send the whole frame one byte per send() call."""
-    data = frame(req)
-    s = connect(path)
-    for i in range(len(data)):
-        s.send(data[i : i + 1])
-    return Peer(s)
+    return Peer(_bytewise(path, frame(req)))
 
 
 def stall_byte_by_byte(path: str, req: wire.Request, frame: Framer = wire.encode_request) -> Peer:
     """Send the header and half the body one byte per send() call, then stall."""
     data = frame(req)
-    cut = wire.HEADER.size + (len(data) - wire.HEADER.size) // 2
-    s = connect(path)
-    for i in range(cut):
-        s.send(data[i : i + 1])
-    return Peer(s, data[cut:])
+    cut = _mid_body(data)
+    return Peer(_bytewise(path, data[:cut]), data[cut:])
 
 
 def idle_connections(path: str, n: int) -> list[Peer]:

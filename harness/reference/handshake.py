@@ -66,6 +66,7 @@ __all__ = [
     "encode_request",
     "envelope_of",
     "fetch_metadata",
+    "req_exchange",
 ]
 
 GET_META_MSG = "get_meta_msg"  # the request tag vLLM uses
@@ -364,6 +365,32 @@ def envelope_of(frames: list[bytes]) -> list[bytes]:
     return frames[:1]
 
 
+def req_exchange(host: str, port: int, frames: list[bytes], *, timeout: float, where: str, hint: str) -> list[bytes]:
+    """One REQ round trip to host:port, as a handshake peer makes it: send ``frames``, return the reply's.
+
+    Resource handling: a fresh context and REQ socket (linger 0), both closed before this returns or raises.
+    Error handling: HandshakeError naming ``where`` when no reply comes within ``timeout`` seconds, with
+        ``hint`` (what should be serving there).
+    """
+    ctx: zmq.Context[Any] = zmq.Context()
+    try:
+        sock = ctx.socket(zmq.REQ)
+        try:
+            sock.setsockopt(zmq.LINGER, 0)
+            sock.setsockopt(zmq.RCVTIMEO, max(1, int(timeout * 1000)))
+            sock.setsockopt(zmq.SNDTIMEO, max(1, int(timeout * 1000)))
+            sock.connect(f"tcp://{host}:{port}")
+            sock.send_multipart(frames)
+            reply: list[bytes] = sock.recv_multipart()
+            return reply
+        except zmq.Again:
+            raise HandshakeError(f"handshake with {where}: no reply within {timeout:g} s; {hint}")
+        finally:
+            sock.close(linger=0)
+    finally:
+        ctx.term()
+
+
 def fetch_metadata(host: str, port: int, pp_rank: int, tp_rank: int, *, timeout: float = 5.0) -> AgentMetadata:
     """Ask the listener at host:port for (pp_rank, tp_rank)'s metadata.
 
@@ -374,23 +401,8 @@ def fetch_metadata(host: str, port: int, pp_rank: int, tp_rank: int, *, timeout:
         ``timeout`` seconds, an error reply, or an undecodable reply.
     """
     where = f"{host}:{port} (pp_rank={pp_rank}, tp_rank={tp_rank})"
-    ctx: zmq.Context[Any] = zmq.Context()
-    try:
-        sock = ctx.socket(zmq.REQ)
-        try:
-            sock.setsockopt(zmq.LINGER, 0)
-            sock.setsockopt(zmq.RCVTIMEO, max(1, int(timeout * 1000)))
-            sock.setsockopt(zmq.SNDTIMEO, max(1, int(timeout * 1000)))
-            sock.connect(f"tcp://{host}:{port}")
-            sock.send(encode_request(pp_rank, tp_rank))
-            frames = sock.recv_multipart()
-        except zmq.Again:
-            raise HandshakeError(f"handshake with {where}: no reply within {timeout:g} s; "
-                                 "is a handshake listener serving there?")
-        finally:
-            sock.close(linger=0)
-    finally:
-        ctx.term()
+    frames = req_exchange(host, port, [encode_request(pp_rank, tp_rank)], timeout=timeout, where=where,
+                          hint="is a handshake listener serving there?")
     try:
         reply = _REPLY.decode(frames[0])
     except (msgspec.DecodeError, IndexError) as exc:

@@ -34,14 +34,13 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from harness.checkers import RunRecord, judge
 from harness.history import Event
 from harness.launch.cluster import Cluster, Proc, RemoteError
 from harness.launch.hscluster import HandshakeCluster
 from harness.probes.model import Snapshot
 from harness.scenario.loader import MatrixItem
-from harness.scenario.runner import RunResult, StepError, _Player
-from harness.timeouts import scale, scaled
+from harness.scenario.runner import RunResult, StepError, _Player, play_and_judge
+from harness.timeouts import scaled
 
 __all__ = ["HandshakePlayer", "run_handshake_item"]
 
@@ -228,27 +227,9 @@ def run_handshake_item(item: MatrixItem, *, variant: str | None = None, run_id: 
 
     snap = snapshot or probe
     snaps["before"] = snap(c, "before")
-    step_error = ""
-    player: HandshakePlayer | None = None
-    try:
-        player = HandshakePlayer(item, c, snaps, snap)
-        holder.append(player)
-        Cluster.start(c)  # (the JudgedCluster's own snapshots are not used: the run keeps its own, with ports)
-        player.play()
-    except (StepError, RemoteError, OSError, KeyError) as exc:
-        step_error = f"{type(exc).__name__}: {exc}"
-        c.rec.emit("step_failed", error=step_error)
-    except Exception as exc:  # a launch failure (an unknown variant, say) is the run's outcome
-        step_error = f"{type(exc).__name__}: {exc}"
-        c.rec.emit("step_failed", error=step_error)
-    finally:
-        if player is not None:
-            player.finish_up()
-        outcome = Cluster.close(c, before_cleanup=lambda cl: snaps.__setitem__("after", snap(cl, "after")))
-    record = RunRecord(tuple(c.rec.events()), snaps, scale())
-    expect: list[tuple[str, Any]] = [(e.checker, e.params) for e in scn.expect]
-    if player is not None and player.armed and "fault_fired" not in [n for n, _ in expect]:
-        expect.append(("fault_fired", None))
-    verdicts = [judge(n, record, p) for n, p in expect]
-    return RunResult(item, chosen, c.run_id, verdicts, outcome, list(c.rec.events()), snaps, step_error,
-                     time.monotonic() - t0)
+
+    def make_player() -> HandshakePlayer:  # inside the run's try: a launch failure (an unknown variant, say)
+        holder.append(HandshakePlayer(item, c, snaps, snap))  # is the run's outcome
+        return holder[0]
+
+    return play_and_judge(item, chosen, c, make_player, snaps, snap, t0)

@@ -390,22 +390,34 @@ def run_item(item: MatrixItem, *, variant: str | None = None, run_id: str | None
                 capacity=cfg.capacity, ipc_timeout=cfg.ipc_timeout, run_id=run_id)
     snaps: dict[str, Snapshot] = {"before": snap(c, "before")}
     player = _Player(item, c)
+    return play_and_judge(item, chosen, c, lambda: player, snaps, snap, t0)
+
+
+def play_and_judge(item: MatrixItem, chosen: str, c: Cluster, make_player: Callable[[], _Player],
+                   snaps: dict[str, Snapshot], snap: Callable[[Cluster, str], Snapshot], t0: float) -> RunResult:
+    """What every kind of run shares once its cluster and first snapshot exist: start the cluster, play the
+    steps, clean up (the player's own cleanup, then the cluster's, with the ``after`` snapshot taken before
+    it), judge the scenario's expectations (plus fault_fired when a fault was armed).
+
+    The cluster starts and closes as a plain Cluster: a JudgedCluster's own snapshots are not used, the run
+    keeps its own.  A failed step or launch (``make_player`` included) is the run's outcome, never raised.
+    """
+    player: _Player | None = None
     step_error = ""
     try:
-        c.start()
+        player = make_player()
+        Cluster.start(c)
         player.play()
-    except (StepError, RemoteError, OSError, KeyError) as exc:
-        step_error = f"{type(exc).__name__}: {exc}"
-        c.rec.emit("step_failed", error=step_error)
-    except Exception as exc:  # a launch failure is the run's outcome, not a crash of the session
+    except Exception as exc:  # a failed step or launch is the run's outcome, not a crash of the session
         step_error = f"{type(exc).__name__}: {exc}"
         c.rec.emit("step_failed", error=step_error)
     finally:
-        player.finish_up()
-        outcome = c.close(before_cleanup=lambda cl: snaps.__setitem__("after", snap(cl, "after")))
+        if player is not None:
+            player.finish_up()
+        outcome = Cluster.close(c, before_cleanup=lambda cl: snaps.__setitem__("after", snap(cl, "after")))
     record = RunRecord(tuple(c.rec.events()), snaps, scale())
-    expect: list[tuple[str, Any]] = [(e.checker, e.params) for e in scn.expect]
-    if player.armed and "fault_fired" not in [n for n, _ in expect]:
+    expect: list[tuple[str, Any]] = [(e.checker, e.params) for e in item.scenario.expect]
+    if player is not None and player.armed and "fault_fired" not in [n for n, _ in expect]:
         expect.append(("fault_fired", None))
     verdicts = [judge(n, record, p) for n, p in expect]
     return RunResult(item, chosen, c.run_id, verdicts, outcome, list(c.rec.events()), snaps, step_error,

@@ -67,11 +67,10 @@ from types import ModuleType, SimpleNamespace
 from typing import Any
 
 import msgspec
-import zmq
 
 from harness.errors import ConfigError, HandshakeError
 from harness.history import Emitter, NullRecorder
-from harness.reference.handshake import AgentMetadata, check_listener_args
+from harness.reference.handshake import AgentMetadata, check_listener_args, req_exchange
 
 __all__ = ["TARGET", "VllmNixlTarget", "VllmNixlListener", "HandshakeCodec", "FakeNixlAgent", "GET_META_MSG",
            "SCHEDULER_MODULE", "METADATA_MODULE", "FIX"]
@@ -389,23 +388,8 @@ class HandshakeCodec:
         """Ask vLLM's listener at host:port for (pp_rank, tp_rank)'s metadata, as vLLM's worker does
         (a REQ socket, a receive timeout).  Drop-in for harness.reference.handshake.fetch_metadata."""
         where = f"{host}:{port} (pp_rank={pp_rank}, tp_rank={tp_rank})"
-        ctx: zmq.Context[Any] = zmq.Context()
-        try:
-            sock = ctx.socket(zmq.REQ)
-            try:
-                sock.setsockopt(zmq.LINGER, 0)
-                sock.setsockopt(zmq.RCVTIMEO, max(1, int(timeout * 1000)))
-                sock.setsockopt(zmq.SNDTIMEO, max(1, int(timeout * 1000)))
-                sock.connect(f"tcp://{host}:{port}")
-                sock.send_multipart(self.request(pp_rank, tp_rank))
-                frames = sock.recv_multipart()
-            except zmq.Again:
-                raise HandshakeError(f"handshake with {where}: no reply within {timeout:g} s; "
-                                     "is vLLM's handshake listener serving there (its thread alive)?")
-            finally:
-                sock.close(linger=0)
-        finally:
-            ctx.term()
+        frames = req_exchange(host, port, self.request(pp_rank, tp_rank), timeout=timeout, where=where,
+                              hint="is vLLM's handshake listener serving there (its thread alive)?")
         try:
             return self.decode(frames)
         except HandshakeError as exc:
