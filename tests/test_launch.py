@@ -317,3 +317,53 @@ def test_a_fault_that_never_fires_makes_the_run_vacuous(tmp_path: Path) -> None:
     (v,) = [v for v in result.verdicts if v.checker == "fault_fired"]
     assert v.status == "violated"
     assert v.message == "vacuous: armed fault(s) ['never'] never fired, so this run proves nothing about them"
+
+
+class _ScriptedServer:
+    """Stands in for the fork server's channel: each spawn is answered with the next scripted pids."""
+
+    def __init__(self, fs: object, groups: list[list[int]]) -> None:
+        self.fs, self.groups = fs, groups
+
+    def send(self, msg: dict[str, object]) -> bool:
+        self.fs._handle({"op": "spawned", "req": msg["req"], "pids": self.groups.pop(0)})  # type: ignore[attr-defined]
+        return True
+
+
+def test_a_reused_pid_is_not_reported_exited_by_its_predecessors_exit() -> None:
+    """The pid of a process that exited can be handed to a later run's worker (the kernel wraps
+    pid_max over a long suite). That worker must not hear its predecessor's exit: it did in CI, as
+    "command 1 got no reply: exited with status 0" from a worker that was alive and well."""
+    from harness.launch.spawn import ForkServer
+
+    fs = ForkServer.__new__(ForkServer)
+    fs._init_state()
+    fs.chan = _ScriptedServer(fs, [[101, 102], [102, 103]])  # type: ignore[assignment]
+    heard: list[tuple[str, int, int]] = []
+    assert fs.spawn_group([{}, {}], lambda pid, st, t: heard.append(("first", pid, st))) == [101, 102]
+    fs._handle({"op": "exited", "pid": 102, "status": 0, "t_ns": 1})
+    assert fs.spawn_group([{}, {}], lambda pid, st, t: heard.append(("second", pid, st))) == [102, 103]
+    assert heard == [("first", 102, 0)]  # the second group's 102 has not exited
+    fs._handle({"op": "exited", "pid": 102, "status": 9, "t_ns": 2})
+    fs._handle({"op": "exited", "pid": 101, "status": 0, "t_ns": 3})
+    assert heard == [("first", 102, 0), ("second", 102, 9), ("first", 101, 0)]
+
+
+def test_an_exit_before_spawn_group_returns_reaches_the_group_once() -> None:
+    """A child may die before the harness has read the pids: its exit still reaches its group, once."""
+    from harness.launch.spawn import ForkServer
+
+    fs = ForkServer.__new__(ForkServer)
+    fs._init_state()
+    heard: list[int] = []
+
+    class DiesAtOnce(_ScriptedServer):
+        def send(self, msg: dict[str, object]) -> bool:
+            super().send(msg)
+            fs._handle({"op": "exited", "pid": 7, "status": 256, "t_ns": 1})
+            return True
+
+    fs.chan = DiesAtOnce(fs, [[7]])  # type: ignore[assignment]
+    assert fs.spawn_group([{}], lambda pid, st, t: heard.append(pid)) == [7]
+    fs._handle({"op": "exited", "pid": 7, "status": 256, "t_ns": 2})  # not ours any more: ignored
+    assert heard == [7]

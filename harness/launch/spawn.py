@@ -54,20 +54,29 @@ class ForkServer:
                 start_new_session=True)
         theirs.close()
         self.chan = Channel(ours)
-        self._lock = threading.Lock()
-        self._cond = threading.Condition(self._lock)
-        self._spawned: dict[int, list[int]] = {}
-        self._next_req = 0
-        self._exit_callbacks: dict[int, ExitCallback] = {}
-        self._exits: dict[int, tuple[int, int]] = {}
-        self._ready = threading.Event()
-        self._alive = True
+        self._init_state()
         self._reader = threading.Thread(target=self._read, name="lastcall-forkserver-reader", daemon=True)
         self._reader.start()
         if not self._ready.wait(scaled(READY_TIMEOUT_S)):
             self.stop()
             raise LaunchError(f"the fork server did not start; its log: {self._log_tail()}")
         self.pid = self.proc.pid
+
+    def _init_state(self) -> None:
+        self._lock = threading.Lock()
+        self._cond = threading.Condition(self._lock)
+        self._spawned: dict[int, list[int]] = {}
+        self._next_req = 0
+        # A group's exit callback waits here under its request number until the server's "spawned"
+        # names its pids; the reader binds it to them before it reads anything after that message.
+        # The server reaps (and reports) a child only after it has sent the "spawned" naming it, so
+        # every exit of a group's process finds its callback bound, and an exit can never be matched
+        # to a later process that reused the pid (the old table of unclaimed exits was: a worker
+        # whose pid had been an earlier run's was "exited with status 0" before it had done anything).
+        self._pending: dict[int, ExitCallback] = {}
+        self._exit_callbacks: dict[int, ExitCallback] = {}
+        self._ready = threading.Event()
+        self._alive = True
 
     @classmethod
     def shared(cls) -> ForkServer:
@@ -87,45 +96,49 @@ class ForkServer:
 
     def _read(self) -> None:
         for msg in self.chan.messages():
-            op = msg.get("op")
-            if op == "ready":
-                self._ready.set()
-            elif op == "spawned":
-                with self._cond:
-                    self._spawned[int(msg["req"])] = list(msg["pids"])
-                    self._cond.notify_all()
-            elif op == "exited":
-                pid, status, t_ns = int(msg["pid"]), int(msg["status"]), int(msg["t_ns"])
-                with self._cond:
-                    self._exits[pid] = (status, t_ns)
-                    cb = self._exit_callbacks.pop(pid, None)
-                    self._cond.notify_all()
-                if cb is not None:
-                    cb(pid, status, t_ns)
+            self._handle(msg)
         with self._cond:
             self._alive = False
             self._cond.notify_all()
+
+    def _handle(self, msg: dict[str, Any]) -> None:
+        """One message from the server, in the order it sent them (the reader thread)."""
+        op = msg.get("op")
+        if op == "ready":
+            self._ready.set()
+        elif op == "spawned":
+            req, pids = int(msg["req"]), [int(p) for p in msg["pids"]]
+            with self._cond:
+                on_exit = self._pending.pop(req, None)
+                if on_exit is None:
+                    return  # spawn_group gave up waiting; the server kills these at quit
+                for pid in pids:
+                    self._exit_callbacks[pid] = on_exit
+                self._spawned[req] = pids
+                self._cond.notify_all()
+        elif op == "exited":
+            pid, status, t_ns = int(msg["pid"]), int(msg["status"]), int(msg["t_ns"])
+            with self._cond:
+                cb = self._exit_callbacks.pop(pid, None)
+            if cb is not None:
+                cb(pid, status, t_ns)
 
     def spawn_group(self, specs: list[dict[str, Any]], on_exit: ExitCallback) -> list[int]:
         """Fork an engine (``specs[0]``) and its workers; ``on_exit`` hears each one's end."""
         with self._cond:
             self._next_req += 1
             req = self._next_req
+            self._pending[req] = on_exit
         if not self.chan.send({"op": "spawn_group", "req": req, "specs": specs}):
+            with self._cond:
+                self._pending.pop(req, None)
             raise LaunchError("the fork server is gone")
         with self._cond:
             self._cond.wait_for(lambda: req in self._spawned or not self._alive, scaled())
             pids = self._spawned.pop(req, None)
             if pids is None:
+                self._pending.pop(req, None)
                 raise LaunchError(f"the fork server did not answer a spawn; its log: {self._log_tail()}")
-            early = {}
-            for pid in pids:
-                if pid in self._exits:
-                    early[pid] = self._exits.pop(pid)
-                else:
-                    self._exit_callbacks[pid] = on_exit
-        for pid, (status, t_ns) in early.items():
-            on_exit(pid, status, t_ns)
         return pids
 
     def stop(self) -> None:
