@@ -79,3 +79,23 @@ def test_a_broken_exit_probe_is_a_crash_not_a_catch(name: str, lc_root: Path,
     assert "check crashed: ExitProbeFailed: exit probe child" in outcome.detail
     assert "failed with status 1" in outcome.detail
     assert list(lc_root.iterdir()) == []
+
+
+@pytest.mark.parametrize("name", ["exit_hook_bounded", "exit_hook_retries"])
+def test_an_interpreter_that_aborts_after_its_exit_hooks_is_a_violation(name: str, lc_root: Path, tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """A child whose main returned and whose hooks all ran, then died on SIGABRT while finalizing (torch's
+    "terminate called without an active exception": a thread left running inside it, as
+    teardown_while_alive leaves one), is a verdict on the listener, not a broken probe."""
+    import harness.contract.exit_probe as probe
+
+    fake = tmp_path / "python"
+    fake.write_text("#!/bin/sh\necho 'exiting 1'\necho 'hooks-done 2'\n"
+                    "echo 'terminate called without an active exception' >&2\nkill -ABRT $$\n")
+    fake.chmod(0o755)
+    monkeypatch.setattr(probe.sys, "executable", str(fake))
+    outcome = run_check(next(c for c in CHECKS if c.name == name), REFERENCE, lc_root)
+    assert not outcome.kept
+    assert "check crashed" not in outcome.detail
+    assert "died on SIGABRT after its exit hooks ran" in outcome.detail
+    assert "terminate called" in outcome.detail

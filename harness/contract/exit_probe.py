@@ -12,6 +12,7 @@ parent times how long interpreter exit then takes and looks at what is left.
 
 from __future__ import annotations
 
+import signal
 import socket
 import subprocess
 import sys
@@ -86,12 +87,29 @@ def _run_child(mode: str, variant: str, root: Path) -> tuple[float, list[str], s
     lines = out.splitlines()
     exiting = [int(x.split()[1]) for x in lines if x.startswith("exiting ")]
     done = [int(x.split()[1]) for x in lines if x.startswith("hooks-done ")]
+    if proc.returncode < 0 and exiting and done:
+        # main returned and every exit hook ran, then the interpreter died on a signal while it finalized:
+        # a thread still running then (torch aborts with "terminate called without an active exception"
+        # when a daemon thread inside it is stopped). A listener whose stop said it was done left it
+        # running: a verdict on the listener, not a broken probe.
+        from harness.contract.rig import violated
+
+        raise violated(f"the interpreter died on {_signame(-proc.returncode)} after its exit hooks ran: a thread "
+                       f"was still running at finalization ({'; '.join(lines[:1])}); stderr ends: "
+                       f"{err.strip()[-300:]}")
     if proc.returncode != 0 or not exiting or not done:
         # not a verdict on the listener: the probe itself broke, so the check reports a crash (which
         # every contract test fails on) instead of counting it as a caught bug
         raise ExitProbeFailed(f"exit probe child ({mode}, {variant}) failed with status {proc.returncode}; "
                               f"stdout: {lines[-5:]}; stderr ends: {err[-2000:]}")
     return (done[0] - exiting[0]) / 1e9, lines, err
+
+
+def _signame(sig: int) -> str:
+    try:
+        return signal.Signals(sig).name
+    except ValueError:
+        return f"signal {sig}"
 
 
 class ExitProbeFailed(RuntimeError):

@@ -139,6 +139,8 @@ class Proc:
         return self.result(self.send(op, **args), timeout)
 
     def kill(self, sig: int = signal.SIGKILL) -> None:
+        if self.exited.is_set():
+            return  # reaped: its pid may belong to someone else by now
         try:
             os.kill(self.pid, sig)
         except ProcessLookupError:
