@@ -227,8 +227,9 @@ def test_failure_text_names_the_report_and_the_rejudge_command(written: tuple[Ru
 
 
 def _rep(nodeid: str, when: str, outcome: str, props: list[tuple[str, str]], duration: float = 1.0) -> Any:
-    return SimpleNamespace(nodeid=nodeid, when=when, failed=outcome == "failed", skipped=outcome == "skipped",
-                           duration=duration, user_properties=props, longreprtext="boom\nmore")
+    return SimpleNamespace(nodeid=nodeid, when=when, passed=outcome == "passed", failed=outcome == "failed",
+                           skipped=outcome == "skipped", duration=duration, user_properties=props,
+                           longreprtext="boom\nmore")
 
 
 def test_session_summary_and_terminal_lines(written: tuple[RunResult, Path], tmp_path: Path) -> None:
@@ -237,16 +238,20 @@ def test_session_summary_and_terminal_lines(written: tuple[RunResult, Path], tmp
     stats = {"failed": [_rep(NODEID, "call", "failed", props)], "": [_rep(NODEID, "setup", "passed", [])],
              "passed": [_rep("scenarios/b.yaml::b[tp1-pp1-cpu]", "call", "passed", [])],
              "skipped": [_rep("scenarios/c.yaml::c[tp1-pp1-cuda]", "setup", "skipped", [])],
+             # set up, then ^C or SIGTERM: no call report. Not a pass.
+             "interrupted": [_rep("scenarios/d.yaml::d[tp1-pp1-cpu]", "setup", "passed", [])],
              "error": [SimpleNamespace(nodeid="tests/x.py")], "warnings": [object()],
              "other": [_rep("tests/test_x.py::test_y", "call", "failed", [])]}
     runs = collect_runs(stats)
     assert [(r.nodeid.split("::")[0], r.outcome) for r in runs] == [
-        ("scenarios/b.yaml", "passed"), ("scenarios/c.yaml", "skipped"), (NODEID.split("::")[0], "failed")]
-    assert runs[2].seconds == 2.0 and "no_late_dispatch" in runs[2].violated
+        ("scenarios/b.yaml", "passed"), ("scenarios/c.yaml", "skipped"), ("scenarios/d.yaml", "interrupted"),
+        (NODEID.split("::")[0], "failed")]
+    assert runs[3].seconds == 2.0 and "no_late_dispatch" in runs[3].violated
     summary = write_summary(tmp_path / "reports", runs)
     assert summary is not None
     found = Elements(summary.read_text())
     assert [a["href"] for a in found.select("a")] == ["4242xabc123/index.html"]
     assert found.select("tr", "run", "failed", data_nodeid=NODEID)
-    assert "3 scenario runs: 1 passed, 1 failed, 1 skipped" in summary.read_text()
-    assert failed_line(runs[2]).startswith(f"FAILED {NODEID} on reference: violated ")
+    assert "4 scenario runs: 1 passed, 1 failed, 1 skipped, 1 interrupted" in summary.read_text()
+    assert found.select("tr", "run", "interrupted", data_nodeid="scenarios/d.yaml::d[tp1-pp1-cpu]")
+    assert failed_line(runs[3]).startswith(f"FAILED {NODEID} on reference: violated ")

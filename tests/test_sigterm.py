@@ -67,5 +67,6 @@ def test_sigterm_closes_the_live_run_and_leaves_nothing(tmp_path: Path) -> None:
     for path in left:  # a failing run's leftovers are this test's to remove
         shutil.rmtree(path) if os.path.isdir(path) else os.unlink(path)
     assert proc.returncode == 130, out[-2000:] + err[-2000:]
+    assert "1 scenario run: 0 passed, 0 failed, 0 skipped, 1 interrupted" in out, out[-2000:]  # not a pass
     assert alive == [], f"outlived the harness: {alive}"
     assert left == [], "left behind by a terminated run"

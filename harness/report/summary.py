@@ -57,7 +57,7 @@ class SessionRun:
     """One scenario test of this session, as its reports say."""
 
     nodeid: str
-    outcome: str = "passed"  # passed | failed | skipped
+    outcome: str = ""  # passed | failed | skipped | interrupted (set up, never ran to its end: ^C, SIGTERM)
     seconds: float = 0.0
     run_id: str = ""  # "" when no run happened (skipped, the file did not load)
     page: str = ""  # the run's index.html, "" when none was written
@@ -92,10 +92,13 @@ def collect_runs(stats: Mapping[str, Iterable[Any]]) -> list[SessionRun]:
                 run.longrepr = run.longrepr or str(getattr(rep, "longreprtext", "")).strip().split("\n")[0]
             elif rep.skipped and run.outcome != "failed":
                 run.outcome = "skipped"
+            elif rep.when == "call" and rep.passed and run.outcome == "":
+                run.outcome = "passed"
             props = dict(getattr(rep, "user_properties", ()) or ())
             run.run_id = str(props.get("lastcall_run_id", run.run_id))
             run.page = str(props.get("lastcall_report", run.page))
     for run in runs.values():
+        run.outcome = run.outcome or "interrupted"
         if run.page:
             try:
                 doc = json.loads((Path(run.page).parent / "verdicts.json").read_text(encoding="utf-8"))
@@ -130,14 +133,16 @@ body{font:14px/1.4 system-ui,sans-serif;margin:1.5em;color:#1b1f24} h1{font-size
 table{border-collapse:collapse} td,th{padding:2px 10px;border-bottom:1px solid #eee;text-align:left}
 code{font:12px ui-monospace,Menlo,monospace;color:#57606a} .violated{color:#cf222e}
 .badge{padding:0 .5em;border-radius:.8em;color:#fff} .badge.passed{background:#1a7f37}
-.badge.failed{background:#cf222e} .badge.skipped{background:#8c959f} tr.failed{background:#fff5f5}
+.badge.failed{background:#cf222e} .badge.skipped{background:#8c959f} .badge.interrupted{background:#9a6700}
+tr.failed{background:#fff5f5}
 """
 
 
 def _totals(runs: list[SessionRun]) -> str:
-    count = {k: sum(1 for r in runs if r.outcome == k) for k in ("passed", "failed", "skipped")}
+    count = {k: sum(1 for r in runs if r.outcome == k) for k in ("passed", "failed", "skipped", "interrupted")}
+    cut = f", {count['interrupted']} interrupted" if count["interrupted"] else ""
     return (f"{len(runs)} scenario run{'' if len(runs) == 1 else 's'}: {count['passed']} passed, "
-            f"{count['failed']} failed, {count['skipped']} skipped")
+            f"{count['failed']} failed, {count['skipped']} skipped{cut}")
 
 
 def write_summary(root: Path, runs: list[SessionRun]) -> Path | None:
