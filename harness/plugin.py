@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 import shutil
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -42,9 +42,17 @@ def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Col
     return collect_file(file_path, parent)
 
 
+_UNDO_SIGTERM = pytest.StashKey[Callable[[], None]]()
+
+
 def pytest_configure(config: pytest.Config) -> None:
+    from harness.cli import sigterm_interrupts
     from harness.scenario.collect import configure
 
+    # SIGTERM (a CI job's timeout, a kill) unwinds the session like ^C, in the controller and in each
+    # xdist worker, so every live run closes its cluster and removes what it owns; without it the fork
+    # server SIGKILLs the engine and workers and their usage segments and sockets stay behind.
+    config.stash[_UNDO_SIGTERM] = sigterm_interrupts()
     configure(config)
     for name, doc in MARKERS.items():
         config.addinivalue_line("markers", f"{name}: {doc}")
@@ -158,3 +166,9 @@ def no_thread_leak() -> Iterator[None]:
     left = [t.name for t in threading.enumerate() if t not in before and t.name.startswith("lastcall-")]
     if left:
         pytest.fail(f"threads left running: {left}", pytrace=False)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    undo = config.stash.get(_UNDO_SIGTERM, None)
+    if undo is not None:
+        undo()

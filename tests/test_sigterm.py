@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 
 import psutil
+import pytest
 from lc_helpers import until
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -36,25 +37,46 @@ expect:
 """
 
 
-def mine(tag: str) -> list[str]:
-    """What a run of the process tagged ``tag`` owns under /dev/shm and /tmp."""
-    shm = [f"/dev/shm/{n}" for n in os.listdir("/dev/shm") if f"r{tag}" in n]
-    tmp = [f"/tmp/{n}" for n in os.listdir("/tmp") if n.startswith(f"lc-{tag}")]
+def mine(tags: list[str]) -> list[str]:
+    """What the runs of the processes tagged ``tags`` (``{pid}x``) own under /dev/shm and /tmp."""
+    shm = [f"/dev/shm/{n}" for n in os.listdir("/dev/shm") if any(f"r{t}" in n for t in tags)]
+    tmp = [f"/tmp/{n}" for n in os.listdir("/tmp") if any(n.startswith(f"lc-{t}") for t in tags)]
     return shm + tmp
 
 
-def test_sigterm_closes_the_live_run_and_leaves_nothing(tmp_path: Path) -> None:
+def _tags(pid: int) -> list[str]:
+    """The run-id prefixes of ``pid`` and its descendants (an xdist worker runs the scenario under -n)."""
+    try:
+        family = [pid] + [c.pid for c in psutil.Process(pid).children(recursive=True)]
+    except psutil.NoSuchProcess:
+        family = [pid]
+    return [f"{p}x" for p in family]
+
+
+LASTCALL = str(Path(sys.executable).parent / "lastcall")  # the console script, as a person runs it
+
+
+@pytest.mark.parametrize(("argv", "code"), [
+    pytest.param([LASTCALL, "run"], 130, id="lastcall-run"),
+    # a bare pytest session under xdist, as CI runs it: the plugin makes SIGTERM an interrupt in the
+    # controller and in each worker
+    pytest.param([sys.executable, "-m", "pytest", "-n", "2", "-p", "no:cacheprovider"], 2, id="pytest-n2"),
+])
+def test_sigterm_closes_the_live_run_and_leaves_nothing(argv: list[str], code: int, tmp_path: Path) -> None:
     scenario = tmp_path / "parked.yaml"
     scenario.write_text(PARKED)
-    lastcall = str(Path(sys.executable).parent / "lastcall")  # the console script, as a person runs it
-    proc = subprocess.Popen([lastcall, "run", str(scenario), "-k", "not catches"],
+    proc = subprocess.Popen([*argv, str(scenario), "-k", "not catches"],
                             cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        tag = f"{proc.pid}x"
-        # the engine's usage segment appears once the cluster is up: the run is live
-        until(lambda: any(n.startswith("/dev/shm/") for n in mine(tag)) or proc.poll() is not None, 30.0)
+        tags: list[str] = []
+
+        def live() -> bool:  # the engine's usage segment appears once the cluster is up
+            tags[:] = _tags(proc.pid)
+            return any(n.startswith("/dev/shm/") for n in mine(tags)) or proc.poll() is not None
+
+        until(live, 60.0)
         assert proc.poll() is None, proc.communicate()
-        family = psutil.Process(proc.pid).children(recursive=True)  # fork server, engine, worker
+        family = psutil.Process(proc.pid).children(recursive=True)  # fork server, engine, worker (xdist's too)
         assert len(family) >= 3
         proc.send_signal(signal.SIGTERM)
         out, err = proc.communicate(timeout=60)
@@ -63,10 +85,10 @@ def test_sigterm_closes_the_live_run_and_leaves_nothing(tmp_path: Path) -> None:
             proc.kill()
             proc.communicate()
     _gone, alive = psutil.wait_procs(family, timeout=10)
-    left = mine(tag)
+    left = mine(tags)
     for path in left:  # a failing run's leftovers are this test's to remove
         shutil.rmtree(path) if os.path.isdir(path) else os.unlink(path)
-    assert proc.returncode == 130, out[-2000:] + err[-2000:]
-    assert "1 scenario run: 0 passed, 0 failed, 0 skipped, 1 interrupted" in out, out[-2000:]  # not a pass
+    assert proc.returncode == code, out[-2000:] + err[-2000:]  # pytest says 2 for an interrupted session
     assert alive == [], f"outlived the harness: {alive}"
     assert left == [], "left behind by a terminated run"
+    assert "1 scenario run: 0 passed, 0 failed, 0 skipped, 1 interrupted" in out, out[-2000:]  # not a pass
