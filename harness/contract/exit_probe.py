@@ -1,6 +1,6 @@
 """Contract line 8, checked in a real child interpreter: the exit hook at interpreter exit.
 
-The child (``python -m harness.contract.exit_probe MODE VARIANT ROOT``) starts
+The child (``python -c CHILD_MAIN MODE VARIANT ROOT``, running ``_child``) starts
 listeners in the variant's process-wide registry and returns from main; the
 parent times how long interpreter exit then takes and looks at what is left.
 
@@ -25,6 +25,7 @@ from harness.timeouts import scaled
 EXIT_BUDGET_S = 0.5  # the child's exit budget
 STUCK_DRAIN_S = 2.0  # drain_timeout of each stuck listener in the child
 STUCK_LISTENERS = 2
+CHILD_MAIN = "import sys; from harness.contract.exit_probe import _child; _child(*sys.argv[1:4])"
 
 
 def _child(mode: str, variant_name: str, root: str) -> None:
@@ -77,7 +78,8 @@ def _child(mode: str, variant_name: str, root: str) -> None:
 def _run_child(mode: str, variant: str, root: Path) -> tuple[float, list[str], str]:
     """Run the child; returns the seconds its exit hooks delayed exit (from main's return to the
     last hook), without the interpreter's own teardown, which load makes noisy."""
-    proc = subprocess.Popen([sys.executable, "-m", "harness.contract.exit_probe", mode, variant, str(root)],
+    # -c rather than -m: the package imports this module, and runpy warns when it runs one already imported
+    proc = subprocess.Popen([sys.executable, "-c", CHILD_MAIN, mode, variant, str(root)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         out, err = proc.communicate(timeout=scaled(60))
