@@ -140,3 +140,40 @@ def test_kvcached_016_loses_the_reply_of_the_handler_its_stop_drains() -> None:
 def test_kvcached_016_cannot_stop_once_its_socket_file_is_removed() -> None:
     result = _run("socket-file-removed-while-live", KVCACHED)
     assert "stop_result" in [v.checker for v in result.violated]  # type: ignore[attr-defined]
+
+
+# ------------------------------------------------------------------ vllm_nixl's wire, without vLLM
+@pytest.mark.parametrize(("version", "line"), [("0.33.0", "0.33"), ("0.11.1", "0.11"), (None, "0.33")])
+def test_vllm_nixl_speaks_the_installed_lines_wire(version: str | None, line: str,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """The peer's codec follows the installed vLLM (read from its version, no import): 0.33 asks for
+    (tag, pp, tp) and gets (payload, perf_counter); 0.11 asks for (tag, tp) and gets the bare
+    NixlAgentMetadata. A reply of the other line's shape is a HandshakeError, never a crash."""
+    import msgspec
+
+    import harness.targets.vllm_nixl as vn
+    from harness.errors import HandshakeError
+    from harness.reference.handshake import AgentMetadata
+
+    monkeypatch.setattr(vn, "vllm_version", lambda: version)
+    codec = vn.TARGET.handshake_codec
+    meta = AgentMetadata(agent_name="agent-0-1", engine_id="e", pp_rank=0, tp_rank=1, payload=b"kv")
+    nixl = msgspec.msgpack.encode({"engine_id": "e", "agent_metadata": msgspec.msgpack.encode(meta), "device_id": 0})
+    payload = msgspec.msgpack.encode({"compatibility_hash": "h", "agent_metadata_bytes": nixl})
+    reply_033, reply_011 = [payload, msgspec.msgpack.encode(1.5)], [nixl]
+    (req,) = codec.request(0, 1)
+    if line == "0.33":
+        assert msgspec.msgpack.decode(req) == [b"get_meta_msg", 0, 1]
+        assert codec.decode(reply_033) == meta
+        with pytest.raises(HandshakeError, match=r"expected 2 reply frame\(s\)"):
+            codec.decode(reply_011)
+    else:
+        assert msgspec.msgpack.decode(req) == [b"get_meta_msg", 1]
+        assert codec.decode(reply_011) == meta
+        with pytest.raises(HandshakeError, match=r"expected 1 reply frame\(s\)"):
+            codec.decode(reply_033)
+        with pytest.raises(HandshakeError, match="tp rank only: pp_rank 1"):
+            codec.request(1, 0)
+        with pytest.raises(HandshakeError, match="undecodable vLLM handshake reply"):
+            codec.decode([payload])  # 0.33's payload where 0.11's metadata belongs
+    assert vn.layout().modules[0] in vn.TARGET.preload

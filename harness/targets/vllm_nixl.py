@@ -1,4 +1,8 @@
-"""vLLM's own NIXL handshake listener as a target (``--target vllm_nixl``; vLLM 0.33.x).
+"""vLLM's own NIXL handshake listener as a target (``--target vllm_nixl``; vLLM 0.33.x, 0.11.x best effort).
+
+Described here for 0.33.x; 0.11.x keeps the listener in ``nixl_connector.py``
+and speaks a slightly different wire (see :class:`Layout`, picked from the
+installed version).
 
 What runs is vLLM's code, unchanged: the scheduler side of its NIXL connector
 (``vllm/distributed/kv_transfer/kv_connector/v1/nixl/base_scheduler.py``,
@@ -75,9 +79,10 @@ from harness.reference.handshake import AgentMetadata, check_listener_args, req_
 __all__ = ["TARGET", "VllmNixlTarget", "VllmNixlListener", "HandshakeCodec", "FakeNixlAgent", "GET_META_MSG",
            "SCHEDULER_MODULE", "METADATA_MODULE", "FIX"]
 
-SCHEDULER_MODULE = "vllm.distributed.kv_transfer.kv_connector.v1.nixl.base_scheduler"
-METADATA_MODULE = "vllm.distributed.kv_transfer.kv_connector.v1.nixl.metadata"
-SCHEDULER_CLASS = "NixlBaseConnectorScheduler"
+SCHEDULER_MODULE = "vllm.distributed.kv_transfer.kv_connector.v1.nixl.base_scheduler"  # 0.33.x
+METADATA_MODULE = "vllm.distributed.kv_transfer.kv_connector.v1.nixl.metadata"  # 0.33.x
+SCHEDULER_CLASS = "NixlBaseConnectorScheduler"  # 0.33.x
+CONNECTOR_MODULE_011 = "vllm.distributed.kv_transfer.kv_connector.v1.nixl_connector"  # 0.11.x: all in one module
 FIX = "./dev vllm-env"  # builds .venv-vllm; ./dev vllm-test runs the vllm-marked tests in it
 GET_META_MSG = b"get_meta_msg"  # vLLM 0.33.0's request tag: bytes (the reference's is a str)
 COMPAT_HASH = "lastcall-fake-nixl"  # what a real engine derives from its config; the listener only serves it
@@ -106,13 +111,82 @@ _PAYLOAD = msgspec.msgpack.Decoder(_Payload)
 _NIXL_AGENT = msgspec.msgpack.Decoder(_NixlAgentMetadata)
 
 
+@dataclasses.dataclass(frozen=True)
+class Layout:
+    """Where one vLLM line keeps its scheduler-side listener, and how its side channel speaks.
+
+    * ``0.33``: ``nixl/base_scheduler.py``, ``NixlBaseConnectorScheduler(vllm_config, engine_id,
+      kv_cache_config)``; metadata per (pp, tp) as ``NixlHandshakePayload``; request msgpack
+      ``(b"get_meta_msg", pp, tp)``; reply two frames (payload, the listener's perf_counter).
+    * ``0.11`` (best effort; 0.11.1 run): ``nixl_connector.py``, ``NixlConnectorScheduler(vllm_config,
+      engine_id)``; metadata per tp rank as ``NixlAgentMetadata``; request msgpack ``(b"get_meta_msg",
+      tp)``; reply one frame, the ``NixlAgentMetadata``. No pp rank on the wire: only pp 0 is served.
+    """
+
+    line: str
+    scheduler_module: str
+    metadata_module: str
+    scheduler_class: str
+    by_pp: bool  # metadata keyed by (pp, tp) rather than tp
+    takes_kv_cache_config: bool  # the scheduler's __init__ has a kv_cache_config argument
+    host_read_by_thread: bool  # the listener thread reads VLLM_NIXL_SIDE_CHANNEL_HOST itself, when it runs
+
+    @property
+    def modules(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys((self.scheduler_module, self.metadata_module)))
+
+    def request(self, pp_rank: int, tp_rank: int) -> list[bytes]:
+        if self.by_pp:
+            return [_ENCODER.encode((GET_META_MSG, pp_rank, tp_rank))]
+        if pp_rank != 0:
+            raise HandshakeError(f"vLLM {self.line}.x's handshake carries a tp rank only: pp_rank {pp_rank} "
+                                 "cannot be asked for")
+        return [_ENCODER.encode((GET_META_MSG, tp_rank))]
+
+    def asked(self, frame: bytes) -> tuple[Any, Any]:
+        """(pp, tp) of a request frame, for the served event; (None, None) when it is not one."""
+        try:
+            vals = msgspec.msgpack.decode(frame)
+            return (vals[1], vals[2]) if self.by_pp else (0, vals[1])
+        except Exception:
+            return (None, None)
+
+    def decode(self, frames: list[bytes]) -> AgentMetadata:
+        """The reply frames (after the REQ envelope) as the reference AgentMetadata the fake agent published."""
+        want = 2 if self.by_pp else 1
+        if len(frames) != want:
+            what = "payload, perf_counter" if self.by_pp else "NixlAgentMetadata"
+            raise HandshakeError(f"expected {want} reply frame(s) ({what}), got {len(frames)}")
+        try:
+            if self.by_pp:
+                agent = _NIXL_AGENT.decode(_PAYLOAD.decode(frames[0]).agent_metadata_bytes)
+                msgspec.msgpack.decode(frames[1], type=float)
+            else:
+                agent = _NIXL_AGENT.decode(frames[0])
+            return _AGENT.decode(agent.agent_metadata)
+        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+            raise HandshakeError(f"undecodable vLLM handshake reply: {exc}")
+
+
+LAYOUT_033 = Layout("0.33", SCHEDULER_MODULE, METADATA_MODULE, SCHEDULER_CLASS, by_pp=True,
+                    takes_kv_cache_config=True, host_read_by_thread=False)
+LAYOUT_011 = Layout("0.11", CONNECTOR_MODULE_011, CONNECTOR_MODULE_011, "NixlConnectorScheduler", by_pp=False,
+                    takes_kv_cache_config=False, host_read_by_thread=True)
+
+
+def layout() -> Layout:
+    """The layout of the installed vLLM (from its version, without importing it): 0.11.x's, else 0.33.x's."""
+    version = vllm_version() or ""
+    return LAYOUT_011 if version.startswith("0.11.") else LAYOUT_033
+
+
 # ------------------------------------------------------------------ vLLM, lazily
 @functools.cache
 def _import_error() -> str | None:
     """Why vLLM's scheduler-side NIXL module cannot be imported here (None when it can). Once per process."""
     import importlib
 
-    for name in (SCHEDULER_MODULE, METADATA_MODULE):
+    for name in layout().modules:
         try:
             importlib.import_module(name)
         except Exception as exc:  # ImportError, or whatever a half-installed vllm raises at import
@@ -127,13 +201,15 @@ def _vllm() -> tuple[ModuleType, ModuleType]:
         raise ConfigError(_unavailable_message(why))
     import importlib
 
-    return importlib.import_module(SCHEDULER_MODULE), importlib.import_module(METADATA_MODULE)
+    lay = layout()
+    return importlib.import_module(lay.scheduler_module), importlib.import_module(lay.metadata_module)
 
 
 def _unavailable_message(why: str) -> str:
     version = vllm_version()
-    have = "" if version is None else f" (vllm {version} is installed; the module is 0.33.x's)"
-    return (f"vllm_nixl needs vLLM 0.33.x importable: `import {SCHEDULER_MODULE}` failed ({why}){have}; "
+    have = "" if version is None else f" (vllm {version} is installed)"
+    return (f"vllm_nixl needs vLLM 0.33.x (or 0.11.x) importable: `import {layout().scheduler_module}` failed "
+            f"({why}){have}; "
             f"run `{FIX}` and use .venv-vllm/bin/python (./dev vllm-test runs the tests there)")
 
 
@@ -166,9 +242,27 @@ class FakeNixlAgent:
         return _AGENT.decode(agent_metadata).agent_name
 
 
+def _handshake_payloads(md: ModuleType, metadata: Mapping[tuple[int, int], AgentMetadata]) -> dict[Any, Any]:
+    """What vLLM's ``set_xfer_handshake_metadata`` takes: 0.33, a NixlHandshakePayload per (pp, tp);
+    0.11, a NixlAgentMetadata per tp rank (pp must be 0: its wire has no pp rank)."""
+    lay = layout()
+    if lay.by_pp:
+        return {key: _handshake_payload(md, meta) for key, meta in metadata.items()}
+    if any(pp != 0 for pp, _ in metadata):
+        raise ConfigError(f"vLLM {vllm_version()} serves handshake metadata per tp rank only: pp ranks "
+                          f"{sorted({pp for pp, _ in metadata} - {0})} cannot be served (vllm_nixl on 0.11.x)")
+    return {tp: _agent_metadata(md, meta) for (_, tp), meta in metadata.items()}
+
+
 def _handshake_payload(md: ModuleType, meta: AgentMetadata) -> Any:
-    """vLLM's NixlHandshakePayload for one rank: NixlAgentMetadata (its own dataclass) around the fake
-    agent's blob, for a one-block, one-region KV cache."""
+    """vLLM 0.33's NixlHandshakePayload for one rank around :func:`_agent_metadata`."""
+    return md.NixlHandshakePayload(compatibility_hash=COMPAT_HASH,
+                                   agent_metadata_bytes=_ENCODER.encode(_agent_metadata(md, meta)))
+
+
+def _agent_metadata(md: ModuleType, meta: AgentMetadata) -> Any:
+    """vLLM's NixlAgentMetadata (its own dataclass) around the fake agent's blob, for a one-block,
+    one-region KV cache."""
     agent = FakeNixlAgent(meta.agent_name, meta)
     known: dict[str, Any] = {
         "engine_id": meta.engine_id, "agent_metadata": agent.get_agent_metadata(), "kv_caches_base_addr": [0],
@@ -181,9 +275,8 @@ def _handshake_payload(md: ModuleType, meta: AgentMetadata) -> Any:
                and f.default_factory is dataclasses.MISSING]
     if missing:
         raise ConfigError(f"vLLM {vllm_version()}: NixlAgentMetadata has required fields {missing} this adapter "
-                          "does not fill; vllm_nixl supports vLLM 0.33.x")
-    agent_meta = cls(**{f.name: known[f.name] for f in fields if f.name in known})
-    return md.NixlHandshakePayload(compatibility_hash=COMPAT_HASH, agent_metadata_bytes=_ENCODER.encode(agent_meta))
+                          "does not fill; vllm_nixl supports vLLM 0.33.x and 0.11.x")
+    return cls(**{f.name: known[f.name] for f in fields if f.name in known})
 
 
 def _stand_in_configs() -> tuple[Any, Any]:
@@ -192,7 +285,8 @@ def _stand_in_configs() -> tuple[Any, Any]:
 
     ns = SimpleNamespace
     vllm_config = ns(
-        parallel_config=ns(tensor_parallel_size=1, decode_context_parallel_size=1, data_parallel_index=0),
+        parallel_config=ns(tensor_parallel_size=1, decode_context_parallel_size=1, data_parallel_index=0,
+                           data_parallel_rank=0),  # 0.33 reads the index, 0.11 the rank
         cache_config=ns(block_size=16),
         kv_transfer_config=KVTransferConfig(kv_connector="NixlConnector", kv_role="kv_both"),
         scheduler_config=ns(disable_hybrid_kv_cache_manager=False))
@@ -225,11 +319,7 @@ class _ObservedSocket:
 
     def recv_multipart(self, *args: Any, **kwargs: Any) -> Any:
         frames = self._sock.recv_multipart(*args, **kwargs)
-        try:  # only to name the ranks in the event; vLLM decodes the message itself
-            _tag, pp, tp = msgspec.msgpack.decode(frames[-1])
-            self._asked = (pp, tp)
-        except Exception:
-            self._asked = (None, None)
+        self._asked = layout().asked(frames[-1])  # only to name the ranks in the event; vLLM decodes it itself
         return frames
 
     def send_multipart(self, *args: Any, **kwargs: Any) -> Any:
@@ -304,13 +394,19 @@ class VllmNixlListener:
         _install_seam(sched_mod)
         port = self.requested_port or _free_port(self.host)
         _OBSERVERS[port] = self.rec
-        payloads = {key: _handshake_payload(md, meta) for key, meta in self.metadata.items()}
+        payloads = _handshake_payloads(md, self.metadata)
         vllm_config, kv_cache_config = _stand_in_configs()
+        lay = layout()
+        args = (vllm_config, f"lastcall-{os.getpid()}") + ((kv_cache_config,) if lay.takes_kv_cache_config else ())
         with _ENV_LOCK:
             saved = {k: os.environ.get(k) for k in (HOST_ENV, PORT_ENV)}
             os.environ[HOST_ENV], os.environ[PORT_ENV] = self.host, str(port)
+            if lay.host_read_by_thread:
+                # 0.11 reads the host in the thread, after this lock is gone (a held port never lets start
+                # return): the host stays set in this process, as an engine's environment would have it
+                saved.pop(HOST_ENV)
             try:
-                sched = getattr(sched_mod, SCHEDULER_CLASS)(vllm_config, f"lastcall-{os.getpid()}", kv_cache_config)
+                sched = getattr(sched_mod, lay.scheduler_class)(*args)
             finally:
                 for k, v in saved.items():
                     if v is None:
@@ -357,7 +453,8 @@ class VllmNixlListener:
 
 # ------------------------------------------------------------------ the wire
 class HandshakeCodec:
-    """vLLM 0.33.0's side-channel wire, for a peer (needs no vLLM).
+    """vLLM's side-channel wire, for a peer (needs no vLLM): 0.33.x's, or 0.11.x's where that is installed
+    (:class:`Layout`).
 
     The peer must use :meth:`fetch` where it uses the reference's
     ``fetch_metadata`` (same signature and errors), or frame its own REQ
@@ -366,23 +463,16 @@ class HandshakeCodec:
 
     def request(self, pp_rank: int, tp_rank: int) -> list[bytes]:
         """The request frames, as vLLM's worker sends them (one frame)."""
-        return [_ENCODER.encode((GET_META_MSG, pp_rank, tp_rank))]
+        return layout().request(pp_rank, tp_rank)
 
     def decode(self, frames: list[bytes]) -> AgentMetadata:
         """The reply frames (after the REQ envelope) as the reference AgentMetadata the fake agent published.
 
-        HandshakeError when they are not vLLM's reply: two frames, a
-        NixlHandshakePayload around a NixlAgentMetadata, and a perf_counter.
+        HandshakeError when they are not vLLM's reply (0.33: two frames, a
+        NixlHandshakePayload around a NixlAgentMetadata, and a perf_counter;
+        0.11: one frame, the NixlAgentMetadata).
         """
-        if len(frames) != 2:
-            raise HandshakeError(f"expected 2 reply frames (payload, perf_counter), got {len(frames)}")
-        try:
-            payload = _PAYLOAD.decode(frames[0])
-            agent = _NIXL_AGENT.decode(payload.agent_metadata_bytes)
-            msgspec.msgpack.decode(frames[1], type=float)
-            return _AGENT.decode(agent.agent_metadata)
-        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-            raise HandshakeError(f"undecodable vLLM handshake reply: {exc}")
+        return layout().decode(frames)
 
     def fetch(self, host: str, port: int, pp_rank: int, tp_rank: int, *, timeout: float = 5.0) -> AgentMetadata:
         """Ask vLLM's listener at host:port for (pp_rank, tp_rank)'s metadata, as vLLM's worker does
@@ -401,15 +491,18 @@ class VllmNixlTarget:
     """vLLM's NIXL handshake listener (harness.targets.Target; handshake only)."""
 
     name = "vllm_nixl"
-    about = "vLLM 0.33's own NIXL handshake listener (scheduler side), NIXL faked as vLLM's tests do"
+    about = "vLLM's own NIXL handshake listener (scheduler side; 0.33.x, 0.11.x), NIXL faked as vLLM's tests do"
     capabilities = frozenset({"handshake_listener"})
     codec = None  # no worker listener: the worker wire codec does not apply
     worker_side = None
     engine_side = None
     handshake_codec = HandshakeCodec()
+
     # Heavy imports (about 11 s on CPU) worth doing once in the fork server rather than in every engine
     # process: ./dev vllm-test names them in LASTCALL_PRELOAD.
-    preload = (SCHEDULER_MODULE,)
+    @property
+    def preload(self) -> tuple[str, ...]:
+        return layout().modules
 
     def unavailable(self) -> str | None:
         """None when vLLM's scheduler-side NIXL module imports here, else why and the fix."""
