@@ -1,4 +1,5 @@
-"""vLLM's own NIXL handshake listener (target vllm_nixl) on real processes: what lastcall finds in vLLM 0.33.0.
+"""vLLM's own NIXL handshake listener (target vllm_nixl) on real processes: what lastcall finds in vLLM 0.33.0
+(and in 0.11.1, best effort: the same, except where a test says how it differs).
 
 The engine process (role hs_engine) runs vLLM's scheduler-side listener through
 harness/targets/vllm_nixl.py; the peer (hs_peer) speaks vLLM's wire.  Each test
