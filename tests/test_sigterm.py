@@ -58,15 +58,16 @@ LASTCALL = str(Path(sys.executable).parent / "lastcall")  # the console script, 
 
 @pytest.mark.parametrize(("argv", "code"), [
     pytest.param([LASTCALL, "run"], 130, id="lastcall-run"),
-    # a bare pytest session under xdist, as CI runs it: the plugin makes SIGTERM an interrupt in the
-    # controller and in each worker
-    pytest.param([sys.executable, "-m", "pytest", "-n", "2", "-p", "no:cacheprovider"], 2, id="pytest-n2"),
+    # a bare pytest session under xdist, as CI runs it, its whole process group terminated (as a job
+    # timeout does): the plugin makes SIGTERM an interrupt in the controller and in each worker
+    pytest.param([sys.executable, "-m", "pytest", "-n", "2", "-p", "no:cacheprovider"], 2, id="pytest-n2-group"),
 ])
 def test_sigterm_closes_the_live_run_and_leaves_nothing(argv: list[str], code: int, tmp_path: Path) -> None:
     scenario = tmp_path / "parked.yaml"
     scenario.write_text(PARKED)
-    proc = subprocess.Popen([*argv, str(scenario), "-k", "not catches"],
-                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    group = argv[0] != LASTCALL
+    proc = subprocess.Popen([*argv, str(scenario), "-k", "not catches"], cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=group)
     try:
         tags: list[str] = []
 
@@ -78,7 +79,10 @@ def test_sigterm_closes_the_live_run_and_leaves_nothing(argv: list[str], code: i
         assert proc.poll() is None, proc.communicate()
         family = psutil.Process(proc.pid).children(recursive=True)  # fork server, engine, worker (xdist's too)
         assert len(family) >= 3
-        proc.send_signal(signal.SIGTERM)
+        if group:
+            os.killpg(proc.pid, signal.SIGTERM)
+        else:
+            proc.send_signal(signal.SIGTERM)
         out, err = proc.communicate(timeout=60)
     finally:
         if proc.poll() is None:
