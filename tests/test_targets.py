@@ -144,8 +144,8 @@ def test_kvcached_016_cannot_stop_once_its_socket_file_is_removed() -> None:
 
 # ------------------------------------------------------------------ vllm_nixl's wire, without vLLM
 @pytest.mark.parametrize(("version", "line"), [("0.33.0", "0.33"), ("0.11.1", "0.11"), (None, "0.33")])
-def test_vllm_nixl_speaks_the_installed_lines_wire(version: str | None, line: str,
-                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+def test_vllm_nixl_speaks_the_installed_lines_wire(version: str | None, line: str, monkeypatch: pytest.MonkeyPatch,
+                                                   request: pytest.FixtureRequest) -> None:
     """The peer's codec follows the installed vLLM (read from its version, no import): 0.33 asks for
     (tag, pp, tp) and gets (payload, perf_counter); 0.11 asks for (tag, tp) and gets the bare
     NixlAgentMetadata. A reply of the other line's shape is a HandshakeError, never a crash."""
@@ -156,6 +156,8 @@ def test_vllm_nixl_speaks_the_installed_lines_wire(version: str | None, line: st
     from harness.reference.handshake import AgentMetadata
 
     monkeypatch.setattr(vn, "vllm_version", lambda: version)
+    vn.layout.cache_clear()
+    request.addfinalizer(vn.layout.cache_clear)  # after monkeypatch's undo is registered: runs before it
     codec = vn.TARGET.handshake_codec
     meta = AgentMetadata(agent_name="agent-0-1", engine_id="e", pp_rank=0, tp_rank=1, payload=b"kv")
     nixl = msgspec.msgpack.encode({"engine_id": "e", "agent_metadata": msgspec.msgpack.encode(meta), "device_id": 0})

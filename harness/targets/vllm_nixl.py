@@ -174,8 +174,10 @@ LAYOUT_011 = Layout("0.11", CONNECTOR_MODULE_011, CONNECTOR_MODULE_011, "NixlCon
                     takes_kv_cache_config=False, host_read_by_thread=True)
 
 
+@functools.cache
 def layout() -> Layout:
-    """The layout of the installed vLLM (from its version, without importing it): 0.11.x's, else 0.33.x's."""
+    """The layout of the installed vLLM (from its version, without importing it): 0.11.x's, else 0.33.x's.
+    Once per process: the observed socket asks on every message, and reading a version costs ~1 ms."""
     version = vllm_version() or ""
     return LAYOUT_011 if version.startswith("0.11.") else LAYOUT_033
 
