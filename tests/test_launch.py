@@ -367,3 +367,17 @@ def test_an_exit_before_spawn_group_returns_reaches_the_group_once() -> None:
     assert fs.spawn_group([{}], lambda pid, st, t: heard.append(pid)) == [7]
     fs._handle({"op": "exited", "pid": 7, "status": 256, "t_ns": 2})  # not ours any more: ignored
     assert heard == [7]
+
+
+def test_a_group_spawned_after_spawn_group_gave_up_is_killed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A "spawned" that arrives after its spawn_group raised (no answer in time) names a group nobody
+    drives: its process group is killed rather than left to the end of the session."""
+    import harness.launch.spawn as spawn
+
+    fs = spawn.ForkServer.__new__(spawn.ForkServer)
+    fs._init_state()
+    killed: list[tuple[int, int]] = []
+    monkeypatch.setattr(spawn.os, "killpg", lambda pgid, sig: killed.append((pgid, sig)))
+    fs._handle({"op": "spawned", "req": 99, "pids": [301, 302]})
+    assert killed == [(301, signal.SIGKILL)]
+    assert fs._spawned == {} and fs._exit_callbacks == {}

@@ -5,6 +5,7 @@ from __future__ import annotations
 import atexit
 import ctypes
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -36,6 +37,15 @@ def become_subreaper() -> bool:
         return bool(libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0)
     except (OSError, AttributeError):
         return False
+
+
+def _kill_group(pids: list[int]) -> None:
+    if not pids:
+        return
+    try:
+        os.killpg(pids[0], signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
 
 
 class ForkServer:
@@ -111,7 +121,11 @@ class ForkServer:
             with self._cond:
                 on_exit = self._pending.pop(req, None)
                 if on_exit is None:
-                    return  # spawn_group gave up waiting; the server kills these at quit
+                    # spawn_group gave up waiting (and raised): nobody will drive or reap-watch this group.
+                    # Its engine leads its process group, and none of it can have been reaped yet (its
+                    # exits would come after this message), so the pgid is still theirs.
+                    _kill_group(pids)
+                    return
                 for pid in pids:
                     self._exit_callbacks[pid] = on_exit
                 self._spawned[req] = pids
