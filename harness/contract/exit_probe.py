@@ -12,7 +12,6 @@ parent times how long interpreter exit then takes and looks at what is left.
 
 from __future__ import annotations
 
-import signal
 import socket
 import subprocess
 import sys
@@ -95,8 +94,9 @@ def _run_child(mode: str, variant: str, root: Path) -> tuple[float, list[str], s
         # when a daemon thread inside it is stopped). A listener whose stop said it was done left it
         # running: a verdict on the listener, not a broken probe.
         from harness.contract.rig import violated
+        from harness.reference.serve import signal_name
 
-        raise violated(f"the interpreter died on {_signame(-proc.returncode)} after its exit hooks ran: a thread "
+        raise violated(f"the interpreter died on {signal_name(-proc.returncode)} after its exit hooks ran: a thread "
                        f"was still running at finalization ({'; '.join(lines[:1])}); stderr ends: "
                        f"{err.strip()[-300:]}")
     if proc.returncode != 0 or not exiting or not done:
@@ -105,13 +105,6 @@ def _run_child(mode: str, variant: str, root: Path) -> tuple[float, list[str], s
         raise ExitProbeFailed(f"exit probe child ({mode}, {variant}) failed with status {proc.returncode}; "
                               f"stdout: {lines[-5:]}; stderr ends: {err[-2000:]}")
     return (done[0] - exiting[0]) / 1e9, lines, err
-
-
-def _signame(sig: int) -> str:
-    try:
-        return signal.Signals(sig).name
-    except ValueError:
-        return f"signal {sig}"
 
 
 class ExitProbeFailed(RuntimeError):

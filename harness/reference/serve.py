@@ -25,7 +25,7 @@ from typing import TextIO
 from harness.errors import ConfigError
 from harness.reference.worker import ReferenceWorker, WorkerSpec
 
-__all__ = ["STOP_SIGNALS", "RETRY_PAUSE_S", "serve"]
+__all__ = ["STOP_SIGNALS", "RETRY_PAUSE_S", "serve", "signal_name"]
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)  # either one starts the shutdown
 RETRY_PAUSE_S = 1.0  # seconds between shutdown attempts when the drain failed for a reason other than a stuck handler
@@ -72,7 +72,7 @@ class _SignalPipe:
         return data[0] if data else None
 
 
-def _signal_name(signum: int) -> str:
+def signal_name(signum: int) -> str:
     try:
         return signal.Signals(signum).name
     except ValueError:
@@ -115,7 +115,7 @@ def serve(spec: WorkerSpec, *, out: TextIO | None = None, err: TextIO | None = N
             signum = pipe.wait()
             while signum is None:  # a spurious wakeup: keep waiting
                 signum = pipe.wait()
-            print(f"lastcall serve: {_signal_name(signum)}: shutting down {worker.path}", file=err, flush=True)
+            print(f"lastcall serve: {signal_name(signum)}: shutting down {worker.path}", file=err, flush=True)
         finally:
             _shutdown(worker, pipe, err)
     return 0
