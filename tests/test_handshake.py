@@ -350,6 +350,9 @@ def test_history_of_one_lifecycle_and_idempotent_shutdown() -> None:
     rec = Recorder()
     with serving(HandshakeListener, recorder=rec) as lst:
         fetch_metadata(HOST, lst.port, 1, 0, timeout=SAFETY)
+        # the listener records the reply once its send returned, which may be after the peer has it
+        # (a CI run saw stop_started first): wait for it, so the order below is the lifecycle's
+        assert rec.wait_for("handshake_served", timeout=SAFETY)
         assert [lst.shutdown() for _ in range(3)] == [True, True, True]
     assert rec.kinds() == ["handshake_listener_started", "handshake_served", "stop_started", "thread_exited",
                            *["stop_returned"] * 3]
