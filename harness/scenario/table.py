@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from harness.scenario.loader import expand, load_many
 from harness.scenario.runner import RunResult, run_item
 
-__all__ = ["Cell", "build", "markdown"]
+__all__ = ["Cell", "build", "markdown", "load_cells", "table_variants"]
 
 
 @dataclass(frozen=True)
@@ -35,11 +35,18 @@ def _detail(r: RunResult) -> str:
     return "; ".join(parts)
 
 
+def table_variants() -> list[str]:
+    """The table's columns: the reference and every planted-bug variant (worker and handshake), not the
+    real targets."""
+    from harness.targets import target_names
+
+    return [v for v in target_names() if v not in ("kvcached", "vllm_nixl")]
+
+
 def build(paths: Sequence[str], variants: Sequence[str],
-          progress: Callable[[Cell], None] | None = None,
-          keep: Callable[[Cell, RunResult], None] | None = None) -> list[Cell]:
-    """Run every scenario of ``paths`` against every variant; ``keep`` sees each cell with its run
-    (the slow test keeps the history of a cell that went wrong)."""
+          progress: Callable[[Cell, RunResult], None] | None = None) -> list[Cell]:
+    """Run every scenario of ``paths`` against every variant; ``progress`` sees each cell with its run as it
+    is made (the command prints a line; the slow test keeps the history of a cell that went wrong)."""
     scenarios, errors = load_many(list(paths))
     if errors:
         raise errors[0]
@@ -57,10 +64,8 @@ def build(paths: Sequence[str], variants: Sequence[str],
             caught = bool(fired) if variant != "reference" else not r.passed
             cell = Cell(scn.name, variant, caught, variant in scn.catches, fired, _detail(r))
             cells.append(cell)
-            if keep is not None:
-                keep(cell, r)
             if progress is not None:
-                progress(cell)
+                progress(cell, r)
     return cells
 
 
@@ -102,14 +107,12 @@ def load_cells(directory: str) -> list[Cell]:
 def main(argv: list[str]) -> int:
     """``python -m harness.scenario.table [PATH...]`` runs the table; ``--from DIR`` prints the one the slow
     test left in DIR (reports/planted-bug-table) without running anything."""
-    from harness.targets import target_names
-
-    variants = [v for v in target_names() if v not in ("kvcached", "vllm_nixl")]
+    variants = table_variants()
     if argv[:1] == ["--from"]:
         cells = load_cells(argv[1] if len(argv) > 1 else "reports/planted-bug-table")
     else:
         cells = build(argv or ["scenarios"], variants,
-                      progress=lambda c: print(f"{c.scenario:45} {c.variant:28} {'caught' if c.caught else '-'} "
+                      progress=lambda c, _run: print(f"{c.scenario:45} {c.variant:28} {'caught' if c.caught else '-'} "
                                                f"{','.join(c.checkers)}", file=sys.stderr, flush=True))
     print(markdown(cells, variants))
     return 0
