@@ -29,16 +29,15 @@ import argparse
 import difflib
 import os
 import shutil
-import signal
 import sys
 import tempfile
-import threading
 import traceback
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, NoReturn
 
 from harness import __version__
 from harness.errors import ConfigError, HarnessError
+from harness.interrupts import sigterm_interrupts
 from harness.units import parse_duration, parse_size
 
 if TYPE_CHECKING:
@@ -470,29 +469,6 @@ def _write_traceback() -> str:
     with os.fdopen(fd, "w") as f:
         f.write(traceback.format_exc())
     return path
-
-
-def sigterm_interrupts() -> Callable[[], None]:
-    """Make SIGTERM unwind this process like ^C, so every run's finally blocks close its clusters.
-
-    Without it, a ``kill`` of ``lastcall run`` or ``lastcall bench`` ends the
-    harness at once: the fork server then kills the engine and workers, and the
-    usage segments and sockets they own stay behind for ``lastcall ctl sweep``.
-    Installed only on the main thread and only over the default action (a
-    command with its own handler, ``serve``, keeps it); returns the undo.
-    """
-    if threading.current_thread() is not threading.main_thread() or \
-            signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
-        return lambda: None
-
-    def interrupt(signum: int, frame: object) -> None:
-        raise KeyboardInterrupt("SIGTERM")
-
-    def restore() -> None:
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
-
-    signal.signal(signal.SIGTERM, interrupt)
-    return restore
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -46,7 +46,7 @@ _UNDO_SIGTERM = pytest.StashKey[Callable[[], None]]()
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    from harness.cli import sigterm_interrupts
+    from harness.interrupts import sigterm_interrupts
     from harness.scenario.collect import configure
 
     # SIGTERM (a CI job's timeout, a kill) unwinds the session like ^C, in the controller and in each

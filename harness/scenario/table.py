@@ -119,7 +119,7 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    from harness.cli import sigterm_interrupts
+    from harness.interrupts import sigterm_interrupts
 
     sigterm_interrupts()  # a kill unwinds through each run's cleanup instead of leaving its segments behind
     sys.exit(main(sys.argv[1:]))
