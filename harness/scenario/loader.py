@@ -31,7 +31,7 @@ from harness.scenario.errors import KeyPath, Problem, ScenarioError, format_path
 from harness.scenario.explain import did_you_mean, explain, one_of
 from harness.scenario.schema import Scenario, _base_schema
 from harness.scenario.steps import STEP_TYPES
-from harness.scenario.yamlnodes import Marks, YamlProblem, parse
+from harness.scenario.yamlnodes import Marks, ReadProblem, YamlProblem, parse, read_text
 
 __all__ = ["load", "loads", "load_many", "expand", "MatrixItem", "SUFFIXES"]
 
@@ -157,15 +157,16 @@ def load(path: str | os.PathLike[str]) -> Scenario:
     Returns: the validated :class:`Scenario`, every cross-reference checked.
     Error handling: :class:`ScenarioError` located at FILE:LINE:COL with the key
         path, what was expected and found, and the fix where known; the file's
-        further errors are in its ``also``.  Nothing is started.
+        further errors are in its ``also``.  Nothing is started.  A path that is
+        not a regular file, a file over 1 MiB, an empty one and one that is not
+        UTF-8 are refused before parsing (harness.scenario.yamlnodes.read_text).
     """
     file = os.fspath(path)
     try:
-        text = Path(file).read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ScenarioError(file, None, None, "", f"cannot read: {exc.strerror or exc}") from None
-    except UnicodeDecodeError as exc:
-        raise ScenarioError(file, None, None, "", f"not UTF-8 text: {exc.reason} at byte {exc.start}") from None
+        text = read_text(file, expected=f"a mapping with keys {TOP_KEYS}")
+    except ReadProblem as exc:
+        line, column = exc.position or (None, None)
+        raise ScenarioError(file, line, column, "", exc.message) from None
     return loads(text, file)
 
 
