@@ -1,6 +1,13 @@
-"""The session-level leak check: every test is checked for what it left behind, by name.
+"""The session-level leak check: a test is checked for what it left behind, by name.
 
-After each test (its teardown included) the guard looks, for this process only
+Which tests (ini ``lastcall_leak_check``, :func:`mode`): by default (``lastcall``) only those that
+asked for it, lastcall's own items (the scenario files), tests that use one of lastcall's fixtures
+(directly or through another fixture) and tests marked ``lastcall``; with ``all`` every test of the
+session; ``off`` none.  A test marked ``leaks_ok`` is never checked.  lastcall's own suite sets ``all``.
+A plugin loaded wherever lastcall is installed must not change the verdict of a test that never asked
+(a module-level server kept open for later tests is common in integration suites).
+
+After each checked test (its teardown included) the guard looks, for this process only
 (names carry the process tag, harness.names), at:
 
 * paths under /tmp named ``lc-<tag>*`` and ``lastcall-tp-*<tag>*``,
@@ -21,12 +28,55 @@ import os
 import threading
 from dataclasses import dataclass
 
+import pytest
+
 from harness.names import TMP, process_tag
 
-__all__ = ["Inventory", "take", "diff", "GRACE_S", "SUT_THREADS"]
+__all__ = ["Inventory", "take", "diff", "GRACE_S", "SUT_THREADS", "MODES", "INI", "mode", "applies",
+           "asked_by"]
 
 GRACE_S = 2.0  # a thread of the system under test may still be finishing: join it this long at most
 SUT_THREADS = ("lastcall-listener", "lastcall-handshake", "lastcall-hang", "lastcall-step-")
+INI = "lastcall_leak_check"
+MODES = {"lastcall": "lastcall's own items, tests using its fixtures or marked lastcall (the default)",
+         "all": "every test", "off": "no test"}
+OWN_PACKAGE = "harness"  # a fixture or item defined in this package is lastcall's
+
+
+def mode(config: pytest.Config) -> str:
+    """The ini value, checked: a bad one is a located usage error, not a silent default."""
+    raw = config.getini(INI)
+    value = str(raw).strip().lower() if raw is not None else "lastcall"
+    if value not in MODES:
+        where = config.inipath or "the ini file"
+        raise pytest.UsageError(f"{where}: {INI} = {raw!r}: expected one of "
+                                + ", ".join(f"{k} ({v})" for k, v in MODES.items()))
+    return value
+
+
+def _ours(obj: object) -> bool:
+    return str(getattr(obj, "__module__", "") or "").partition(".")[0] == OWN_PACKAGE
+
+
+def asked_by(item: pytest.Item) -> str | None:
+    """Why ``item`` asked for the guard (a lastcall item, mark or fixture), or None."""
+    if _ours(type(item)):
+        return "a lastcall item"
+    if item.get_closest_marker("lastcall") is not None:
+        return "marked lastcall"
+    info = getattr(item, "_fixtureinfo", None)  # a Function's fixture closure, overrides resolved
+    for name, defs in (getattr(info, "name2fixturedefs", None) or {}).items():
+        active = defs[-1] if defs else None  # the definition that serves this test (a conftest may override ours)
+        if active is not None and not getattr(active, "_autouse", False) and _ours(getattr(active, "func", None)):
+            return f"uses the lastcall fixture {name}"
+    return None
+
+
+def applies(item: pytest.Item, how: str) -> bool:
+    """Whether the guard checks ``item`` under mode ``how``."""
+    if how == "off" or item.get_closest_marker("leaks_ok") is not None:
+        return False
+    return how == "all" or asked_by(item) is not None
 
 
 @dataclass(frozen=True)

@@ -30,8 +30,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
     addoption(parser)
     repeat_option(parser)
-    parser.addini("lastcall_leak_check", type="bool", default=True,
-                  help="fail any test that leaves a lastcall path, segment, thread, process or port behind")
+    parser.addini("lastcall_leak_check", type="string", default="lastcall",
+                  help="which tests fail when they leave a lastcall path, segment, thread, process or port "
+                       "behind: lastcall (its own items, tests using its fixtures or marked lastcall; the "
+                       "default), all or off")
 
 
 def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Collector | None:
@@ -43,12 +45,16 @@ def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Col
 
 
 _UNDO_SIGTERM = pytest.StashKey[Callable[[], None]]()
+_LEAK_MODE = pytest.StashKey[str]()
+_LEAK_BEFORE = pytest.StashKey[object]()
 
 
 def pytest_configure(config: pytest.Config) -> None:
     from harness.interrupts import sigterm_interrupts
+    from harness.leakguard import mode
     from harness.scenario.collect import configure
 
+    config.stash[_LEAK_MODE] = mode(config)  # a bad value stops the session here, located
     # SIGTERM (a CI job's timeout, a kill) unwinds the session like ^C, in the controller and in each
     # xdist worker, so every live run closes its cluster and removes what it owns; without it the fork
     # server SIGKILLs the engine and workers and their usage segments and sockets stay behind.
@@ -57,10 +63,12 @@ def pytest_configure(config: pytest.Config) -> None:
     for name, doc in MARKERS.items():
         config.addinivalue_line("markers", f"{name}: {doc}")
     config.addinivalue_line("markers", "leaks_ok: this test may leave things behind on purpose (no leak check)")
+    config.addinivalue_line("markers", "lastcall: check this test with lastcall's leak guard "
+                            "(ini lastcall_leak_check = lastcall, the default)")
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
-    if os.environ.get("PYTEST_XDIST_WORKER") or not config.getini("lastcall_leak_check"):
+    if os.environ.get("PYTEST_XDIST_WORKER") or config.stash.get(_LEAK_MODE, "off") == "off":
         return []
     from harness.probes.leftovers import session_leftovers
 
@@ -86,19 +94,54 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     sessionfinish(session)
 
 
+def _leak_checked(item: pytest.Item) -> bool:
+    from harness.leakguard import applies
+
+    return applies(item, item.config.stash.get(_LEAK_MODE, "lastcall"))
+
+
+def _fail_on_leaks(item: pytest.Item, before: object) -> None:
+    from harness import leakguard
+
+    assert isinstance(before, leakguard.Inventory)
+    leaks = leakguard.diff(before)
+    if leaks:
+        pytest.fail(f"{item.nodeid} leaked: " + "; ".join(leaks), pytrace=False)
+
+
 @pytest.fixture(autouse=True)
 def _lastcall_leak_guard(request: pytest.FixtureRequest) -> Iterator[None]:
-    """Fails a test that left a path, shm segment, thread, child process or port behind (see leakguard)."""
-    if not request.config.getini("lastcall_leak_check") or request.node.get_closest_marker("leaks_ok"):
+    """Fails a test that left a path, shm segment, thread, child process or port behind (see leakguard).
+
+    A fixture, for a test function: it is set up before the test's other function fixtures and torn
+    down after them, so what a fixture owns counts, and what a wider-scoped fixture holds does not."""
+    if not _leak_checked(request.node):
         yield
         return
     from harness import leakguard
 
     before = leakguard.take()
     yield
-    leaks = leakguard.diff(before)
-    if leaks:
-        pytest.fail(f"{request.node.nodeid} leaked: " + "; ".join(leaks), pytrace=False)
+    _fail_on_leaks(request.node, before)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """The guard for items without fixtures (lastcall's scenario items): the inventory before setup."""
+    if not isinstance(item, pytest.Function) and _leak_checked(item):
+        from harness import leakguard
+
+        item.stash[_LEAK_BEFORE] = leakguard.take()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    before = item.stash.get(_LEAK_BEFORE, None)
+    if before is not None:
+        del item.stash[_LEAK_BEFORE]
+    yield  # a teardown that failed already fails the item: no leak check on top
+    if before is not None:
+        _fail_on_leaks(item, before)
 
 
 @pytest.fixture
