@@ -6,6 +6,12 @@ process on Linux), pid, role, rank, thread name, a kind (past tense:
 :class:`Recorder` is the only writer of a history: producers call ``emit``;
 tests and checkers read ``events()`` or block in ``wait_for``.  JSONL in and
 out; a torn last line (a writer killed mid-line) is tolerated and reported.
+
+The kinds and their data keys are :mod:`harness.events`; with
+``LASTCALL_STRICT_EVENTS=1`` a recorder checks every event it records against
+them and keeps what is wrong in :attr:`Recorder.bad_events` (the run is then
+broken, naming the event).  Histories written in an older format are read
+through :func:`harness.events.upgrade`.
 """
 
 from __future__ import annotations
@@ -19,9 +25,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from harness import events as vocabulary
+
 __all__ = ["SCHEMA_VERSION", "Event", "Emitter", "Recorder", "NullRecorder", "write_jsonl", "read_jsonl"]
 
-SCHEMA_VERSION = 1  # bump when Event's fields change meaning
+SCHEMA_VERSION = vocabulary.FORMAT_VERSION  # bump (in harness.events) when a field or key changes meaning
 
 
 @dataclass(frozen=True)
@@ -62,22 +70,25 @@ class Recorder:
     under test: it blocks until a matching event exists.
     """
 
-    def __init__(self, role: str = "harness", rank: str = "") -> None:
+    def __init__(self, role: str = "harness", rank: str = "", *, strict: bool | None = None) -> None:
         self.role = role
         self.rank = rank
+        self.strict = strict if strict is not None else os.environ.get(vocabulary.STRICT_ENV) == "1"
+        self.bad_events: list[str] = []  # strict only: one line per event that does not fit harness.events
         self._events: list[Event] = []
         self._cond = threading.Condition()
 
     def emit(self, kind: str, /, **data: Any) -> None:
-        ev = Event(time.monotonic_ns(), os.getpid(), self.role, self.rank,
-                   threading.current_thread().name, kind, data)
-        with self._cond:
-            self._events.append(ev)
-            self._cond.notify_all()
+        self.add(Event(time.monotonic_ns(), os.getpid(), self.role, self.rank,
+                       threading.current_thread().name, kind, data))
 
     def add(self, ev: Event) -> None:
-        """Append an event made elsewhere (another process's, received by this recorder)."""
+        """Append an event (this process's, or another's received by this recorder); checked when strict."""
+        bad = vocabulary.problems(ev.kind, ev.data) if self.strict else []
         with self._cond:
+            if bad:
+                self.bad_events.append(f"event {ev.kind!r} from {ev.rank or ev.role} (pid {ev.pid}): "
+                                       + "; ".join(bad))
             self._events.append(ev)
             self._cond.notify_all()
 
@@ -122,7 +133,10 @@ def write_jsonl(path: str | os.PathLike[str], events: Iterable[Event]) -> None:
 
 
 def read_jsonl(path: str | os.PathLike[str]) -> tuple[list[Event], list[str]]:
-    """Events from a JSONL history, and a list of problems (bad or torn lines, by number)."""
+    """Events from a JSONL history, and a list of problems (bad or torn lines, by number).
+
+    An event of an older format (``v``) is read as the current one (:func:`harness.events.upgrade`).
+    """
     events: list[Event] = []
     problems: list[str] = []
     lines = Path(path).read_text().split("\n")
@@ -130,7 +144,11 @@ def read_jsonl(path: str | os.PathLike[str]) -> tuple[list[Event], list[str]]:
         if not line.strip():
             continue
         try:
-            events.append(Event(**json.loads(line)))
+            ev = Event(**json.loads(line))
+            if ev.v != SCHEMA_VERSION and isinstance(ev.data, dict) and isinstance(ev.v, int):
+                ev = Event(ev.t_ns, ev.pid, ev.role, ev.rank, ev.thread, ev.kind,
+                           vocabulary.upgrade(ev.kind, ev.data, ev.v), SCHEMA_VERSION)
+            events.append(ev)
         except (ValueError, TypeError) as exc:
             torn = n == len(lines) or (n == len(lines) - 1 and not lines[-1])
             problems.append(f"{path}:{n}: {'torn last line' if torn else 'bad line'}: {exc}")

@@ -107,7 +107,8 @@ def test_no_late_dispatch_violated() -> None:
 
 
 def test_no_late_dispatch_unknown_without_a_stop() -> None:
-    v = check("no_late_dispatch", [LE("dispatch_started", 50, conn=1, cmd="map_to_kv_tensors")])
+    v = check("no_late_dispatch", [LE("listener_started", 10),
+                                   LE("dispatch_started", 50, conn=1, cmd="map_to_kv_tensors")])
     assert (v.status, v.message) == ("unknown", "no stop_started in the history: no stop to judge against")
 
 
@@ -124,18 +125,20 @@ def test_no_late_dispatch_ok_after_a_restart() -> None:
 def test_no_dispatch_after_teardown_ok() -> None:
     v = check("no_dispatch_after_teardown", [
         LE("dispatch_started", 50, conn=1, cmd="map_to_kv_tensors"), LE("dispatch_finished", 60, conn=1),
-        LE("stop_started", 100), LE("stop_returned", 200, ok=True), E("allocator_torn_down", 220, label=L0),
+        LE("stop_started", 100), LE("stop_returned", 200, ok=True), E("allocator_torn_down", 220, worker=L0),
         LE("dispatch_started", 300, pid=W2, listener=L1, conn=1, cmd="map_to_kv_tensors"),  # another process
     ])
     assert v.status == "ok"
-    assert check("no_dispatch_after_teardown", [LE("dispatch_started", 50, conn=1)]).message == \
+    assert check("no_dispatch_after_teardown", [LE("listener_started", 10), LE("dispatch_started", 50, conn=1),
+                                                E("stop_all_returned", 60, ok=True, left=0)]).message == \
         "no allocator was torn down"
 
 
 def test_no_dispatch_after_teardown_violated() -> None:
     # a dispatch in flight across the allocator's teardown
     v = check("no_dispatch_after_teardown", [
-        LE("dispatch_started", 150, conn=1, cmd="map_to_kv_tensors"), E("allocator_torn_down", 200, label=L0),
+        LE("listener_started", 10),
+        LE("dispatch_started", 150, conn=1, cmd="map_to_kv_tensors"), E("allocator_torn_down", 200, worker=L0),
         LE("dispatch_finished", 250, conn=1, cmd="map_to_kv_tensors"),
     ])
     assert v.status == "violated"
@@ -145,9 +148,11 @@ def test_no_dispatch_after_teardown_violated() -> None:
 
 
 @pytest.mark.parametrize(("events", "expect"), [
-    pytest.param([E("allocator_torn_down", 200), LE("dispatch_started", 300, conn=1, cmd="unmap_from_kv_tensors")],
+    pytest.param([LE("listener_started", 10), E("allocator_torn_down", 200),
+                  LE("dispatch_started", 300, conn=1, cmd="unmap_from_kv_tensors")],
                  [("allocator_torn_down", None), ("dispatch_started", "unmap_from_kv_tensors")], id="after"),
-    pytest.param([LE("dispatch_started", 150, conn=1, cmd="map_to_kv_tensors"), E("allocator_torn_down", 200)],
+    pytest.param([LE("listener_started", 10), LE("dispatch_started", 150, conn=1, cmd="map_to_kv_tensors"),
+                  E("allocator_torn_down", 200)],
                  [("allocator_torn_down", None), ("dispatch_started", "map_to_kv_tensors")], id="never-finished"),
 ])
 def test_no_dispatch_after_teardown_violated_variants(events: list[Event], expect: list[tuple[Any, ...]]) -> None:
@@ -225,8 +230,9 @@ def test_stop_latency_violated_when_stop_never_returns_true() -> None:
 
 
 def test_stop_latency_unknown() -> None:
-    assert (check("stop_latency", []).status, check("stop_latency", []).message) == \
-        ("unknown", "no stop in the history")
+    assert (check("stop_latency", [LE("listener_started", 10)]).status,
+            check("stop_latency", [LE("listener_started", 10)]).message) == ("unknown", "no stop in the history")
+    assert check("stop_latency", []).message.startswith("no evidence: the listener emitted none of")
     v = check("stop_latency", phased_stop(500), {"step": "s1"})
     assert (v.status, v.message) == ("unknown", "step 's1' has no start and return in the history")
 
@@ -274,7 +280,7 @@ def test_reads_cancelled_does_not_judge_a_peer_the_harness_did_not_watch() -> No
 
 
 def test_reads_cancelled_unknown_without_a_stop() -> None:
-    v = check("reads_cancelled", [LE("frame_started", 20, conn=1)])
+    v = check("reads_cancelled", [LE("listener_started", 10), LE("frame_started", 20, conn=1)])
     assert (v.status, v.message) == ("unknown", "no stop_started in the history")
 
 
@@ -344,8 +350,8 @@ def test_retained_for_retry_violated() -> None:
 def test_teardown_deferred_ok() -> None:
     v = check("teardown_deferred", [
         LE("listener_started", 10), LE("stop_started", 50), LE("stop_returned", 100, ok=False),
-        E("teardown_deferred", 110, label=L0), LE("stop_returned", 200, ok=True),
-        E("allocator_torn_down", 300, label=L0),
+        E("teardown_deferred", 110, worker=L0), LE("stop_returned", 200, ok=True),
+        E("allocator_torn_down", 300, worker=L0),
         LE("listener_started", 20, pid=W2), LE("stop_returned", 250, pid=W2, ok=False),  # another process
     ])
     assert v.status == "ok"
@@ -355,7 +361,7 @@ def test_teardown_deferred_violated() -> None:
     # integration shutdown tears the allocator down after a failed stop
     v = check("teardown_deferred", [
         LE("listener_started", 10), LE("stop_started", 50), LE("stop_returned", 100, ok=False),
-        E("allocator_torn_down", 110, label=L0),
+        E("allocator_torn_down", 110, worker=L0),
     ])
     assert v.status == "violated"
     assert ev(v, "ok") == [("stop_returned", False), ("allocator_torn_down", None)]
@@ -365,7 +371,7 @@ def test_teardown_deferred_violated() -> None:
 def test_teardown_deferred_violated_by_a_listener_never_stopped() -> None:
     v = check("teardown_deferred", [
         LE("listener_started", 10), LE("listener_started", 11, listener=L1),
-        LE("stop_returned", 100, ok=True), E("allocator_torn_down", 110, label=L0),
+        LE("stop_returned", 100, ok=True), E("allocator_torn_down", 110, worker=L0),
     ])
     assert (v.status, ev(v)) == ("violated", [("allocator_torn_down",)])
 
@@ -376,7 +382,7 @@ def call(step: str, t: int, op: str, offsets: list[int], ok: bool = True, **data
 
 
 def state(t: int, label: str, mapped: list[int], pending: Any = None, pid: int = W) -> Event:
-    return E("allocator_state", t, pid, rank=label, label=label, mapped=mapped, pending=pending)
+    return E("allocator_state", t, pid, rank=label, worker=label, mapped=mapped, pending=pending)
 
 
 def test_kv_state_consistent_ok() -> None:
@@ -400,7 +406,7 @@ def test_kv_state_consistent_violated() -> None:
     v = check("kv_state_consistent", [call("m1", 100, "map", [0, 2 * MiB]), state(300, L0, [0]),
                                       state(310, L1, [0, 2 * MiB], pid=W2)])
     assert v.status == "violated"
-    assert ev(v, "label", "mapped") == [("allocator_state", L0, [0])]
+    assert ev(v, "worker", "mapped") == [("allocator_state", L0, [0])]
     assert v.message == "pp0/rank0 holds [0] (pending None) but the client was told [0, 2097152]"
 
 
@@ -411,8 +417,12 @@ def test_kv_state_consistent_violated_by_a_pending_unmap() -> None:
 
 
 def test_kv_state_consistent_unknown() -> None:
-    v = check("kv_state_consistent", [call("m1", 100, "map", [0])])
+    v = check("kv_state_consistent", [call("m1", 100, "map", [0]), E("stop_all_returned", 150, ok=True, left=0)])
     assert (v.status, v.message) == ("unknown", "no rank reported its allocator state")
+    v = check("kv_state_consistent", [call("m1", 100, "map", [0])])  # the worker side is not observed at all
+    assert (v.status, v.message) == ("unknown", "no evidence: the worker emitted none of stop_all_returned, "
+                                     "exit_hook_started, allocator_state, allocator_torn_down, teardown_deferred, "
+                                     "so its events cannot be judged")
 
 
 # ------------------------------------------------------------------ fault_fired
@@ -779,7 +789,7 @@ def test_judge_a_crashing_checker_is_unknown(monkeypatch: pytest.MonkeyPatch) ->
 
 def test_judge_a_checker_crashing_on_malformed_data_is_unknown() -> None:
     # an allocator_state whose "mapped" is not a list of offsets: the checker crashes, the verdict is unknown
-    v = check("kv_state_consistent", [E("allocator_state", 100, label="pp0/rank0", mapped=5, pending=None)])
+    v = check("kv_state_consistent", [E("allocator_state", 100, worker="pp0/rank0", mapped=5, pending=None)])
     assert (v.status, v.message) == ("unknown", "checker crashed: TypeError: 'int' object is not iterable")
 
 
@@ -907,3 +917,71 @@ def test_ctl_cleans_violated() -> None:
 def test_ctl_cleans_unknown() -> None:
     v = check("ctl_cleans", [], CTL)
     assert (v.status, v.message) == ("unknown", "no ctl step l1, d1 returned in the history")
+
+
+# ------------------------------------------------------------------ evidence: no verdict on nothing
+HARNESS_ONLY = [  # what a run of a target that emits nothing leaves: the harness's own steps and processes
+    H("process_spawned", 10, pid=W, role="worker", label=L0),
+    *stop_step("s1", 100, True), *stop_step("sd", 300, True, kind="shutdown"),
+    H("process_exited", 500, status=0),
+]
+LISTENER_MISSING = "the listener emitted none of listener_started, handshake_listener_started, stop_started"
+
+
+@pytest.mark.parametrize("name", ["handler_drained", "retained_for_retry", "teardown_deferred",
+                                  "no_dispatch_after_teardown"])
+def test_listener_checkers_are_unknown_on_the_harness_steps_alone(name: str) -> None:
+    # these returned ok on this history before checkers declared their evidence
+    v = check(name, HARNESS_ONLY)
+    assert v.status == "unknown"
+    assert LISTENER_MISSING in v.message
+    assert not v.passes
+
+
+def test_teardown_deferred_names_both_missing_parties() -> None:
+    v = check("teardown_deferred", HARNESS_ONLY)
+    assert "the worker emitted none of stop_all_returned" in v.message
+    v = check("teardown_deferred", [*HARNESS_ONLY, LE("listener_started", 20)])  # the listener alone is not enough
+    assert v.status == "unknown" and LISTENER_MISSING not in v.message and "the worker emitted none" in v.message
+
+
+def test_fault_fired_is_unknown_when_nothing_was_armed() -> None:
+    v = check("fault_fired", HARNESS_ONLY)  # returned "0 armed fault(s) fired" before
+    assert (v.status, v.message) == ("unknown", "no fault was armed in the history: nothing to have fired")
+
+
+def test_a_party_the_target_declares_absent_is_not_judged() -> None:
+    record = RunRecord(tuple(HARNESS_ONLY), absent=frozenset({"listener"}))
+    v = judge("handler_drained", record)
+    assert (v.status, v.passes) == ("not_judged", True)
+    assert v.message == "not judged: the target declares no listener events (no capability listener_events)"
+    assert judge("stop_result", record).status == "ok"  # black-box: judged as before
+    worker_only = RunRecord(tuple(HARNESS_ONLY), absent=frozenset({"worker"}))
+    assert judge("teardown_deferred", worker_only).status == "not_judged"  # needs both parties
+    assert judge("handler_drained", worker_only).status == "unknown"  # the listener is not declared absent
+
+
+def test_allow_unknown_passes_and_prints_its_reason() -> None:
+    v = judge("handler_drained", RunRecord(tuple(HARNESS_ONLY)), allow_unknown="this target has no handlers")
+    assert (v.status, v.allowed, v.passes) == ("unknown", "this target has no handlers", True)
+    assert v.message.endswith("[unknown allowed: this target has no handlers]")
+    assert v.to_dict()["allowed"] == "this target has no handlers"
+    ok_anyway = judge("stop_result", RunRecord(tuple(HARNESS_ONLY)), allow_unknown="unused")
+    assert (ok_anyway.status, ok_anyway.allowed, ok_anyway.message) == ("ok", "", "2 stop(s) returned True")
+    violated_anyway = judge("stop_result", RunRecord(tuple(HARNESS_ONLY)), {"returns": False}, allow_unknown="x")
+    assert (violated_anyway.status, violated_anyway.passes) == ("violated", False)
+
+
+def test_evidence_found_lets_the_checker_judge() -> None:
+    # the same steps with the listener's own events: judged, and a handler still inside the backend is caught
+    seen = [*HARNESS_ONLY, LE("listener_started", 20), LE("dispatch_started", 50, conn=1, cmd="map_to_kv_tensors")]
+    v = check("handler_drained", seen)
+    assert v.status == "violated"
+
+
+def test_black_box_checkers_need_no_target_events() -> None:
+    black_box = {n for n, c in CHECKERS.items() if c.black_box}
+    assert {"handler_drained", "retained_for_retry", "teardown_deferred", "no_dispatch_after_teardown",
+            "no_late_dispatch", "reads_cancelled", "kv_state_consistent", "stop_latency"}.isdisjoint(black_box)
+    assert {"stop_result", "requests_served", "no_leftover_paths", "port_released", "fault_fired"} <= black_box
+    assert CHECKERS["stop_latency"].evidence_for(StopLatency(step="s1")) == {}  # a named step: black-box

@@ -4,25 +4,45 @@ A checker is a pure function ``(run, params) -> Verdict``: it never opens a
 socket, starts a process or reads a clock.  Three verdicts, as Jepsen's:
 ``ok``, ``violated`` (with the evidence events) and ``unknown`` (with why);
 a checker that crashes yields ``unknown`` with the error, never a crash.
+
+Evidence: a checker that judges a party's events (the listener's, the worker
+side's; :data:`harness.events.PARTIES`) declares, per party, the kinds whose
+presence proves that party was observed (``evidence=``), apart from the kinds it
+judges (``judges=``).  When none of a party's proving kinds is in the history the
+verdict is ``unknown``, naming the missing evidence, instead of an ``ok`` on
+nothing; when the target declares the party absent (it lacks the party's
+capability, :data:`harness.events.PARTY_CAPABILITIES`) the verdict is
+``not_judged``, which does not fail the run.  A checker with no evidence is
+black-box: it reads probes and the harness's own steps only.  An expect entry's
+``allow_unknown: <reason>`` lets its unknown verdict pass, the reason printed
+beside it.
 """
 
 from __future__ import annotations
 
 import traceback
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from pydantic import ValidationError
 
 from harness.checkers.params import CHECKER_PARAMS, Params
 from harness.errors import ConfigError
+from harness.events import KINDS, OBSERVED_BY, PARTY_CAPABILITIES
 from harness.history import Event
 from harness.probes.model import Snapshot
 
-__all__ = ["Verdict", "RunRecord", "Checker", "CHECKERS", "checker", "judge", "judge_all", "key_of"]
+__all__ = ["Verdict", "RunRecord", "Checker", "CHECKERS", "checker", "judge", "judge_all", "key_of", "observed",
+           "NOT_JUDGED"]
 
-OK, VIOLATED, UNKNOWN = "ok", "violated", "unknown"
+OK, VIOLATED, UNKNOWN, NOT_JUDGED = "ok", "violated", "unknown", "not_judged"
+Evidence = Mapping[str, tuple[str, ...]]  # party -> the kinds that prove it was observed
+
+
+def observed(*parties: str) -> dict[str, tuple[str, ...]]:
+    """The evidence a checker of these parties' events declares: each party's proving kinds (harness.events)."""
+    return {p: OBSERVED_BY[p] for p in parties}
 
 
 @dataclass(frozen=True)
@@ -30,18 +50,25 @@ class Verdict:
     """What one checker concluded about one run."""
 
     checker: str
-    status: str  # ok | violated | unknown
+    status: str  # ok | violated | unknown | not_judged
     message: str = ""
     evidence: tuple[Event, ...] = ()
     notes: tuple[str, ...] = ()  # reported, not violations (e.g. TIME_WAIT remnants)
+    allowed: str = ""  # unknown only: the expect entry's allow_unknown reason
 
     @property
     def ok(self) -> bool:
         return self.status == OK
 
+    @property
+    def passes(self) -> bool:
+        """Whether this verdict lets the run pass: ok, not judged, or an unknown its entry allows."""
+        return self.status in (OK, NOT_JUDGED) or (self.status == UNKNOWN and bool(self.allowed))
+
     def to_dict(self) -> dict[str, Any]:
         return {"checker": self.checker, "status": self.status, "message": self.message,
-                "evidence": [e.__dict__ for e in self.evidence], "notes": list(self.notes)}
+                "evidence": [e.__dict__ for e in self.evidence], "notes": list(self.notes),
+                **({"allowed": self.allowed} if self.allowed else {})}
 
 
 @dataclass(frozen=True)
@@ -51,6 +78,7 @@ class RunRecord:
     events: tuple[Event, ...]
     snapshots: dict[str, Snapshot] = field(default_factory=dict)
     scale: float = 1.0  # LASTCALL_TIMEOUT_SCALE of the run: every time bound a checker applies is stretched by it
+    absent: frozenset[str] = frozenset()  # parties the target declares absent (harness.events.absent_parties)
 
     def of(self, *kinds: str) -> list[Event]:
         return [e for e in self.events if e.kind in kinds]
@@ -65,25 +93,47 @@ CheckFn = Callable[[RunRecord, Any], Verdict]
 
 @dataclass(frozen=True)
 class Checker:
+    """A registered checker: its function, what it judges, and the evidence it needs (see the module docstring)."""
+
     name: str
     fn: CheckFn
     about: str
+    judges: tuple[str, ...] = ()  # the event kinds it reads
+    evidence: Evidence | Callable[[Any], Evidence] = field(default_factory=dict)  # may depend on the params
 
     @property
     def params(self) -> type[Params]:
         return CHECKER_PARAMS[self.name]
 
+    def evidence_for(self, params: Any) -> Evidence:
+        return self.evidence(params) if callable(self.evidence) else self.evidence
+
+    @property
+    def black_box(self) -> bool:
+        """Judged from probes and the harness's own steps only (with its default parameters)."""
+        return not self.evidence_for(self.params.model_construct())  # the defaults, unvalidated
+
 
 CHECKERS: dict[str, Checker] = {}
 
 
-def checker(name: str, about: str) -> Callable[[CheckFn], CheckFn]:
-    """Register ``fn`` as the checker ``name`` (its parameters are CHECKER_PARAMS[name])."""
+def checker(name: str, about: str, *, judges: tuple[str, ...] = (),
+            evidence: Evidence | Callable[[Any], Evidence] | None = None) -> Callable[[CheckFn], CheckFn]:
+    """Register ``fn`` as the checker ``name`` (its parameters are CHECKER_PARAMS[name]).
+
+    ``judges``: the event kinds it reads; ``evidence``: per party, the kinds that prove the party was
+    observed (:func:`observed`), or a function of the parameters giving them.  Every kind named must be
+    one of harness.events.
+    """
     if name not in CHECKER_PARAMS:
         raise ConfigError(f"checker {name!r} has no parameter model in harness/checkers/params.py")
+    named = [*judges, *(k for ks in (evidence.values() if isinstance(evidence, Mapping) else ()) for k in ks)]
+    strange = sorted(set(named) - set(KINDS))
+    if strange:
+        raise ConfigError(f"checker {name!r} names event kind(s) {strange} that harness.events does not declare")
 
     def register(fn: CheckFn) -> CheckFn:
-        CHECKERS[name] = Checker(name, fn, about)
+        CHECKERS[name] = Checker(name, fn, about, tuple(judges), evidence if evidence is not None else {})
         return fn
 
     return register
@@ -94,8 +144,22 @@ def key_of(e: Event) -> tuple[int, str]:
     return (e.pid, str(e.data.get("listener", e.rank)))
 
 
-def judge(name: str, run: RunRecord, params: dict[str, Any] | Params | None = None) -> Verdict:
-    """Run one checker; a crash or bad parameters are ``unknown`` with the reason, never an exception."""
+def judge(name: str, run: RunRecord, params: dict[str, Any] | Params | None = None, *,
+          allow_unknown: str | None = None) -> Verdict:
+    """Run one checker; a crash or bad parameters are ``unknown`` with the reason, never an exception.
+
+    ``not_judged`` when the target declares absent a party whose events the checker needs; ``unknown``,
+    naming the missing evidence, when such a party emitted none of its proving kinds.  ``allow_unknown``
+    (an expect entry's reason) is kept in an unknown verdict, which then passes, and printed beside it.
+    """
+    verdict = _judge(name, run, params)
+    if verdict.status == UNKNOWN and allow_unknown:
+        return replace(verdict, allowed=allow_unknown,
+                       message=f"{verdict.message} [unknown allowed: {allow_unknown}]")
+    return verdict
+
+
+def _judge(name: str, run: RunRecord, params: dict[str, Any] | Params | None) -> Verdict:
     chk = CHECKERS.get(name)
     if chk is None:
         return Verdict(name, UNKNOWN, f"no checker named {name!r}")
@@ -104,6 +168,17 @@ def judge(name: str, run: RunRecord, params: dict[str, Any] | Params | None = No
     except ValidationError as exc:
         return Verdict(name, UNKNOWN, f"bad parameters: {exc}")
     try:
+        needs = chk.evidence_for(p)
+        gone = [party for party in needs if party in run.absent]
+        if gone:
+            return Verdict(name, NOT_JUDGED, "not judged: the target declares no " + " or ".join(
+                f"{party} events (no capability {PARTY_CAPABILITIES[party]})" for party in gone))
+        present = {e.kind for e in run.events}
+        unseen = [(party, kinds) for party, kinds in needs.items() if not present.intersection(kinds)]
+        if unseen:
+            return Verdict(name, UNKNOWN, "no evidence: " + "; ".join(
+                f"the {party} emitted none of {', '.join(kinds)}" for party, kinds in unseen)
+                + ", so its events cannot be judged")
         return chk.fn(run, p)
     except Exception as exc:
         return Verdict(name, UNKNOWN, f"checker crashed: {type(exc).__name__}: {exc}",

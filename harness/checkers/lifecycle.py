@@ -11,7 +11,8 @@ names one listener.
 
 from __future__ import annotations
 
-from harness.checkers.base import RunRecord, Verdict, checker, key_of, ok, unknown, violated
+from harness.categories import category_of
+from harness.checkers.base import RunRecord, Verdict, checker, key_of, observed, ok, unknown, violated
 from harness.checkers.params import Params, StopLatency, Within
 from harness.history import Event
 
@@ -34,7 +35,8 @@ def _stops(events: list[Event]) -> list[tuple[Event, int]]:
     return out
 
 
-@checker("no_late_dispatch", "nothing is dispatched once stop has begun (frames completing later, queued ones)")
+@checker("no_late_dispatch", "nothing is dispatched once stop has begun (frames completing later, queued ones)",
+         judges=("stop_started", "listener_started", "dispatch_started"), evidence=observed("listener"))
 def no_late_dispatch(run: RunRecord, p: Params) -> Verdict:
     evs = run.ordered
     stops = _stops(evs)
@@ -50,7 +52,9 @@ def no_late_dispatch(run: RunRecord, p: Params) -> Verdict:
     return ok("no_late_dispatch", f"{len(stops)} stop(s), no dispatch after any of them")
 
 
-@checker("no_dispatch_after_teardown", "no backend call starts, or is still running, once the allocator is torn down")
+@checker("no_dispatch_after_teardown", "no backend call starts, or is still running, once the allocator is torn down",
+         judges=("allocator_torn_down", "dispatch_started", "dispatch_finished"),
+         evidence=observed("listener", "worker"))
 def no_dispatch_after_teardown(run: RunRecord, p: Params) -> Verdict:
     evs = run.ordered
     torn = {e.pid: e for e in evs if e.kind == "allocator_torn_down"}
@@ -76,7 +80,10 @@ def no_dispatch_after_teardown(run: RunRecord, p: Params) -> Verdict:
     return ok("no_dispatch_after_teardown")
 
 
-@checker("reads_cancelled", "reads in progress when stop begins are cancelled at once, not after the drain")
+@checker("reads_cancelled", "reads in progress when stop begins are cancelled at once, not after the drain",
+         judges=("stop_started", "accepted", "frame_started", "frame_completed", "dispatch_finished",
+                 "dispatch_refused", "reads_cancelled", "connection_closed", "peer_stalled", "peer_closed"),
+         evidence=observed("listener"))
 def reads_cancelled(run: RunRecord, p: Within) -> Verdict:
     evs = run.ordered
     stops = _stops(evs)
@@ -118,7 +125,9 @@ def reads_cancelled(run: RunRecord, p: Within) -> Verdict:
     return ok("reads_cancelled", f"{checked} read(s) in progress at stop, all cancelled")
 
 
-@checker("handler_drained", "a handler inside the backend when stop begins finishes before stop returns True")
+@checker("handler_drained", "a handler inside the backend when stop begins finishes before stop returns True",
+         judges=("stop_returned", "dispatch_started", "dispatch_finished", "step_returned"),
+         evidence=observed("listener"))
 def handler_drained(run: RunRecord, p: Params) -> Verdict:
     evs = run.ordered
     bad: list[Event] = []
@@ -134,7 +143,7 @@ def handler_drained(run: RunRecord, p: Params) -> Verdict:
         if inflight:
             bad += [*inflight.values(), ret]
     # a stop step of the harness (the registry's stop of every listener) that reported True
-    for ret in (e for e in evs if e.kind == "step_returned" and e.data.get("kind") in ("stop", "shutdown")
+    for ret in (e for e in evs if e.kind == "step_returned" and category_of(e.data) == "stop"
                 and e.data.get("ok") and e.data.get("value") is True):
         open_: dict[tuple[Key, object], Event] = {}
         for e in evs:
@@ -151,7 +160,8 @@ def handler_drained(run: RunRecord, p: Params) -> Verdict:
     return ok("handler_drained")
 
 
-@checker("retained_for_retry", "a stop that returns False tears nothing down; the listener stays for a retry")
+@checker("retained_for_retry", "a stop that returns False tears nothing down; the listener stays for a retry",
+         judges=("stop_started", "stop_returned", "teardown_step"), evidence=observed("listener"))
 def retained_for_retry(run: RunRecord, p: Params) -> Verdict:
     evs = run.ordered
     bad: list[Event] = []
@@ -167,7 +177,8 @@ def retained_for_retry(run: RunRecord, p: Params) -> Verdict:
     return ok("retained_for_retry", f"{len(falses)} stop(s) returned False, none tore anything down")
 
 
-@checker("teardown_deferred", "the allocator is torn down only after every listener of its process has stopped")
+@checker("teardown_deferred", "the allocator is torn down only after every listener of its process has stopped",
+         judges=("allocator_torn_down", "listener_started", "stop_returned"), evidence=observed("listener", "worker"))
 def teardown_deferred(run: RunRecord, p: Params) -> Verdict:
     evs = run.ordered
     bad: list[Event] = []
@@ -208,7 +219,10 @@ def _phases(evs: list[Event], stop: Event) -> dict[str, float]:
     return out
 
 
-@checker("stop_latency", "stop (or one phase of it) completes within a generous bound")
+@checker("stop_latency", "stop (or one phase of it) completes within a generous bound",
+         judges=("step_started", "step_returned", "stop_started", "reads_cancelled", "drain_started",
+                 "drain_finished", "stop_returned"),
+         evidence=lambda p: {} if p.step is not None else observed("listener"))  # a named step: black-box
 def stop_latency(run: RunRecord, p: StopLatency) -> Verdict:
     evs = run.ordered
     if p.step is not None:

@@ -48,7 +48,8 @@ def no_leftover_shm(run: RunRecord, p: Params) -> Verdict:
     return ok("no_leftover_shm")
 
 
-@checker("port_released", "nothing LISTENs on the run's ports and a bind with the server's options succeeds")
+@checker("port_released", "nothing LISTENs on the run's ports and a bind with the server's options succeeds",
+         judges=("handshake_listener_started",))
 def port_released(run: RunRecord, p: PortReleased) -> Verdict:
     # every snapshot labelled after*: "after" (all reaped) and any taken mid-run once a stop returned
     afters = [snap for label, snap in sorted(run.snapshots.items()) if label.startswith("after")]
@@ -79,7 +80,8 @@ def _resources(run: RunRecord, when: str) -> dict[int, dict[str, object]]:
     return {e.pid: e.data for e in run.of("process_resources") if e.data.get("when") == when}
 
 
-@checker("no_leaked_threads", "after a clean shutdown a process runs no thread it did not run before it started")
+@checker("no_leaked_threads", "after a clean shutdown a process runs no thread it did not run before it started",
+         judges=("process_resources",))
 def no_leaked_threads(run: RunRecord, p: Params) -> Verdict:
     before, after = _resources(run, "before_start"), _resources(run, "after_shutdown")
     pairs = [(pid, before[pid], after[pid]) for pid in after if pid in before]
@@ -97,7 +99,8 @@ def no_leaked_threads(run: RunRecord, p: Params) -> Verdict:
     return ok("no_leaked_threads", f"{len(pairs)} process(es) back to their threads before start")
 
 
-@checker("no_leaked_fds", "after a clean shutdown a process holds no socket, pipe or epoll it did not hold before")
+@checker("no_leaked_fds", "after a clean shutdown a process holds no socket, pipe or epoll it did not hold before",
+         judges=("process_resources",))
 def no_leaked_fds(run: RunRecord, p: Params) -> Verdict:
     before, after = _resources(run, "before_start"), _resources(run, "after_shutdown")
     pairs = [(pid, before[pid], after[pid]) for pid in after if pid in before]
@@ -130,7 +133,8 @@ def no_orphan_processes(run: RunRecord, p: Params) -> Verdict:
     return ok("no_orphan_processes")
 
 
-@checker("gpu_memory_released", "no process of the run holds GPU memory; per-device use is back to the baseline")
+@checker("gpu_memory_released", "no process of the run holds GPU memory; per-device use is back to the baseline",
+         judges=("process_spawned",))
 def gpu_memory_released(run: RunRecord, p: Params) -> Verdict:
     snaps = _pair(run)
     if snaps is None or snaps[1].gpu is None:

@@ -9,25 +9,27 @@ They read the harness's own events: ``step_started`` / ``step_returned``
 
 from __future__ import annotations
 
-from harness.checkers.base import RunRecord, Verdict, checker, ok, unknown, violated
+from harness.categories import LIFECYCLE, category_of
+from harness.checkers.base import RunRecord, Verdict, checker, observed, ok, unknown, violated
 from harness.checkers.params import CallsAnswered, CtlCleans, FaultFired, Params, StopResult, Within
 from harness.history import Event
 
 BAD_FAULTS = {"zero_length", "oversize_length", "garbage_body", "partial_header", "reset_mid_frame"}
 
 
-def _returned(run: RunRecord, kind: str | None = None) -> list[Event]:
-    return [e for e in run.ordered if e.kind == "step_returned" and (kind is None or e.data.get("kind") == kind)]
+def _returned(run: RunRecord, *categories: str) -> list[Event]:
+    """The steps' returns, of these categories (harness.categories; all when none is given)."""
+    return [e for e in run.ordered if e.kind == "step_returned"
+            and (not categories or category_of(e.data) in categories)]
 
 
-@checker("stop_result", "a named stop (or every stop) returned what the contract says")
+@checker("stop_result", "a named stop (or every stop) returned what the contract says", judges=("step_returned",))
 def stop_result(run: RunRecord, p: StopResult) -> Verdict:
-    rets = [e for e in _returned(run) if e.data.get("kind") in ("stop", "shutdown", "restart")
-            and (p.step is None or e.data.get("step") == p.step)]
+    rets = [e for e in _returned(run, *LIFECYCLE) if p.step is None or e.data.get("step") == p.step]
     if not rets:
         return unknown("stop_result", f"no stop step {p.step or ''} returned in the history".replace("  ", " "))
 
-    def result(e: Event) -> bool:  # a restart "returns" True when it started, False when it was refused
+    def result(e: Event) -> bool:  # a start "returns" True when it started, False when it was refused
         return bool(e.data.get("value")) if e.data.get("ok") else False
 
     bad = [e for e in rets if result(e) is not p.returns]
@@ -37,9 +39,12 @@ def stop_result(run: RunRecord, p: StopResult) -> Verdict:
     return ok("stop_result", f"{len(rets)} stop(s) returned {p.returns}")
 
 
-@checker("fault_fired", "every armed fault reached its site: a scenario whose fault never fired proves nothing")
+@checker("fault_fired", "every armed fault reached its site: a scenario whose fault never fired proves nothing",
+         judges=("armed", "fault_reached", "peer_stalled", "peer_idle", "peer_flood", "step_returned"))
 def fault_fired(run: RunRecord, p: FaultFired) -> Verdict:
     armed = [e for e in run.ordered if e.kind == "armed" and (p.faults is None or e.data.get("step") in p.faults)]
+    if not armed and not p.faults:
+        return unknown("fault_fired", "no fault was armed in the history: nothing to have fired")
     missing = set(p.faults or ()) - {e.data.get("step") for e in armed}
     reached = [e for e in run.ordered if e.kind == "fault_reached"]
     stalls = {e.data.get("step") for e in run.of("peer_stalled")}
@@ -58,13 +63,14 @@ def _stalled_windows(run: RunRecord) -> list[tuple[int, int]]:
     return [(e.t_ns, closed.get(e.data.get("step"), 1 << 62)) for e in run.of("peer_stalled", "peer_idle")]
 
 
-@checker("served_while_stalled", "while one client stalls or idles, every other request is still served")
+@checker("served_while_stalled", "while one client stalls or idles, every other request is still served",
+         judges=("peer_stalled", "peer_idle", "peer_closed", "peer_finished", "step_started", "step_returned"))
 def served_while_stalled(run: RunRecord, p: Params) -> Verdict:
     windows = _stalled_windows(run)
     if not windows:
         return unknown("served_while_stalled", "no stalled or idle client in the history")
     starts = {e.data.get("step"): e.t_ns for e in run.of("step_started")}
-    during = [e for e in _returned(run, "send") if e.data.get("fault") in (None, "none")
+    during = [e for e in _returned(run, "request") if e.data.get("fault") in (None, "none")
               and any(a <= starts.get(e.data.get("step"), 0) <= b for a, b in windows)]
     if not during:
         return unknown("served_while_stalled", "no request was sent while a client stalled")
@@ -75,9 +81,10 @@ def served_while_stalled(run: RunRecord, p: Params) -> Verdict:
     return ok("served_while_stalled", f"{len(during)} request(s) served while a client stalled")
 
 
-@checker("requests_served", "every well-formed request the harness sent got a reply that is not an error")
+@checker("requests_served", "every well-formed request the harness sent got a reply that is not an error",
+         judges=("step_returned",))
 def requests_served(run: RunRecord, p: Params) -> Verdict:
-    plain = [e for e in _returned(run, "send") if e.data.get("fault") in (None, "none")]
+    plain = [e for e in _returned(run, "request") if e.data.get("fault") in (None, "none")]
     if not plain:
         return unknown("requests_served", "no well-formed request was sent")
     bad = [e for e in plain if not e.data.get("ok")]
@@ -86,7 +93,8 @@ def requests_served(run: RunRecord, p: Params) -> Verdict:
     return ok("requests_served", f"{len(plain)} request(s) served")
 
 
-@checker("calls_answered", "each engine call got its answer: a request drained by stop still gets its reply")
+@checker("calls_answered", "each engine call got its answer: a request drained by stop still gets its reply",
+         judges=("step_returned",))
 def calls_answered(run: RunRecord, p: CallsAnswered) -> Verdict:
     calls = [e for e in _returned(run, "call") if p.calls is None or e.data.get("step") in p.calls]
     missing = sorted(set(p.calls or ()) - {e.data.get("step") for e in calls})
@@ -100,9 +108,10 @@ def calls_answered(run: RunRecord, p: CallsAnswered) -> Verdict:
     return ok("calls_answered", f"{len(calls)} call(s) answered")
 
 
-@checker("ctl_cleans", "`lastcall ctl list` finds what a killed process left behind, and `ctl delete` removes it")
+@checker("ctl_cleans", "`lastcall ctl list` finds what a killed process left behind, and `ctl delete` removes it",
+         judges=("step_returned",))
 def ctl_cleans(run: RunRecord, p: CtlCleans) -> Verdict:
-    steps = {e.data.get("step"): e for e in _returned(run, "ctl")}
+    steps = {e.data.get("step"): e for e in _returned(run, "control")}
     found, deleted = steps.get(p.found), steps.get(p.deleted)
     if found is None or deleted is None:
         missing = [n for n, e in ((p.found, found), (p.deleted, deleted)) if e is None]
@@ -121,9 +130,10 @@ def ctl_cleans(run: RunRecord, p: CtlCleans) -> Verdict:
     return ok("ctl_cleans", f"{len(dead)} leftover(s) of a dead owner found and removed")
 
 
-@checker("survives_bad_input", "malformed frames get bad_request or a close, are never dispatched, kill nothing")
+@checker("survives_bad_input", "malformed frames get bad_request or a close, are never dispatched, kill nothing",
+         judges=("step_returned", "thread_crashed", "thread_exception"))
 def survives_bad_input(run: RunRecord, p: Params) -> Verdict:
-    sends = _returned(run, "send")
+    sends = _returned(run, "request")
     bad_sends = [e for e in sends if e.data.get("fault") in BAD_FAULTS]
     if not bad_sends:
         return unknown("survives_bad_input", "no malformed frame was sent")
@@ -140,7 +150,8 @@ def survives_bad_input(run: RunRecord, p: Params) -> Verdict:
     return ok("survives_bad_input", f"{len(bad_sends)} malformed frame(s), listener kept serving")
 
 
-@checker("exit_without_stall", "every process exits within a bound of being asked to; exit hooks are timed")
+@checker("exit_without_stall", "every process exits within a bound of being asked to; exit hooks are timed",
+         judges=("exit_requested", "engine_died", "process_exited", "exit_hook_started", "exit_hook_finished"))
 def exit_without_stall(run: RunRecord, p: Within) -> Verdict:
     evs = run.ordered
     exited = {e.pid: e for e in evs if e.kind == "process_exited"}
@@ -169,7 +180,8 @@ def exit_without_stall(run: RunRecord, p: Within) -> Verdict:
     return ok("exit_without_stall", f"{len(asked)} process(es) exited in time", tuple(notes))
 
 
-@checker("kv_state_consistent", "each rank's pages match what the client was told, or the client said unknown")
+@checker("kv_state_consistent", "each rank's pages match what the client was told, or the client said unknown",
+         judges=("step_returned", "allocator_state"), evidence=observed("worker"))
 def kv_state_consistent(run: RunRecord, p: Params) -> Verdict:
     told: set[int] = set()
     unsure = False
@@ -190,6 +202,6 @@ def kv_state_consistent(run: RunRecord, p: Params) -> Verdict:
     bad = [e for e in states if set(e.data.get("mapped", ())) != told or e.data.get("pending")]
     if bad:
         held = sorted(bad[0].data.get("mapped") or ())
-        return violated("kv_state_consistent", f"{bad[0].data.get('label')} holds {held} "
+        return violated("kv_state_consistent", f"{bad[0].data.get('worker')} holds {held} "
                         f"(pending {bad[0].data.get('pending')}) but the client was told {sorted(told)}", bad)
     return ok("kv_state_consistent", f"{len(states)} rank(s) hold exactly the {len(told)} page(s) the client was told")

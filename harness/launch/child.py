@@ -25,7 +25,7 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
-from harness import failpoints
+from harness import events, failpoints
 from harness.launch.channel import Channel
 from harness.osthread import name_os_thread
 
@@ -176,7 +176,7 @@ def _install_process_hooks(ctl: ControlClient, exit_req: ExitRequest, spec: dict
 def run(spec: dict[str, Any]) -> int:
     """The child's main: returns its exit status (the interpreter then finalises normally)."""
     role = spec["role"]
-    label = f"pp{spec.get('pp', 0)}/rank{spec.get('rank', 0)}" if role == "worker" else role
+    label = events.label(spec.get('pp', 0), spec.get('rank', 0)) if role == "worker" else role
     exit_req = ExitRequest()
     ctl = ControlClient(spec["ctl"], role, label, lost=lambda: exit_req.set("harness_gone"))
     _install_process_hooks(ctl, exit_req, spec)

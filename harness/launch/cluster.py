@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from harness import events
 from harness.errors import HarnessError
 from harness.history import Event, Recorder
 from harness.launch.channel import Channel
@@ -225,7 +226,7 @@ class Cluster:
                                                for r in range(self.tp)]
 
     def _spec(self, role: str, rank: int, pp: int) -> dict[str, Any]:
-        label = f"pp{pp}/rank{rank}" if role == "worker" else role
+        label = events.label(pp, rank) if role == "worker" else role
         stem = f"w{pp}-{rank}" if role == "worker" else role
         return dict(self._common, role=role, rank=rank, pp=pp, label=label, ctl=str(self.dir / "c.sock"),
                     stderr=str(self.dir / f"{stem}.err"), stdout=str(self.dir / f"{stem}.out"),

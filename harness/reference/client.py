@@ -30,6 +30,7 @@ from typing import NoReturn
 import msgspec
 
 from harness.errors import ClientError, ConfigError, RankError, StateConsistencyError, WireError
+from harness.events import label
 from harness.reference import wire
 from harness.reference.paths import socket_path
 
@@ -67,7 +68,7 @@ class Target:
     @property
     def label(self) -> str:
         """The rank's name in every message, e.g. ``pp1/rank3`` (as the listener's label)."""
-        return f"pp{self.pp}/rank{self.rank}"
+        return label(self.pp, self.rank)
 
 
 def targets_for(ipc: str, tp: int, pp: int = 1, root: str | None = None) -> list[Target]:

@@ -40,6 +40,7 @@ from typing import Protocol
 
 from harness import failpoints
 from harness.errors import BackendError, ConfigError, ListenerError, WireError
+from harness.events import label
 from harness.history import Emitter, NullRecorder
 from harness.osthread import name_os_thread
 from harness.reference import wire
@@ -136,7 +137,7 @@ class WorkerListener:
 
     @property
     def label(self) -> str:
-        return f"pp{self.pp}/rank{self.rank}"
+        return label(self.pp, self.rank)
 
     @property
     def stopping(self) -> bool:

@@ -12,6 +12,7 @@ import os
 import threading
 from dataclasses import dataclass, field
 
+from harness.events import label
 from harness.history import Emitter, NullRecorder
 from harness.reference.allocator import DEFAULT_PAGE_SIZE, KVAllocator
 from harness.reference.backend import AllocatorBackend
@@ -95,13 +96,13 @@ class ReferenceWorker:
             if self._shut_down:
                 return True
             if not self._stop_listeners():
-                self.rec.emit("teardown_deferred", label=f"pp{self.spec.pp}/rank{self.spec.rank}")
+                self.rec.emit("teardown_deferred", worker=label(self.spec.pp, self.spec.rank))
                 return False
-            label = f"pp{self.spec.pp}/rank{self.spec.rank}"
-            self.rec.emit("allocator_state", label=label, mapped=sorted(self.allocator.mapped_offsets(0)),
+            worker = label(self.spec.pp, self.spec.rank)
+            self.rec.emit("allocator_state", worker=worker, mapped=sorted(self.allocator.mapped_offsets(0)),
                           pending=self.allocator.pending_transaction())
             self.allocator.teardown()
-            self.rec.emit("allocator_torn_down", label=label)
+            self.rec.emit("allocator_torn_down", worker=worker)
             self._shut_down = True
             return True
 

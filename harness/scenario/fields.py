@@ -13,6 +13,7 @@ from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Discriminator, Field, Tag, WithJsonSchema
 
+from harness.events import label
 from harness.units import parse_duration, parse_size
 
 __all__ = [
@@ -100,7 +101,7 @@ class Worker(Strict):
 
     @property
     def label(self) -> str:
-        return f"pp{self.pp}/rank{self.rank}"
+        return label(self.pp, self.rank)
 
 
 WORKER_0 = Worker.model_validate({})  # rank 0 of pipeline stage 0: the default wherever a worker is named

@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Collection, Iterator
 from dataclasses import dataclass
 
+from harness.events import kind_names
 from harness.scenario.errors import KeyPath, Problem, format_path
 from harness.scenario.explain import did_you_mean, one_of
 from harness.scenario.fields import Worker
@@ -147,10 +148,10 @@ class _Refs:
             self.ref((*at, "returned"), wait.returned, RETURNS if self.handshake is None else HS_RETURNS, i)
         elif wait.closed is not None:
             self.ref((*at, "closed"), wait.closed, CONNECTS, i)
-        elif wait.event is not None and wait.event not in EVENT_KINDS:
+        elif wait.event is not None and wait.event not in kind_names():
             self.add((*at, "event"), f"unknown event kind {wait.event!r}; expected {one_of(EVENT_KINDS)}"
                      f"{did_you_mean(wait.event, EVENT_KINDS)}",
-                     hint="a target that emits a new kind adds it to harness.scenario.steps.EVENT_KINDS")
+                     hint="a target that emits a kind of its own declares it in its events (docs/events.md)")
 
     # ---------------------------------------------------------------- workers
     def workers_of(self, at: KeyPath, step: StepBase) -> None:

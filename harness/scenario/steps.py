@@ -26,6 +26,7 @@ from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import Discriminator, Field, Tag, model_validator
 
+from harness.events import kind_names
 from harness.reference.wire import Command
 from harness.scenario.fields import (
     AS_DESCRIPTION,
@@ -57,20 +58,14 @@ FRAMELESS_FAULTS = ("zero_length", "oversize_length", "garbage_body")  # faults 
 Action = Literal["pause", "raise", "delay", "crash", "pass", "stop_listener"]  # failpoints.ACTIONS but call,
 # plus stop_listener: the handler that hits the site calls stop on its own listener (stop from a handler)
 FAILPOINT_ACTIONS: tuple[str, ...] = Action.__args__  # type: ignore[attr-defined]
-EVENT_KINDS = (  # every kind the reference and the launcher emit; a target that adds one adds it here
-    "accept_failed", "accepted", "accepted_after_stop", "allocator_state", "allocator_torn_down", "armed",
-    "bad_frame", "bad_handshake", "bad_request", "bind_failed", "cleanup_failed", "connection_closed",
-    "dispatch_finished", "dispatch_refused", "dispatch_started", "drain_finished", "drain_started", "engine_died",
-    "exit_hook_finished", "exit_hook_started", "exit_requested", "fault_armed", "fault_reached", "fault_released",
-    "frame_completed", "frame_started", "hammer_finished", "handshake_listener_started", "handshake_served",
-    "listener_started", "main_returned", "path_removed", "path_replaced", "peer_closed", "peer_finished",
-    "peer_flood", "peer_idle", "peer_rejected", "peer_stalled", "planted_delay_calibrated",
-    "planted_delay_measured", "process_exited", "process_resources", "process_spawned", "reads_cancelled",
-    "reply_failed", "second_stop_returned", "sigkill_sent", "sigterm_sent", "stacks", "stale_socket_removed",
-    "step_failed", "strays_killed", "step_returned", "step_started", "stop_all_returned", "stop_from_handler_returned",
-    "stop_returned", "stop_started", "teardown_deferred", "teardown_step", "thread_crashed", "thread_exception",
-    "thread_exited", "watchdog_fired",
-)
+EVENT_KINDS: tuple[str, ...] = kind_names()  # the built-in vocabulary (harness.events); a target declares its own
+
+
+def _event_enum(schema: dict[str, Any]) -> None:
+    """The JSON Schema of ``wait: {event: ...}``: a string from harness.events (or null)."""
+    for branch in schema.get("anyOf", [schema]):
+        if branch.get("type") == "string":
+            branch["enum"] = list(EVENT_KINDS)
 
 _AS: Any = Field(None, alias="as", description=AS_DESCRIPTION)
 _TO: Any = Field(WORKER_0, description="the worker whose socket it connects to (default rank 0, pp 0)")
@@ -139,7 +134,8 @@ class Wait(Strict):
 
     reached: StepName | None = Field(None, description="an arm step's name: wait until its site is hit")
     hits: int = Field(1, ge=1, description="with reached: wait for this many hits in all")
-    event: str | None = Field(None, description="an event kind, e.g. stop_started")
+    event: str | None = Field(None, description="an event kind, e.g. stop_started (see docs/events.md)",
+                              json_schema_extra=_event_enum)
     on: WorkerOrEngine | None = Field(None, description="with event: only events from this process")
     returned: StepName | None = Field(None, description="a call, stop, shutdown or restart step's name")
     closed: StepName | None = Field(None, description="a send, idle or flood step's name: the listener closed it")

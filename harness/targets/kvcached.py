@@ -53,7 +53,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from harness import failpoints
+from harness import events, failpoints
 from harness.errors import BackendError, ConfigError, FrameDecodeError
 from harness.reference import wire
 
@@ -253,7 +253,7 @@ class KvcachedWorker:
         self.spec = spec
         self.rec = recorder
         self.rank, self.pp = int(spec.get("rank", 0)), int(spec.get("pp", 0))
-        self.label = f"pp{self.pp}/rank{self.rank}"
+        self.label = events.label(self.pp, self.rank)
         self.drain_timeout = float(spec.get("drain_timeout", 5.0))
         self.seen = _Seen(recorder, self.label)
         device = spec.get("device", "cpu")
@@ -300,7 +300,7 @@ class KvcachedWorker:
         stop = cls.stop
 
         def observed_stop(listener: Any, *args: Any, **kw: Any) -> bool:
-            label = f"pp{listener.pp_rank}/rank{listener.rank}"
+            label = events.label(listener.pp_rank, listener.rank)
             if not getattr(listener, "_stopped", False):
                 seen.rec.emit("stop_started", listener=label)
             try:
@@ -355,12 +355,12 @@ class KvcachedWorker:
             if self._shut_down:
                 return True
             if not self.stop():
-                self.rec.emit("teardown_deferred", label=self.label)
+                self.rec.emit("teardown_deferred", worker=self.label)
                 return False
-            self.rec.emit("allocator_state", label=self.label, mapped=sorted(self.allocator.mapped_offsets(0)),
+            self.rec.emit("allocator_state", worker=self.label, mapped=sorted(self.allocator.mapped_offsets(0)),
                           pending=self.allocator.pending_transaction())
             self.allocator.teardown()
-            self.rec.emit("allocator_torn_down", label=self.label)
+            self.rec.emit("allocator_torn_down", worker=self.label)
             self._shut_down = True
             return True
 
