@@ -179,7 +179,7 @@ def test_every_error_in_a_file_is_reported_in_file_order() -> None:
     err = _error(HEAD + "topology: {tp: 0, pp: two}\nsteps: [start: cluster]\nexpect: [no_late_dispatch]\n")
     assert [str(e) for e in err.errors] == [
         "t.yaml:4:16: topology.tp: expected a value at least 1, found 0",
-        "t.yaml:4:23: topology.pp: expected an integer >= 1 or a list of integers >= 1, found 'two'",
+        "t.yaml:4:23: topology.pp: expected an integer from 1 to 64 or a list of integers from 1 to 64, found 'two'",
     ]
 
 

@@ -2,7 +2,9 @@
 
 Every type validates with a message in the loader's style ("expected ..., found ...")
 and carries a JSON Schema that accepts what people write (``500ms``, ``2MiB``), so an
-editor completing a scenario file and the loader agree.
+editor completing a scenario file and the loader agree.  Every number is bounded:
+durations by :data:`MAX_SECONDS`, sizes by :data:`MAX_SIZE`, tp and pp by
+:data:`MAX_RANKS`, a topology matrix by :data:`MAX_POINTS` runs (README, Limits).
 """
 
 from __future__ import annotations
@@ -19,17 +21,26 @@ from harness.units import parse_duration, parse_size
 __all__ = [
     "Strict", "Duration", "Size", "ScenarioName", "StepName", "MarkName", "TargetName", "SiteName",
     "Worker", "WORKER_0", "WorkerOrEngine", "WorkerOrAll", "IntAxis", "DeviceAxis", "Device",
-    "DURATION_SCHEMA", "SIZE_SCHEMA", "AS_DESCRIPTION",
+    "DURATION_SCHEMA", "SIZE_SCHEMA", "AS_DESCRIPTION", "MAX_SECONDS", "MAX_SIZE", "MAX_RANKS", "MAX_POINTS",
+    "MAX_COUNT",
 ]
 
+MAX_SECONDS = 3600.0  # the longest duration: 1h (every timeout in a scenario is a safety net of seconds)
+MAX_SIZE = 1 << 30  # the largest size: 1 GiB (offsets and the KV capacity of a CPU run)
+MAX_RANKS = 64  # the largest tp and the largest pp (and tp x pp, the workers of one run): tp 8 x pp 8 fits
+MAX_POINTS = 32  # the most runs one topology matrix expands to
+MAX_COUNT = 10_000  # the largest count of connections, hits, waves or pages
+
 DURATION_SCHEMA: dict[str, Any] = {  # what an editor accepts where seconds are meant
-    "anyOf": [{"type": "number", "minimum": 0},
-              {"type": "string", "pattern": r"^\s*(\d+(\.\d*)?|\.\d+)\s*(ns|us|ms|s|m|min|h)?\s*$"}],
+    "anyOf": [{"type": "number", "minimum": 0, "maximum": 3600},
+              {"type": "string", "pattern": r"^\s*(\d+(\.\d*)?|\.\d+)\s*(ns|us|ms|s|m|min|h)?\s*$",
+               "description": "at most 1h (3600 seconds)"}],
     "title": "duration", "examples": ["500ms", "2s", 1.5],
 }
 SIZE_SCHEMA: dict[str, Any] = {  # what an editor accepts where bytes are meant
-    "anyOf": [{"type": "integer", "minimum": 0},
-              {"type": "string", "pattern": r"^\s*(\d+(\.\d*)?|\.\d+)\s*([KkMmGgTt]i?[Bb]?|[Bb])?\s*$"}],
+    "anyOf": [{"type": "integer", "minimum": 0, "maximum": 1 << 30},
+              {"type": "string", "pattern": r"^\s*(\d+(\.\d*)?|\.\d+)\s*([KkMmGgTt]i?[Bb]?|[Bb])?\s*$",
+               "description": "at most 1GiB (1073741824 bytes)"}],
     "title": "size", "examples": ["2MiB", "64MiB", 4096],
 }
 AS_DESCRIPTION = "names this step, so a later wait, release, finish or an expect entry can refer to it"
@@ -44,13 +55,21 @@ class Strict(BaseModel):
 
 def _seconds(value: object) -> object:
     if isinstance(value, (str, int, float)) and not isinstance(value, bool):
-        return parse_duration(value)  # ConfigError is a ValueError: the loader reports its text
+        seconds = parse_duration(value)  # ConfigError is a ValueError: the loader reports its text
+        if seconds > MAX_SECONDS:
+            raise ValueError(f"duration {value!r} is over lastcall's limit of 1h (3600 seconds); a scenario's "
+                             f"timeouts are safety nets of seconds: write e.g. '30s'")
+        return seconds
     return value
 
 
 def _bytes(value: object) -> object:
     if isinstance(value, (str, int)) and not isinstance(value, bool):
-        return parse_size(value)
+        size = parse_size(value)
+        if size > MAX_SIZE:
+            raise ValueError(f"size {value!r} is over lastcall's limit of 1GiB (1073741824 bytes); "
+                             f"write a smaller size, e.g. '64MiB'")
+        return size
     return value
 
 
@@ -96,8 +115,8 @@ SiteName = Annotated[str, AfterValidator(_matches(
 class Worker(Strict):
     """One worker process: tensor-parallel rank and pipeline stage."""
 
-    rank: int = Field(0, ge=0, description="tensor-parallel rank, 0 <= rank < tp")
-    pp: int = Field(0, ge=0, description="pipeline stage, 0 <= pp < topology.pp")
+    rank: int = Field(0, ge=0, lt=MAX_RANKS, description="tensor-parallel rank, 0 <= rank < tp")
+    pp: int = Field(0, ge=0, lt=MAX_RANKS, description="pipeline stage, 0 <= pp < topology.pp")
 
     @property
     def label(self) -> str:
@@ -136,8 +155,9 @@ def _one_or_list(value: object) -> str:
 
 
 Device = Literal["cpu", "cuda"]
-PositiveInt = Annotated[int, Field(ge=1)]
-_IntList = Annotated[list[PositiveInt], Field(min_length=1), AfterValidator(_distinct), Tag("List")]
+PositiveInt = Annotated[int, Field(ge=1, le=MAX_RANKS)]  # a tp or pp size
+_IntList = Annotated[list[PositiveInt], Field(min_length=1, max_length=MAX_POINTS), AfterValidator(_distinct),
+                     Tag("List")]
 _DeviceList = Annotated[list[Device], Field(min_length=1), AfterValidator(_distinct), Tag("List")]
 IntAxis = Annotated[Annotated[PositiveInt, Tag("One")] | _IntList, Discriminator(_one_or_list)]
 DeviceAxis = Annotated[Annotated[Device, Tag("One")] | _DeviceList, Discriminator(_one_or_list)]

@@ -27,11 +27,13 @@ import functools
 import operator
 from typing import TYPE_CHECKING, Annotated, Any, ClassVar
 
-from pydantic import BeforeValidator, Discriminator, Field, PrivateAttr, Tag, create_model
+from pydantic import BeforeValidator, Discriminator, Field, PrivateAttr, Tag, create_model, model_validator
 from pydantic.fields import FieldInfo
 
 from harness.checkers.params import CHECKER_PARAMS, Params
 from harness.scenario.fields import (
+    MAX_POINTS,
+    MAX_RANKS,
     DeviceAxis,
     Duration,
     IntAxis,
@@ -46,6 +48,8 @@ from harness.scenario.steps import Step
 __all__ = ["Scenario", "Topology", "Config", "ExpectBase", "EXPECT_TYPES", "json_schema"]
 
 MIB = 1 << 20  # bytes in a MiB
+MAX_STEPS = 1000  # the longest list of steps (and of expect entries, catches, marks)
+MAX_SEED = (1 << 63) - 1
 
 
 class Topology(Strict):
@@ -54,6 +58,19 @@ class Topology(Strict):
     tp: IntAxis = Field(1, description="tensor-parallel size, or a list of sizes (one run each)")
     pp: IntAxis = Field(1, description="pipeline-parallel stages, or a list of them (one run each)")
     device: DeviceAxis = Field("cpu", description="cpu or cuda, or a list of both (one run each)")
+
+    @model_validator(mode="after")
+    def _bounded(self) -> Topology:
+        axes = self.axes()
+        workers = max(axes["tp"]) * max(axes["pp"])
+        if workers > MAX_RANKS:
+            raise ValueError(f"tp x pp = {workers} worker processes in one run, over lastcall's limit of "
+                             f"{MAX_RANKS}; use smaller sizes (tp 8 x pp 8 fits)")
+        points = len(axes["tp"]) * len(axes["pp"]) * len(axes["device"])
+        if points > MAX_POINTS:
+            raise ValueError(f"the matrix expands to {points} runs, over lastcall's limit of {MAX_POINTS}; "
+                             f"list fewer sizes, or split the scenario")
+        return self
 
     def axes(self) -> dict[str, list[Any]]:
         """Each axis as a list, in matrix order (tp, pp, device)."""
@@ -149,15 +166,19 @@ class Scenario(Strict):
 
     name: ScenarioName = Field(description="lower-case words joined by '-'; the test id")
     about: str = Field(min_length=1, description="what the scenario proves, and what bug it catches")
-    marks: list[MarkName] = Field(default_factory=list, description="pytest marks, e.g. [slow]")
+    marks: list[MarkName] = Field(default_factory=list, max_length=MAX_STEPS,
+                                  description="pytest marks, e.g. [slow]")
     target: TargetName = Field("reference", description="what is tested: a target name or module:attribute")
-    catches: list[str] = Field(min_length=1, description="the planted-bug variants this scenario must catch "
-                                                         "(names in harness.reference.variants.VARIANTS)")
+    catches: list[str] = Field(min_length=1, max_length=MAX_STEPS,
+                               description="the planted-bug variants this scenario must catch "
+                                           "(names in harness.reference.variants.VARIANTS)")
     topology: Topology = Field(Topology.model_validate({}), description=Topology.__doc__)
     config: Config = Field(Config.model_validate({}), description=Config.__doc__)
-    seed: int | None = Field(None, description="seed for generated workloads")
-    steps: list[Step] = Field(min_length=1, description="what happens, in order; each a one-key mapping")
-    expect: list[ExpectEntry] = Field(min_length=1, description="the checkers that judge the run, with parameters")
+    seed: int | None = Field(None, ge=0, le=MAX_SEED, description="seed for generated workloads")
+    steps: list[Step] = Field(min_length=1, max_length=MAX_STEPS,
+                              description="what happens, in order; each a one-key mapping")
+    expect: list[ExpectEntry] = Field(min_length=1, max_length=MAX_STEPS,
+                                      description="the checkers that judge the run, with parameters")
 
     _source: str | None = PrivateAttr(None)  # the file it was loaded from
     _marks: Any = PrivateAttr(None)  # yamlnodes.Marks of that file: where each key path is

@@ -30,6 +30,8 @@ from harness.events import kind_names
 from harness.reference.wire import Command
 from harness.scenario.fields import (
     AS_DESCRIPTION,
+    MAX_COUNT,
+    MAX_RANKS,
     WORKER_0,
     Duration,
     SiteName,
@@ -69,7 +71,9 @@ def _event_enum(schema: dict[str, Any]) -> None:
 
 _AS: Any = Field(None, alias="as", description=AS_DESCRIPTION)
 _TO: Any = Field(WORKER_0, description="the worker whose socket it connects to (default rank 0, pp 0)")
-_OFFSETS: Any = Field(default_factory=list, description="byte offsets into the KV space; sizes such as 2MiB")
+_OFFSETS: Any = Field(default_factory=list, max_length=1024,
+                      description="byte offsets into the KV space; sizes such as 2MiB")
+_GROUP: Any = Field(0, ge=0, le=1023, description="KV group")
 
 
 # ------------------------------------------------------------------ parameters
@@ -79,7 +83,7 @@ class Send(Strict):
     to: Worker = _TO
     cmd: Command | None = Field(None, description="the wire command; required unless the fault sends no request")
     offsets: list[Size] = _OFFSETS
-    group_id: int = Field(0, ge=0, description="KV group")
+    group_id: int = _GROUP
     transaction_id: str | None = Field(None, description="two-phase unmap transaction id")
     commit: bool = Field(False, description="prepare and commit in one step (prepare_unmap only)")
     fault: SendFault = Field("none", description="what goes wrong on the wire; see harness.faults.client")
@@ -97,7 +101,7 @@ class Connections(Strict):
     """Connections that send nothing (``idle``) or that arrive as fast as they can (``flood``)."""
 
     to: Worker = _TO
-    count: int = Field(16, ge=1, description="how many connections")
+    count: int = Field(16, ge=1, le=1024, description="how many connections")
     as_: StepName | None = _AS
 
 
@@ -107,7 +111,8 @@ class Arm(Strict):
     site: SiteName = Field(description="where, e.g. backend.map_to_kv_tensors or listener.frame_read")
     on: WorkerOrEngine = Field(WORKER_0, description="the process: a worker {rank, pp} or engine")
     action: Action = Field("pause", description="pause (until released), raise, delay, crash or pass")
-    count: int | None = Field(None, ge=1, description="only the next N hits take the action; default every hit")
+    count: int | None = Field(None, ge=1, le=MAX_COUNT,
+                              description="only the next N hits take the action; default every hit")
     delay: Duration = Field(0.0, description="for action delay: how long each hit is held")
     as_: StepName | None = _AS
 
@@ -125,7 +130,7 @@ class Call(Strict):
 
     op: Literal["map", "unmap", "kv_tensors_created"] = Field(description="the engine client's operation")
     offsets: list[Size] = _OFFSETS
-    group_id: int = Field(0, ge=0, description="KV group")
+    group_id: int = _GROUP
     as_: StepName | None = _AS
 
 
@@ -133,7 +138,7 @@ class Wait(Strict):
     """Block until one thing happens; exactly one of reached, event, returned, closed."""
 
     reached: StepName | None = Field(None, description="an arm step's name: wait until its site is hit")
-    hits: int = Field(1, ge=1, description="with reached: wait for this many hits in all")
+    hits: int = Field(1, ge=1, le=MAX_COUNT, description="with reached: wait for this many hits in all")
     event: str | None = Field(None, description="an event kind, e.g. stop_started (see docs/events.md)",
                               json_schema_extra=_event_enum)
     on: WorkerOrEngine | None = Field(None, description="with event: only events from this process")
@@ -247,8 +252,8 @@ class HandshakeStart(Strict):
 class Handshake(Strict):
     """The peer engine fetches one agent's metadata from the listener last started (a well-formed request)."""
 
-    pp: int = Field(0, ge=0, description="pipeline rank asked for, 0 <= pp < topology.pp")
-    tp: int = Field(0, ge=0, description="tensor-parallel rank asked for, 0 <= tp < topology.tp")
+    pp: int = Field(0, ge=0, lt=MAX_RANKS, description="pipeline rank asked for, 0 <= pp < topology.pp")
+    tp: int = Field(0, ge=0, lt=MAX_RANKS, description="tensor-parallel rank asked for, 0 <= tp < topology.tp")
     within: Duration = _WITHIN
     background: bool = Field(False, description="do not wait for the reply; wait: {returned: NAME} joins it")
     as_: StepName | None = _AS
@@ -285,10 +290,10 @@ class Cycle(Strict):
 class Workload(Strict):
     """Generated map/unmap waves from the scenario's seed."""
 
-    waves: int = Field(5, ge=1, description="how many waves")
-    pages: int = Field(8, ge=1, description="pages mapped per wave")
+    waves: int = Field(5, ge=1, le=1000, description="how many waves")
+    pages: int = Field(8, ge=1, le=1024, description="pages mapped per wave")
     stop_at: Annotated[
-        Annotated[Literal["random", "never"], Tag("Name")] | Annotated[int, Tag("Number"), Field(ge=0)],
+        Annotated[Literal["random", "never"], Tag("Name")] | Annotated[int, Tag("Number"), Field(ge=0, le=1000)],
         Discriminator(_word_or_number),
     ] = Field("random", description="the wave during which stop begins: random (seeded), never, or its index")
     as_: StepName | None = _AS
