@@ -35,7 +35,7 @@ import traceback
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, NoReturn
 
-from harness import __version__
+from harness import __version__, envvars
 from harness.errors import ConfigError, HarnessError
 from harness.interrupts import sigterm_interrupts
 from harness.units import parse_duration, parse_size
@@ -476,6 +476,7 @@ def main(argv: list[str] | None = None) -> int:
     restore = sigterm_interrupts()
     try:
         args = build_parser().parse_args(argv)
+        envvars.check()  # a numeric LASTCALL_* variable out of bounds: exit 2 before the command starts
         return int(args.func(args))
     except SystemExit as exc:  # --help and --version
         return exc.code if isinstance(exc.code, int) else EXIT_OK

@@ -6,9 +6,7 @@ synchronise.  ``LASTCALL_TIMEOUT_SCALE`` (default 1) multiplies them all.
 
 from __future__ import annotations
 
-import os
-
-from harness.errors import ConfigError
+from harness import envvars
 
 __all__ = ["scale", "scaled", "SAFETY_S"]
 
@@ -16,15 +14,11 @@ SAFETY_S = 10.0  # default safety net for one wait, before scaling
 
 
 def scale() -> float:
-    """The factor from LASTCALL_TIMEOUT_SCALE (a positive number), default 1."""
-    raw = os.environ.get("LASTCALL_TIMEOUT_SCALE", "1")
-    try:
-        value = float(raw)
-    except ValueError:
-        value = -1.0
-    if not value > 0:
-        raise ConfigError(f"LASTCALL_TIMEOUT_SCALE must be a positive number such as 2, got {raw!r}")
-    return value
+    """The factor from LASTCALL_TIMEOUT_SCALE (finite, more than 0 and at most 100), default 1.
+
+    Error handling: ConfigError naming the variable (harness.envvars): inf would disarm every watchdog.
+    """
+    return envvars.number("LASTCALL_TIMEOUT_SCALE")
 
 
 def scaled(seconds: float = SAFETY_S) -> float:

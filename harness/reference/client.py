@@ -29,6 +29,7 @@ from typing import NoReturn
 
 import msgspec
 
+from harness import envvars
 from harness.errors import ClientError, ConfigError, RankError, StateConsistencyError, WireError
 from harness.events import label
 from harness.reference import wire
@@ -89,18 +90,11 @@ def resolve_timeout(timeout: float | None = None) -> float:
 
     Error handling: ConfigError naming the value (or the variable) unless it is a positive finite number.
     """
-    name, shown, value = "timeout", repr(timeout), math.nan
     if timeout is None:
-        raw = os.environ.get(TIMEOUT_ENV)
-        if raw is None:
-            return DEFAULT_TIMEOUT
-        name, shown = TIMEOUT_ENV, repr(raw)
-        with contextlib.suppress(ValueError):
-            value = float(raw)
-    elif isinstance(timeout, (int, float)) and not isinstance(timeout, bool):
-        value = timeout
+        return envvars.number(TIMEOUT_ENV)  # bounded and finite, or ConfigError naming the variable
+    value = timeout if isinstance(timeout, (int, float)) and not isinstance(timeout, bool) else math.nan
     if not (math.isfinite(value) and value > 0):
-        raise ConfigError(f"{name}={shown}: must be a positive number of seconds, e.g. {DEFAULT_TIMEOUT:g}")
+        raise ConfigError(f"timeout={timeout!r}: must be a positive number of seconds, e.g. {DEFAULT_TIMEOUT:g}")
     return float(value)
 
 

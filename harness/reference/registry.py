@@ -7,11 +7,10 @@ that one process may host several instances (tests do).
 from __future__ import annotations
 
 import atexit
-import os
 import threading
 import time
 
-from harness import failpoints
+from harness import envvars, failpoints
 from harness.errors import ConfigError, ListenerBusy
 from harness.history import Emitter, NullRecorder
 from harness.reference.listener import WorkerListener
@@ -23,13 +22,7 @@ Key = tuple[str, int, int]  # (ipc, rank, pp)
 
 
 def _exit_budget_from_env() -> float:
-    raw = os.environ.get("LASTCALL_EXIT_BUDGET")
-    if raw is None:
-        return DEFAULT_EXIT_BUDGET
-    try:
-        return float(raw)
-    except ValueError:
-        raise ConfigError(f"LASTCALL_EXIT_BUDGET must be seconds as a number, got {raw!r}") from None
+    return envvars.number("LASTCALL_EXIT_BUDGET")  # DEFAULT_EXIT_BUDGET when unset; bounded and finite
 
 
 class Registry:
