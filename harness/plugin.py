@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import shutil
 import threading
+import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -24,12 +25,29 @@ MARKERS = {
 }
 
 
-def pytest_addoption(parser: pytest.Parser) -> None:
+# plugins of the built-in targets: each adds its own options through harness.hookspecs.pytest_lastcall_addoption
+TARGET_PLUGINS = ("harness.targets.kvcached",)
+
+
+def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
+    from harness import hookspecs
+
+    pluginmanager.add_hookspecs(hookspecs)
+
+
+def pytest_addoption(parser: pytest.Parser, pluginmanager: pytest.PytestPluginManager) -> None:
+    import importlib
+
     from harness.scenario.collect import addoption
     from harness.scenario.repeat import addoption as repeat_option
 
     addoption(parser)
     repeat_option(parser)
+    for name in TARGET_PLUGINS:
+        if not pluginmanager.has_plugin(name):
+            pluginmanager.register(importlib.import_module(name), name)
+    hook = pluginmanager.hook.pytest_lastcall_addoption
+    hook.call_historic(kwargs={"parser": parser, "pluginmanager": pluginmanager})
     parser.addini("lastcall_leak_check", type="string", default="lastcall",
                   help="which tests fail when they leave a lastcall path, segment, thread, process or port "
                        "behind: lastcall (its own items, tests using its fixtures or marked lastcall; the "
@@ -184,13 +202,14 @@ def lastcall_cluster() -> Iterator[object]:
 
 
 @pytest.fixture
-def recorder() -> Recorder:
-    """An in-process history recorder; ``recorder.wait_for(kind)`` synchronises with the system under test."""
+def lastcall_recorder() -> Recorder:
+    """An in-process history recorder; ``lastcall_recorder.wait_for(kind)`` synchronises with the system under
+    test."""
     return Recorder()
 
 
 @pytest.fixture
-def failpoints() -> Iterator[object]:
+def lastcall_failpoints() -> Iterator[object]:
     """The failpoint module, reset (every parked thread released) after the test."""
     from harness import failpoints as fp
 
@@ -199,6 +218,25 @@ def failpoints() -> Iterator[object]:
         yield fp
     finally:
         fp.reset()
+
+
+def _deprecated(old: str, new: str) -> None:
+    warnings.warn(f"lastcall: the fixture {old!r} is deprecated and goes in the next release; use {new!r}",
+                  DeprecationWarning, stacklevel=2)
+
+
+@pytest.fixture
+def recorder(lastcall_recorder: Recorder) -> Recorder:
+    """Deprecated alias of ``lastcall_recorder`` (a DeprecationWarning when used)."""
+    _deprecated("recorder", "lastcall_recorder")
+    return lastcall_recorder
+
+
+@pytest.fixture
+def failpoints(lastcall_failpoints: object) -> object:
+    """Deprecated alias of ``lastcall_failpoints`` (a DeprecationWarning when used)."""
+    _deprecated("failpoints", "lastcall_failpoints")
+    return lastcall_failpoints
 
 
 @pytest.fixture

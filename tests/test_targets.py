@@ -101,7 +101,7 @@ def test_fetch_spec_and_an_unfetched_version(tmp_path: Path, monkeypatch: pytest
 
 def test_an_unavailable_target_skips_with_the_fix(pytester: pytest.Pytester, tmp_path: Path) -> None:
     (pytester.path / "s.yaml").write_text((SCENARIOS / "executing-handler-is-drained.yaml").read_text())
-    result = pytester.runpytest("s.yaml", "--target", "kvcached==9.9", "-rs", "-p", "no:cacheprovider",
+    result = pytester.runpytest("s.yaml", "--lastcall-target", "kvcached==9.9", "-rs", "-p", "no:cacheprovider",
                                 "--lastcall-reports=")
     result.assert_outcomes(skipped=1)
     result.stdout.fnmatch_lines(["*target kvcached==9.9 cannot run here: kvcached 9.9 is not in the cache: "

@@ -3,9 +3,10 @@
 * Files are collected under the roots named by the ``lastcall_scenarios`` ini
   option (``scenarios`` here; a user's project declares its own) and any YAML
   file named on the command line.  fixtures/bad-scenarios/ is never under a root.
-* A file that does not load becomes one failing item carrying the located error;
-  the session goes on.
-* ``name[tp2-pp1-cpu]`` runs the scenario on its target (``--target`` or
+* A file that does not load, or whose ``target:`` does not import, becomes one
+  failing item carrying the located error; the session goes on.  An override that
+  names no target is a pytest.UsageError at configure time (exit 4), before collection.
+* ``name[tp2-pp1-cpu]`` runs the scenario on its target (``--lastcall-target`` or
   LASTCALL_TARGET override); ``name[tp1-pp1-cpu-catches-VARIANT]`` runs its first
   matrix point on each variant named in ``catches`` and passes only if a checker
   reports a violation: a scenario that cannot fail is not a test.
@@ -22,6 +23,7 @@ from typing import Any
 
 import pytest
 
+from harness.errors import ConfigError
 from harness.scenario.errors import ScenarioError
 from harness.scenario.loader import MatrixItem, expand, load
 from harness.scenario.repeat import repeats
@@ -29,17 +31,23 @@ from harness.scenario.repeat import repeats
 INI_ROOTS = "lastcall_scenarios"
 
 
+TARGET_OPTION = "--lastcall-target"
+LISTENER_OPTION = "--lastcall-listener"
+# the short forms of one release ago: still read, with a DeprecationWarning (option -> (its dest, the new name))
+DEPRECATED = {"--target": ("lastcall_target_alias", TARGET_OPTION),
+              "--listener": ("lastcall_listener_alias", LISTENER_OPTION)}
+
+
 def addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("lastcall")
-    group.addoption("--target", default=None, help="run scenarios against this target or variant "
-                    "(a name such as reference or no_conn_tracking, or module:attribute); default: each "
-                    "scenario's own, or LASTCALL_TARGET")
-    group.addoption("--listener", default=None, metavar="MODULE:ATTR",
+    group.addoption(TARGET_OPTION, dest="lastcall_target", default=None, metavar="TARGET",
+                    help="run scenarios against this target or variant (a name such as reference or "
+                    "no_conn_tracking, or module:attribute); default: each scenario's own, or LASTCALL_TARGET")
+    group.addoption(LISTENER_OPTION, dest="lastcall_listener", default=None, metavar="MODULE:ATTR",
                     help="run the reference target with this listener class/factory instead of its own "
-                    "(same as --target reference@MODULE:ATTR); default: LASTCALL_LISTENER")
-    group.addoption("--kvcached-src", default=None, metavar="DIR",
-                    help="the kvcached source tree or unpacked sdist the kvcached target imports "
-                    "(sets LASTCALL_KVCACHED_SRC for the run's processes)")
+                    f"(same as {TARGET_OPTION} reference@MODULE:ATTR); default: LASTCALL_LISTENER")
+    for old, (dest, new) in DEPRECATED.items():
+        group.addoption(old, dest=dest, default=None, help=f"deprecated alias of {new}")
     parser.addini(INI_ROOTS, type="paths", default=[], help="directories whose *.yaml files are lastcall scenarios")
     from harness.report.summary import addoption as add_report_options
 
@@ -71,16 +79,34 @@ def collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Collector 
 
 
 def configure(config: pytest.Config) -> None:
-    """--kvcached-src reaches the worker processes through the environment (they inherit it)."""
-    src = config.getoption("--kvcached-src", None)
-    if src:
-        os.environ["LASTCALL_KVCACHED_SRC"] = str(Path(src).resolve())
+    """Warn of a deprecated option; load the session's target override: pytest.UsageError if it is none."""
+    if not os.environ.get("PYTEST_XDIST_WORKER"):  # the controller warns once, not each worker again
+        for old, (dest, new) in DEPRECATED.items():
+            if config.getoption(dest, None) is not None:
+                config.issue_config_time_warning(DeprecationWarning(
+                    f"lastcall: {old} is deprecated and goes in the next release; use {new}"), stacklevel=2)
+    target = chosen_target(config)
+    if target is not None:
+        from harness.targets import load_target
+
+        given = (TARGET_OPTION if _option(config, "target") else "LASTCALL_TARGET" if os.environ.get(
+            "LASTCALL_TARGET") else LISTENER_OPTION if _option(config, "listener") else "LASTCALL_LISTENER")
+        try:
+            load_target(target)  # imported here, before anything is collected or started
+        except ConfigError as exc:
+            raise pytest.UsageError(f"{given}: {exc}") from None
+
+
+def _option(config: pytest.Config, name: str) -> str | None:
+    """--lastcall-NAME, else its deprecated short form --NAME."""
+    value = config.getoption(f"lastcall_{name}", None) or config.getoption(f"lastcall_{name}_alias", None)
+    return str(value) if value else None
 
 
 def chosen_target(config: pytest.Config) -> str | None:
-    """The target override of this session (--target, LASTCALL_TARGET), with --listener applied."""
-    target = config.getoption("--target") or os.environ.get("LASTCALL_TARGET")
-    listener = config.getoption("--listener", None) or os.environ.get("LASTCALL_LISTENER")
+    """The target override of this session (--lastcall-target, LASTCALL_TARGET), with --lastcall-listener applied."""
+    target = _option(config, "target") or os.environ.get("LASTCALL_TARGET") or None
+    listener = _option(config, "listener") or os.environ.get("LASTCALL_LISTENER")
     if listener:
         target = f"{(target or 'reference').partition('@')[0]}@{listener}"
     return target
@@ -97,6 +123,8 @@ def _cuda_devices() -> int:
 
 class ScenarioFile(pytest.File):
     def collect(self) -> Iterator[pytest.Item]:
+        from harness.targets import load_target
+
         try:
             # named as the user would type it from here; opened from here too (pytest's rootdir may be
             # elsewhere: `lastcall run /other/dir/x.yaml` roots the session at /other/dir)
@@ -106,6 +134,13 @@ class ScenarioFile(pytest.File):
             yield BrokenScenario.from_parent(self, name=self.path.stem, error=str(exc))
             return
         override = chosen_target(self.config)
+        if override is None:
+            try:
+                load_target(scn.target)  # imported here, in the harness process, before anything starts
+            except ConfigError as exc:
+                yield BrokenScenario.from_parent(self, name=self.path.stem, error=f"{scn.where('target')}: target: "
+                                                 f"{exc}")
+                return
         items = expand(scn)
         n = repeats(self.config)
         suffixes = [""] if n == 1 else [f"-r{i}" for i in range(1, n + 1)]

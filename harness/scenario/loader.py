@@ -15,7 +15,6 @@ did-you-mean for unknown keys, steps and checkers), and cross-references
 
 from __future__ import annotations
 
-import functools
 import itertools
 import os
 from collections.abc import Iterable
@@ -50,11 +49,10 @@ class MatrixItem:
     id: str  # "tp2-pp1-cpu": the pytest id
 
 
-@functools.cache
 def _variant_names() -> tuple[str, ...]:
-    from harness.reference.variants import VARIANTS  # imports the reference (and torch): only when needed
+    from harness.targets.names import WORKER_VARIANTS  # static: importing the variants costs torch (~4 s)
 
-    return tuple(VARIANTS)
+    return WORKER_VARIANTS
 
 
 # -------------------------------------------------------------------- shape

@@ -4,9 +4,10 @@ Every ``as:`` name is unique; every reference to one (wait, release, finish, and
 ``step``/``faults`` parameters of expect entries) names an earlier step of the right
 kind; ``start`` comes once, before anything that needs the cluster; a wait on a
 failpoint waits on one that was armed; ranks exist in every run of the matrix; the
-planted bugs in ``catches`` exist.  A handshake scenario (one with a handshake step)
-drives only the handshake listener: no worker-listener step, no worker address, and
-its ``catches`` name handshake variants.  Each check returns problems; none raises.
+planted bugs in ``catches`` exist; ``target`` names a target (checked by name, nothing
+imported).  A handshake scenario (one with a handshake step) drives only the handshake
+listener: no worker-listener step, no worker address, and its ``catches`` name
+handshake variants.  Each check returns problems; none raises.
 """
 
 from __future__ import annotations
@@ -201,8 +202,16 @@ class _Refs:
                 if isinstance(name, str):
                     self.ref((*at, key), name, ("ctl",), None)
 
+    def target(self) -> None:
+        """The target: key names a target (checked without importing it: harness.targets.names)."""
+        from harness.targets.names import check_target
+
+        why = check_target(self.sc.target)
+        if why is not None:
+            self.add(("target",), why)
+
     def catches(self, variants: Collection[str]) -> None:
-        from harness.reference.handshake_variants import HANDSHAKE_VARIANTS
+        from harness.targets.names import HANDSHAKE_VARIANTS  # static: the registry imports zmq and the listener
 
         worker_bugs = [v for v in variants if v != "reference"]
         handshake_bugs = [v for v in HANDSHAKE_VARIANTS if v != "reference"]
@@ -229,7 +238,8 @@ def _workers(spec: object) -> Iterator[tuple[str, Worker]]:
 
 
 def check(sc: Scenario, variants: Collection[str] | None = None) -> list[Problem]:
-    """Every cross-reference problem in ``sc``; ``variants`` (known planted bugs) None skips that check."""
+    """Every cross-reference problem in ``sc``; ``variants`` (known planted bugs) None skips the name checks
+    (catches and target)."""
     refs = _Refs(sc)
     refs.steps()
     refs.expect()

@@ -30,9 +30,11 @@ from typing import Any, Protocol, runtime_checkable
 
 from harness.errors import ConfigError
 from harness.reference import wire
+from harness.targets import names
+from harness.targets.names import check_target
 
 __all__ = ["Target", "WorkerSide", "EngineSide", "Codec", "REFERENCE_CODEC", "load_target", "target_names",
-           "capabilities_of", "missing_for", "codec_of", "unavailable"]
+           "capabilities_of", "missing_for", "codec_of", "unavailable", "check_target", "describe"]
 
 @runtime_checkable
 class Codec(Protocol):
@@ -142,18 +144,9 @@ def unavailable(target: Any) -> str | None:
     return check() if callable(check) else None
 
 
-_NAMED: dict[str, str] = {  # lazily imported targets beside the reference's variants
-    "kvcached": "harness.targets.kvcached:TARGET",
-    "vllm_nixl": "harness.targets.vllm_nixl:TARGET",
-}
-
-
 def target_names() -> list[str]:
-    """Every name ``load_target`` accepts without a module path."""
-    from harness.reference.handshake_variants import HANDSHAKE_VARIANTS
-    from harness.reference.variants import VARIANTS
-
-    return [*VARIANTS, *(n for n in HANDSHAKE_VARIANTS if n not in VARIANTS), *_NAMED]
+    """Every name ``load_target`` accepts without a module path (static: imports no target)."""
+    return names.target_names()
 
 
 def _import(spec: str) -> Any:
@@ -188,8 +181,8 @@ def load_target(spec: str) -> Any:
         return replace(base, name=spec, listener=factory)
     if name in VARIANTS:
         return VARIANTS[name]
-    if name in _NAMED:
-        return _import(_NAMED[name])
+    if name in names.NAMED:
+        return _import(names.NAMED[name])
     kind, pinned, version = name.partition("==")
     if pinned and kind == "kvcached":
         from harness.targets.kvcached import KvcachedTarget
@@ -206,15 +199,10 @@ def load_target(spec: str) -> Any:
             return obj
         raise ConfigError(f"{name!r} is a {type(obj).__name__}, not a target (harness.targets.Target) "
                           f"or a harness.reference.variants.Variant")
-    import difflib
-
-    known = target_names()
-    near = difflib.get_close_matches(name, known, n=1)
-    hint = f" (did you mean {near[0]!r}?)" if near else ""
-    raise ConfigError(f"unknown target {name!r}{hint}; known: {', '.join(known)}; or give module:attribute")
+    raise ConfigError(names.unknown_target(name))
 
 
 def describe(targets: Mapping[str, Any]) -> list[tuple[str, str, str]]:
-    """(name, capabilities, about) rows for ``lastcall list --targets``."""
+    """(name, capabilities, about) rows, one per target of ``targets`` (name -> target), for a table."""
     return [(n, ", ".join(sorted(capabilities_of(t))), getattr(t, "about", getattr(t, "bug", "")))
             for n, t in targets.items()]

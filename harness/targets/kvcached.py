@@ -415,3 +415,19 @@ class _NoAllocator:
 
 
 TARGET = KvcachedTarget()
+
+
+# ------------------------------------------------------------------ pytest options (harness.hookspecs)
+def pytest_lastcall_addoption(parser: Any, pluginmanager: Any) -> None:
+    """``--kvcached-src DIR``: the kvcached tree the target imports (the plugin registers this module)."""
+    parser.getgroup("lastcall").addoption(
+        "--kvcached-src", default=None, metavar="DIR",
+        help=f"the kvcached source tree or unpacked sdist the kvcached target imports (sets {SRC_ENV} for the "
+             "run's processes)")
+
+
+def pytest_configure(config: Any) -> None:
+    """--kvcached-src reaches the worker processes through the environment (they inherit it)."""
+    src = config.getoption("--kvcached-src", None)
+    if src:
+        os.environ[SRC_ENV] = str(Path(src).resolve())

@@ -1,0 +1,86 @@
+"""Target names, known without importing any target: what loading and ``lastcall validate`` check against.
+
+The planted-bug variants live in harness.reference.variants and .handshake_variants, which import
+the reference (and torch, about 4 s): a scenario file's ``catches:`` and ``target:`` are checked
+against the static lists here instead, and tests/test_target_names.py holds the lists equal to
+the registries.  :func:`check_target` checks a name the way :func:`harness.targets.load_target`
+reads it, without importing anything: a registered name, ``kvcached==VERSION``, or
+``module:attribute`` whose syntax is right and whose top-level module can be found.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib.machinery
+import os
+import re
+import sys
+
+__all__ = ["WORKER_VARIANTS", "HANDSHAKE_VARIANTS", "NAMED", "target_names", "unknown_target", "check_target"]
+
+# harness.reference.variants.VARIANTS, in its order (the worker listener's reference and planted bugs)
+WORKER_VARIANTS: tuple[str, ...] = (
+    "reference", "timed_join_teardown", "no_conn_tracking", "dispatch_after_stop", "teardown_while_alive",
+    "cuts_drained_reply", "drop_registration_on_error", "concurrent_stop_true", "stop_from_handler_deadlocks",
+    "wake_by_connect", "unlink_by_path", "rmtree_dir", "dies_on_bad_frame", "teardown_then_false", "lost_unmap",
+    "leaks_usage_segment", "leaks_a_child", "head_of_line_blocking", "restart_drops_old", "unbounded_exit_hook",
+    "teardown_ignores_stop",
+)
+# harness.reference.handshake_variants.HANDSHAKE_VARIANTS, in its order (the handshake listener's)
+HANDSHAKE_VARIANTS: tuple[str, ...] = (
+    "reference", "never_stopped", "join_timeout_zero", "poll_timeout_1s", "ready_wait_no_timeout",
+    "dies_on_bad_message",
+)
+NAMED: dict[str, str] = {  # lazily imported targets beside the reference's variants
+    "kvcached": "harness.targets.kvcached:TARGET",
+    "vllm_nixl": "harness.targets.vllm_nixl:TARGET",
+}
+_DOTTED = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*")  # a module path or an attribute path
+
+
+def target_names() -> list[str]:
+    """Every name ``load_target`` accepts without a module path."""
+    return [*WORKER_VARIANTS, *(n for n in HANDSHAKE_VARIANTS if n not in WORKER_VARIANTS), *NAMED]
+
+
+def unknown_target(name: str) -> str:
+    """The one-line message for a name that is no target, with the nearest known name."""
+    known = target_names()
+    near = difflib.get_close_matches(name, known, n=1)
+    hint = f" (did you mean {near[0]!r}?)" if near else ""
+    return f"unknown target {name!r}{hint}; known: {', '.join(known)}; or give module:attribute"
+
+
+def _check_import_path(spec: str, what: str) -> str | None:
+    module, colon, attr = spec.partition(":")
+    if not colon or not _DOTTED.fullmatch(module) or not _DOTTED.fullmatch(attr):
+        return f"{what} {spec!r} is not module:attribute (e.g. mypkg.targets:MINE)"
+    top = module.split(".")[0]
+    # where `python -m` and pytest's rootdir would look too: the working directory before sys.path
+    path = [os.getcwd(), *(p or os.getcwd() for p in sys.path)]
+    if top not in sys.modules and importlib.machinery.PathFinder.find_spec(top, path) is None \
+            and top not in sys.builtin_module_names:
+        return f"{what} {spec!r}: no module named {top!r} (not installed, and not under {os.getcwd()})"
+    return None
+
+
+def check_target(spec: str) -> str | None:
+    """Why ``spec`` names no target (one line), or None; imports nothing (see the module docstring)."""
+    name, at, listener = spec.partition("@")
+    if at:
+        if name not in WORKER_VARIANTS:
+            return (f"target {spec!r}: a listener factory (@module:attribute) applies to the reference or one "
+                    f"of its variants, not {name!r}")
+        if ":" not in listener:
+            return f"target {spec!r}: after @ give the listener factory as module:attribute"
+        return _check_import_path(listener, f"target {spec!r}: the listener factory")
+    if name in target_names():
+        return None
+    kind, pinned, version = name.partition("==")
+    if pinned:
+        if kind == "kvcached" and re.fullmatch(r"\d+(?:\.\d+)*", version):
+            return None
+        return f"target {name!r}: only kvcached takes a pinned version, as kvcached==0.1.6"
+    if ":" in name:
+        return _check_import_path(name, "target")
+    return unknown_target(name)
