@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 
 from harness.launch.cluster import RemoteError
-from harness.launch.hscluster import HandshakeCluster
+from harness.launch.judged import JudgedCluster
 
-Make = Callable[..., HandshakeCluster]
+Make = Callable[..., JudgedCluster]
 
 
 def until(cond: Callable[[], Any], limit: float = 5.0) -> Any:
@@ -26,12 +26,12 @@ def until(cond: Callable[[], Any], limit: float = 5.0) -> Any:
 
 
 def handshake_clusters(**fixed: Any) -> Iterator[Make]:
-    """The body of a ``make`` fixture: ``make(**kw)`` starts a HandshakeCluster (with ``fixed`` as defaults);
+    """The body of a ``make`` fixture: ``make(**kw)`` starts a handshake JudgedCluster (with ``fixed`` as defaults);
     every one made is closed when the test ends."""
-    made: list[HandshakeCluster] = []
+    made: list[JudgedCluster] = []
 
-    def start(**kw: Any) -> HandshakeCluster:
-        c = HandshakeCluster(**{**fixed, **kw})
+    def start(**kw: Any) -> JudgedCluster:
+        c = JudgedCluster(**{"cast": "handshake", **fixed, **kw})
         made.append(c)
         return c.start()
 
@@ -40,7 +40,7 @@ def handshake_clusters(**fixed: Any) -> Iterator[Make]:
         c.close()
 
 
-def step(c: HandshakeCluster, name: str, kind: str, fn: Callable[[], object], **data: object) -> object:
+def step(c: JudgedCluster, name: str, kind: str, fn: Callable[[], object], **data: object) -> object:
     """Run ``fn`` as a named step, recorded as step_started / step_returned (what the checkers read)."""
     c.rec.emit("step_started", step=name, kind=kind, **data)
     try:
@@ -53,5 +53,5 @@ def step(c: HandshakeCluster, name: str, kind: str, fn: Callable[[], object], **
     return value
 
 
-def status(c: HandshakeCluster, *checks: object) -> dict[str, str]:
+def status(c: JudgedCluster, *checks: object) -> dict[str, str]:
     return {v.checker: v.status for v in c.verdicts(*checks)}  # type: ignore[arg-type]

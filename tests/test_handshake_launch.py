@@ -8,6 +8,7 @@ after the process exits the kernel frees the port whatever the listener did.
 
 from __future__ import annotations
 
+import functools
 import signal
 import socket
 from collections.abc import Iterator
@@ -16,7 +17,7 @@ import pytest
 from lc_helpers import Make, handshake_clusters, status, step
 
 from harness.launch.cluster import RemoteError
-from harness.launch.hscluster import HandshakeCluster
+from harness.launch.judged import JudgedCluster
 from harness.timeouts import scaled
 
 
@@ -25,7 +26,7 @@ def make() -> Iterator[Make]:
     yield from handshake_clusters()
 
 
-def shutdown_and_probe(c: HandshakeCluster, port: int) -> object:
+def shutdown_and_probe(c: JudgedCluster, port: int) -> object:
     ok = step(c, "stop", "stop", lambda: c.engine.call("shutdown", timeout=scaled(15)))  # type: ignore[union-attr]
     c.snapshot("after_stop", [port])
     return ok
@@ -91,7 +92,7 @@ def test_malformed_handshakes_do_not_kill_the_listener(make: Make, variant: str,
     c = make(variant=variant)
     port = int(c.engine.call("start"))  # type: ignore[union-attr]
     for kind in ("garbage", "wrong_tag", "unknown_rank"):
-        step(c, f"bad_{kind}", "send", lambda kind=kind: c.peer.call("bad", port=port, kind=kind),
+        step(c, f"bad_{kind}", "send", functools.partial(c.peer.call, "bad", port=port, kind=kind),
              fault="garbage_body")
     step(c, "good", "send", lambda: c.peer.call("fetch", port=port, within=1.0), fault="none")
     shutdown_and_probe(c, port)

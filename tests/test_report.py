@@ -15,12 +15,12 @@ from harness.cli import main
 from harness.history import Event
 from harness.launch.cluster import RunOutcome
 from harness.probes.model import PathEntry, Snapshot
+from harness.result import RunResult
 from harness.report.summary import _failed_line as failed_line
 from harness.report.summary import collect_runs, write_summary
 from harness.report.write import ReportWarning, write_run
 from harness.scenario.loader import expand, load
 from harness.scenario.report import failure_text
-from harness.scenario.runner import RunResult
 
 FIXTURE = Path(__file__).resolve().parent.parent / "fixtures" / "good-scenario.yaml"
 NODEID = "scenarios/stalled-read-is-cancelled.yaml::stalled-read-is-cancelled[tp1-pp1-cpu]"

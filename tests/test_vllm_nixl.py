@@ -24,7 +24,7 @@ import pytest
 from lc_helpers import Make, handshake_clusters, status, step
 
 from harness.launch.cluster import RemoteError
-from harness.launch.hscluster import HandshakeCluster
+from harness.launch.judged import JudgedCluster
 from harness.targets.vllm_nixl import LAYOUT_011, TARGET, layout
 from harness.timeouts import scaled
 
@@ -41,15 +41,15 @@ def make() -> Iterator[Make]:
     yield from handshake_clusters(variant=NAME)
 
 
-def first_start(c: HandshakeCluster, port: int = 0) -> int:
+def first_start(c: JudgedCluster, port: int = 0) -> int:
     return int(c.engine.call("start", port=port, timeout=FIRST_START_S))  # type: ignore[union-attr]
 
 
-def shutdown(c: HandshakeCluster) -> object:
+def shutdown(c: JudgedCluster) -> object:
     return c.engine.call("shutdown", timeout=scaled(15))  # type: ignore[union-attr]
 
 
-def stop_ms(c: HandshakeCluster) -> list[float]:
+def stop_ms(c: JudgedCluster) -> list[float]:
     """How long each of vLLM's shutdown() calls took, as the adapter measured them around it."""
     return [float(e.data["took_ms"]) for e in c.rec.events("stop_returned") if e.data.get("took_ms") is not None]
 

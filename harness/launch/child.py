@@ -1,10 +1,10 @@
-"""What runs in a forked engine or worker process: the control client and the role mains.
+"""What runs first in a forked child: process hooks, the common commands, then its role's main.
 
-Each child connects back to the harness's control socket, says hello, sends
-every event it records (the harness's recorder is the only writer of the
-history), and runs commands on threads of their own so a parked call never
-blocks the channel.  It ends by returning from main: atexit hooks run and
-non-daemon threads are joined, as in a real engine process.
+The child connects back to the harness over a :class:`~harness.launch.control.ControlClient`, installs its
+hooks (SIGTERM, the thread excepthook, faulthandler, the death watch of a worker), registers the commands
+every process answers (arm, release, exit, stacks, ...) and runs the main its role names in
+:data:`harness.launch.roles.ROLE_MAINS`.  It ends by returning from main: atexit hooks run and non-daemon
+threads are joined, as in a real engine process.
 
 Why a child ends (``exit_reason`` of the ``main_returned`` event): the
 ``exit`` command, SIGTERM, its engine dying (EOF on the death pipe, workers
@@ -17,86 +17,16 @@ from __future__ import annotations
 import faulthandler
 import os
 import signal
-import socket
 import sys
 import threading
-import time
 import traceback
-from collections.abc import Callable
 from typing import Any
 
 from harness import events, failpoints
-from harness.launch.channel import Channel
-from harness.osthread import name_os_thread
+from harness.launch.control import ControlClient, ExitRequest, Handler
+from harness.launch.roles import ROLE_MAINS
 
-__all__ = ["ControlClient", "ExitRequest", "run"]
-
-SHUTDOWN_TRIES = 3  # integration shutdown attempts before a child gives up and lets the exit hook try
-
-Handler = Callable[..., Any]
-
-
-class ExitRequest:
-    """The first reason to end this process, with whether to shut down in order first."""
-
-    def __init__(self) -> None:
-        self._event = threading.Event()
-        self.reason = ""
-        self.shutdown = True
-
-    def set(self, reason: str, shutdown: bool = True) -> None:
-        if not self._event.is_set():
-            self.reason, self.shutdown = reason, shutdown
-            self._event.set()
-
-    def wait(self) -> None:
-        while not self._event.wait(3600):
-            pass
-
-
-class ControlClient:
-    """The child's end of the control channel; also the child's event emitter."""
-
-    def __init__(self, path: str, role: str, label: str, lost: Callable[[], None]) -> None:
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        sock.connect(path)
-        self.chan = Channel(sock)
-        self.role = role
-        self.label = label
-        self.handlers: dict[str, Handler] = {}
-        self._lost = lost
-        self.chan.send({"t": "hello", "role": role, "label": label, "pid": os.getpid()})
-        self._thread = threading.Thread(target=self._serve, name="lastcall-control", daemon=True)
-        self._thread.start()
-
-    def emit(self, kind: str, /, **data: Any) -> None:
-        self.chan.send({"t": "event", "t_ns": time.monotonic_ns(), "pid": os.getpid(), "role": self.role,
-                        "rank": self.label, "thread": threading.current_thread().name, "kind": kind,
-                        "data": data})
-
-    def send(self, msg: dict[str, Any]) -> None:
-        self.chan.send(msg)
-
-    def _serve(self) -> None:
-        name_os_thread("lc-control")
-        for msg in self.chan.messages():
-            if msg.get("t") == "cmd":
-                threading.Thread(target=self._run_cmd, args=(msg,), name=f"lastcall-cmd-{msg.get('op')}",
-                                 daemon=True).start()
-        self._lost()
-
-    def _run_cmd(self, msg: dict[str, Any]) -> None:
-        op = str(msg.get("op"))
-        handler = self.handlers.get(op)
-        try:
-            if handler is None:
-                raise KeyError(f"unknown command {op!r}; known: {', '.join(sorted(self.handlers))}")
-            reply = {"t": "reply", "id": msg["id"], "ok": True, "value": handler(**msg.get("args", {}))}
-        except Exception as exc:
-            reply = {"t": "reply", "id": msg["id"], "ok": False, "error": f"{type(exc).__name__}: {exc}",
-                     "error_type": getattr(exc, "error_type", None), "error_class": type(exc).__name__}
-        self.chan.send(reply)
-
+__all__ = ["run"]
 
 def _stacks() -> str:
     """Every thread's Python stack, from the control thread (which is not the one that hangs)."""
@@ -136,15 +66,6 @@ def _common_handlers(ctl: ControlClient, exit_req: ExitRequest) -> dict[str, Han
             "exit": exit_, "stacks": _stacks, "hang": _hang, "ping": lambda: os.getpid()}
 
 
-def process_resources() -> dict[str, Any]:
-    """This process's threads by name and fds by (kind, target): what leak checkers compare."""
-    from harness.probes.procs import proc_entry
-
-    entry = proc_entry(os.getpid())
-    fds = [] if entry is None else [[f.fd, f.kind, f.target] for f in entry.fds]
-    return {"threads": sorted(t.name for t in threading.enumerate()), "fds": fds}
-
-
 def _install_process_hooks(ctl: ControlClient, exit_req: ExitRequest, spec: dict[str, Any]) -> None:
     stacks_path = spec.get("stacks")
     if stacks_path:
@@ -176,19 +97,13 @@ def _install_process_hooks(ctl: ControlClient, exit_req: ExitRequest, spec: dict
 def run(spec: dict[str, Any]) -> int:
     """The child's main: returns its exit status (the interpreter then finalises normally)."""
     role = spec["role"]
-    label = events.label(spec.get('pp', 0), spec.get('rank', 0)) if role == "worker" else role
+    label = str(spec.get("label") or (events.label(spec.get('pp', 0), spec.get('rank', 0)) if role == "worker"
+                                      else role))
     exit_req = ExitRequest()
     ctl = ControlClient(spec["ctl"], role, label, lost=lambda: exit_req.set("harness_gone"))
     _install_process_hooks(ctl, exit_req, spec)
     ctl.handlers.update(_common_handlers(ctl, exit_req))
-    if role == "worker":
-        from harness.launch.roles import worker_main
-
-        return worker_main(spec, ctl, exit_req)
-    if role in ("hs_engine", "hs_peer"):
-        from harness.launch.hsroles import MAINS
-
-        return MAINS[role](spec, ctl, exit_req)
-    from harness.launch.roles import engine_main
-
-    return engine_main(spec, ctl, exit_req)
+    main = ROLE_MAINS.get(role)
+    if main is None:
+        raise KeyError(f"no role main {role!r}; known: {', '.join(sorted(ROLE_MAINS))}")
+    return main(spec, ctl, exit_req)

@@ -37,6 +37,7 @@ from harness import events
 from harness.errors import HarnessError
 from harness.history import Event, Recorder
 from harness.launch.channel import Channel
+from harness.launch.parts import WORKER, Cast, cast_named
 from harness.launch.spawn import ForkServer, LaunchError, become_subreaper
 from harness.names import TMP, new_run_id
 from harness.timeouts import scaled
@@ -159,12 +160,18 @@ class Proc:
 
 
 class Cluster:
-    """An engine and ``tp x pp`` workers of one variant, for one run."""
+    """The processes of one run of one variant: by default an engine and ``tp x pp`` workers.
+
+    ``cast`` (a :class:`~harness.launch.parts.Cast` or its name) says which: ``worker`` (the default),
+    ``handshake`` (an engine owning a handshake listener, and a peer), or any registered one.  ``engine`` is
+    the cast's first process, ``workers`` its per-rank processes, ``peer`` its ``peer`` part (None if none).
+    """
 
     def __init__(self, *, tp: int = 1, pp: int = 1, variant: str = "reference", drain_timeout: float = 5.0,
                  deadline: float = 60.0, exit_budget: float | None = None, device: str = "cpu",
                  capacity: int = 64 << 20, ipc_timeout: float = 10.0, run_id: str | None = None,
-                 recorder: Recorder | None = None, shm_dir: str = "/dev/shm") -> None:
+                 recorder: Recorder | None = None, shm_dir: str = "/dev/shm", cast: Cast | str = WORKER) -> None:
+        self.cast = cast_named(cast) if isinstance(cast, str) else cast
         self.tp, self.pp = tp, pp
         self.variant = variant
         self.run_id = run_id or run_id_for("cluster")
@@ -187,6 +194,7 @@ class Cluster:
         self._watchdog: threading.Thread | None = None
         self.engine: Proc | None = None
         self.workers: list[Proc] = []
+        self.parts: dict[str, list[Proc]] = {}  # part name -> its processes
         self._cleaned = False
         self.pgid = 0
 
@@ -215,20 +223,25 @@ class Cluster:
             proc.role, proc.label, proc.stderr_path = spec["role"], spec["label"], spec["stderr"]
             self.rec.emit("process_spawned", pid=pid, role=spec["role"], label=spec["label"])
         procs = [self._procs[pid] for pid in pids]
-        self.engine, self.workers = procs[0], procs[1:]
+        for proc, spec in zip(procs, specs, strict=True):
+            self.parts.setdefault(spec["part"], []).append(proc)
+        self.engine = procs[0]
+        self.workers = [p for part in self.cast.parts if part.per_rank for p in self.parts.get(part.name, [])]
         for proc in procs:
             self._wait_ready(proc)
         return self
 
     def _specs(self) -> list[dict[str, Any]]:
-        """The processes of the run: the group leader (the engine) first. A subclass changes the cast."""
-        return [self._spec("engine", 0, 0)] + [self._spec("worker", r, p) for p in range(self.pp)
-                                               for r in range(self.tp)]
+        """The processes of the run, from its cast: the group leader (the engine) first."""
+        return [self._spec(part.role, r, p, part.name) for part in self.cast.parts
+                for p, r in ([(p, r) for p in range(self.pp) for r in range(self.tp)] if part.per_rank
+                             else [(0, 0)])]
 
-    def _spec(self, role: str, rank: int, pp: int) -> dict[str, Any]:
+    def _spec(self, role: str, rank: int, pp: int, part: str) -> dict[str, Any]:
         label = events.label(pp, rank) if role == "worker" else role
         stem = f"w{pp}-{rank}" if role == "worker" else role
-        return dict(self._common, role=role, rank=rank, pp=pp, label=label, ctl=str(self.dir / "c.sock"),
+        return dict(self._common, role=role, part=part, rank=rank, pp=pp, label=label,
+                    ctl=str(self.dir / "c.sock"),
                     stderr=str(self.dir / f"{stem}.err"), stdout=str(self.dir / f"{stem}.out"),
                     stacks=str(self.dir / f"{stem}.stacks"))
 
@@ -295,6 +308,14 @@ class Cluster:
     # ------------------------------------------------------------- accessors
     def worker(self, rank: int = 0, pp: int = 0) -> Proc:
         return self.workers[pp * self.tp + rank]
+
+    @property
+    def peer(self) -> Proc:
+        """The cast's peer process (a handshake run's peer engine); LookupError when the cast has none."""
+        procs = self.parts.get("peer")
+        if not procs:
+            raise LookupError(f"a {self.cast.name} run has no peer process")
+        return procs[0]
 
     def wait(self, match: str | Callable[[Event], bool], after: int = 0, timeout: float | None = None) -> Event:
         """The first matching event (from index ``after``); RemoteError on timeout."""

@@ -10,7 +10,8 @@
 
 ``verdicts()`` closes the cluster if it is still running (taking the "after"
 snapshot once every process is reaped, before anything is cleaned up), then
-judges the run's history and snapshots with the named checkers.
+judges the run's history and snapshots with the named checkers.  ``cast="handshake"`` gives an engine
+owning a handshake listener and its peer (``c.peer``) instead of workers (harness.launch.parts).
 """
 
 from __future__ import annotations
@@ -50,6 +51,14 @@ class JudgedCluster(Cluster):
 
             self._outcome = super().close(before_cleanup=snap)
         return self._outcome
+
+    def snapshot(self, label: str, ports: list[int]) -> Snapshot:
+        """A mid-run snapshot (processes alive) with a trial bind of ``ports``; kept under ``label``."""
+        from harness.probes.snapshot import for_cluster
+
+        snap = for_cluster(self, label, ports=ports)
+        self.snapshots[label] = snap
+        return snap
 
     def record(self) -> RunRecord:
         return RunRecord(tuple(self.rec.events()), dict(self.snapshots))

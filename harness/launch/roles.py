@@ -1,19 +1,32 @@
-"""The role mains of a forked child: a worker (listener + backend) and an engine (client), of any target.
+"""The role mains of a forked child, by role name: :data:`ROLE_MAINS`.
+
+``worker`` (listener + backend) and ``engine`` (the client driving the workers) make up a worker run;
+``hs_engine`` (an engine owning a handshake listener, like vLLM's EngineCore with the NIXL connector) and
+``hs_peer`` (a peer engine handshaking with it) make up a handshake run.  Which roles a run starts is its
+cast (harness.launch.parts): a new kind of run adds its role mains here and names them in its parts.
 
 The roles speak only the plug-in contract of harness.targets: the target named in the spec is loaded
-here, after the fork, so a ``module:attribute`` target is imported in the child too.
+here, after the fork, so a ``module:attribute`` target is imported in the child too.  The handshake listener
+is started and shut down by command, so a port can be held before start; the peer handshakes once, back to
+back (bounded in count) or with malformed messages.  Traffic only ever goes to 127.0.0.1.
 """
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Callable
 from typing import Any
 
 from harness import failpoints
 from harness.errors import ConfigError
-from harness.launch.child import SHUTDOWN_TRIES, ControlClient, ExitRequest, process_resources
+from harness.launch.control import SHUTDOWN_TRIES, ControlClient, ExitRequest, process_resources
 from harness.targets import load_target
 
-__all__ = ["worker_main", "engine_main"]
+__all__ = ["ROLE_MAINS", "RoleMain", "worker_main", "engine_main", "hs_engine_main", "hs_peer_main", "HOST"]
+
+RoleMain = Callable[[dict[str, Any], ControlClient, ExitRequest], int]
+HOST = "127.0.0.1"
+HAMMER_MAX = 100_000  # a continuous peer stops by itself after this many handshakes
 
 
 def worker_main(spec: dict[str, Any], ctl: ControlClient, exit_req: ExitRequest) -> int:
@@ -81,3 +94,119 @@ def engine_main(spec: dict[str, Any], ctl: ControlClient, exit_req: ExitRequest)
     failpoints.hit("process.exit")
     ctl.emit("main_returned", reason=exit_req.reason)
     return 0
+
+
+# ------------------------------------------------------ handshake side channel
+def _listener_factory(name: str) -> Callable[..., Any]:
+    """The handshake listener (class or factory) of the target ``name``: called with HandshakeListener's
+    constructor signature, (metadata, *, host, port, recorder, start_timeout, join_timeout)."""
+    factory = getattr(load_target(name), "handshake_listener", None)
+    if factory is None:
+        raise ConfigError(f"target {name!r} has no handshake listener")
+    return factory  # type: ignore[no-any-return]
+
+
+def hs_engine_main(spec: dict[str, Any], ctl: ControlClient, exit_req: ExitRequest) -> int:
+    from harness.reference.handshake import AgentMetadata
+
+    cls = _listener_factory(spec.get("variant", "reference"))
+    ctl.emit("process_resources", when="before_start", **process_resources())
+    tp, pp = int(spec.get("tp", 1)), int(spec.get("pp_size", 1))
+    meta = {(p, t): AgentMetadata(engine_id=spec["ipc"], agent_name=f"agent-{p}-{t}", pp_rank=p, tp_rank=t,
+                                  payload=b"x" * 64) for p in range(pp) for t in range(tp)}
+    state: dict[str, Any] = {"listener": None}
+
+    def start(port: int = 0, start_timeout: float | None = None, join_timeout: float | None = None) -> int:
+        listener = cls(meta, host=HOST, port=port, recorder=ctl, start_timeout=start_timeout,
+                       join_timeout=join_timeout)
+        state["listener"] = listener
+        return int(listener.start())
+
+    def shutdown() -> bool:
+        listener = state["listener"]
+        return True if listener is None else bool(listener.shutdown())
+
+    def cycle(n: int, port: int = 0) -> list[int]:
+        """Start and shut down ``n`` listeners in this process on one port (the original hang)."""
+        ports = []
+        for _ in range(n):
+            ports.append(start(port))
+            port = ports[-1]
+            if not shutdown():
+                raise RuntimeError(f"shutdown {len(ports)} of {n} returned False")
+        return ports
+
+    ctl.handlers.update({"start": start, "shutdown": shutdown, "cycle": cycle})
+    ctl.send({"t": "ready", "path": ""})
+    exit_req.wait()
+    ctl.emit("exit_requested", reason=exit_req.reason, shutdown=exit_req.shutdown)
+    stopped = bool(exit_req.shutdown and shutdown())
+    ctl.emit("process_resources", when="after_shutdown" if stopped else "at_exit", **process_resources())
+    failpoints.hit("process.exit")
+    ctl.emit("main_returned", reason=exit_req.reason)
+    return 0
+
+
+def hs_peer_main(spec: dict[str, Any], ctl: ControlClient, exit_req: ExitRequest) -> int:
+    import msgspec
+    import zmq
+
+    from harness.reference.handshake import fetch_metadata
+
+    codec = getattr(load_target(spec.get("variant", "reference")), "handshake_codec", None)
+    if codec is not None:  # the target speaks its own handshake wire (vllm_nixl: vLLM's reply, two frames)
+        fetch_metadata = codec.fetch
+    stop_hammer = threading.Event()
+
+    def fetch(port: int, pp: int = 0, tp: int = 0, within: float = 2.0) -> str:
+        return fetch_metadata(HOST, port, pp, tp, timeout=within).agent_name
+
+    def hammer(port: int) -> str:
+        """Handshake back to back until told to stop (bounded); counts go into the history."""
+        def run() -> None:
+            done = failed = 0
+            while not stop_hammer.is_set() and done + failed < HAMMER_MAX:
+                try:
+                    fetch_metadata(HOST, port, 0, 0, timeout=1.0)
+                    done += 1
+                except Exception:
+                    failed += 1
+                    if failed > 3:
+                        break
+            ctl.emit("hammer_finished", ok=done, failed=failed)
+
+        threading.Thread(target=run, name="lastcall-hammer", daemon=True).start()
+        return "hammering"
+
+    def stop_hammering() -> bool:
+        stop_hammer.set()
+        return True
+
+    def bad(port: int, kind: str = "garbage", within: float = 2.0) -> str:
+        """Send one malformed handshake from a REQ socket; returns what came back ("no reply" after ``within``)."""
+        ctx: zmq.Context[Any] = zmq.Context()
+        s = ctx.socket(zmq.REQ)
+        s.setsockopt(zmq.LINGER, 0)
+        s.setsockopt(zmq.RCVTIMEO, max(1, int(within * 1000)))
+        try:
+            s.connect(f"tcp://{HOST}:{port}")
+            body = {"garbage": b"\xc1\xc1", "wrong_tag": msgspec.msgpack.encode(("hello", 0, 0)),
+                    "unknown_rank": msgspec.msgpack.encode(("get_meta_msg", 9, 9))}[kind]
+            s.send(body)
+            return "replied" if s.recv_multipart() else "empty"
+        except zmq.Again:
+            return "no reply"
+        finally:
+            s.close()
+            ctx.term()
+
+    ctl.handlers.update({"fetch": fetch, "hammer": hammer, "stop_hammering": stop_hammering, "bad": bad})
+    ctl.send({"t": "ready", "path": ""})
+    exit_req.wait()
+    stop_hammer.set()
+    ctl.emit("main_returned", reason=exit_req.reason)
+    return 0
+
+
+ROLE_MAINS: dict[str, RoleMain] = {"worker": worker_main, "engine": engine_main, "hs_engine": hs_engine_main,
+                                   "hs_peer": hs_peer_main}

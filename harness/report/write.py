@@ -29,7 +29,7 @@ from harness.checkers.base import Verdict
 from harness.history import Event
 
 if TYPE_CHECKING:
-    from harness.scenario.runner import RunResult
+    from harness.result import RunResult
 
 __all__ = ["write_run", "write_page", "describe", "verdicts_doc", "ReportWarning", "HISTORY", "SNAPSHOTS",
            "VERDICTS", "PAGE", "FORMAT"]

@@ -11,8 +11,9 @@ import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from harness.result import RunResult
 from harness.scenario.loader import expand, load_many
-from harness.scenario.runner import RunResult, run_item
+from harness.scenario.runner import run_item
 
 __all__ = ["Cell", "build", "markdown", "load_cells", "table_variants"]
 
