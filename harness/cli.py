@@ -77,14 +77,16 @@ def _arg_type(fn: Callable[[str], object], name: str) -> Callable[[str], object]
     return convert
 
 
-def _int_at_least(low: int) -> Callable[[str], int]:
+def _int_at_least(low: int, high: int) -> Callable[[str], int]:
     def convert(text: str) -> int:
         try:
             value = int(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not an integer, e.g. {low}") from None
+            raise argparse.ArgumentTypeError(f"{text[:40]!r} is not an integer, e.g. {low}") from None
         if value < low:
             raise argparse.ArgumentTypeError(f"{value} must be >= {low}")
+        if value > high:
+            raise argparse.ArgumentTypeError(f"{value} is over lastcall's limit of {high}; give at most {high}")
         return value
 
     return convert
@@ -338,9 +340,9 @@ def build_parser() -> argparse.ArgumentParser:
                                    "retried) and the process exits 0 with nothing left behind.",
                        epilog="exit codes: 0 shut down cleanly, 2 bad flag or socket in use, 3 internal error")
     p.add_argument("--ipc", required=True, metavar="NAME", help="instance name (names the socket directory)")
-    p.add_argument("--rank", type=_int_at_least(0), default=0, help="tensor-parallel rank (default 0)")
-    p.add_argument("--pp", type=_int_at_least(0), default=0, help="pipeline stage (default 0)")
-    p.add_argument("--tp", type=_int_at_least(1), default=1, help="tensor-parallel size; rank < tp (default 1)")
+    p.add_argument("--rank", type=_int_at_least(0, 63), default=0, help="tensor-parallel rank (default 0)")
+    p.add_argument("--pp", type=_int_at_least(0, 63), default=0, help="pipeline stage (default 0)")
+    p.add_argument("--tp", type=_int_at_least(1, 64), default=1, help="tensor-parallel size; rank < tp (default 1)")
     p.add_argument("--root", metavar="DIR", help="socket root (default $LASTCALL_ROOT or the temp dir)")
     p.add_argument("--capacity", type=_arg_type(parse_size, "size"), default=1 << 30, metavar="SIZE",
                    help="KV address space of group 0, e.g. 512MiB (default 1GiB)")
@@ -445,10 +447,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="kv_tensors_created, map16 (or map<N>), unmap_pair (repeatable; default: all three)")
     p.add_argument("--workload", metavar="FILE", help="a YAML workload: ops, and optionally arms, windows, "
                    "requests, warmup (the file's values replace those flags; --op and --arm given here win)")
-    p.add_argument("--windows", type=_int_at_least(3), default=15, help="measured windows per op and arm "
+    p.add_argument("--windows", type=_int_at_least(3, 1000), default=15, help="measured windows per op and arm "
                    "(default 15)")
-    p.add_argument("--requests", type=_int_at_least(1), default=300, help="requests per window (default 300)")
-    p.add_argument("--warmup", type=_int_at_least(0), default=1, help="rounds run first and discarded (default 1)")
+    p.add_argument("--requests", type=_int_at_least(1, 100_000), default=300, help="requests per window (default 300)")
+    p.add_argument("--warmup", type=_int_at_least(0, 100), default=1, help="rounds run first and discarded (default 1)")
     p.add_argument("--order", choices=["abba", "random"], default="abba",
                    help="arm order within a round: alternating (default) or shuffled")
     p.add_argument("--keep-alive", action="store_true", help="one connection per arm instead of one per request")

@@ -64,8 +64,8 @@ class _Loader(yaml.SafeLoader):
         self._nodes += 1
         if self._nodes > MAX_NODES:
             raise YamlProblem(self._here(), Problem((), (
-                f"more than {MAX_NODES} values (lastcall's limit for one file); a scenario has a few hundred: "
-                f"split it into several files")))
+                f"more than {MAX_NODES} values (lastcall's limit for one file); a scenario or workload has a few "
+                f"hundred: split it into several files")))
         if not self.check_event(yaml.SequenceStartEvent, yaml.MappingStartEvent):
             return super().compose_node(parent, index)
         if self._depth >= MAX_DEPTH:
@@ -133,7 +133,7 @@ class ReadProblem(Exception):
 
 def _too_deep() -> str:
     return (f"nested deeper than {MAX_DEPTH} levels of lists and mappings (lastcall's limit, aliases "
-            f"expanded); a scenario needs a few: flatten the structure")
+            f"expanded); a scenario or workload needs a few: flatten the structure")
 
 
 _KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
@@ -146,7 +146,7 @@ def _kind(mode: int) -> str:
 
 def _too_large(size: str, limit: int) -> str:
     shown = f"{limit >> 20} MiB" if limit % (1 << 20) == 0 else f"{limit} bytes"
-    return (f"{size}, over lastcall's limit of {shown} for one file; a scenario is a few KiB: "
+    return (f"{size}, over lastcall's limit of {shown} for one file; a scenario or workload is a few KiB: "
             f"split it into several files")
 
 
