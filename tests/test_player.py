@@ -1,0 +1,150 @@
+"""One run mechanism: the Player's registry of step kinds, the cast a run's steps choose, and the record.
+
+Every step kind of a scenario has one player and one category; the processes a run starts follow from the
+cast its steps drive; every step is recorded under its own kind with its category, and the checkers select
+on the category (a handshake shutdown is a stop without being recorded as one).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from harness.categories import CATEGORIES, CATEGORY_OF_KIND, category_of
+from harness.checkers import RunRecord, Verdict, judge
+from harness.history import Event
+from harness.launch.judged import JudgedCluster
+from harness.launch.parts import CASTS, HANDSHAKE, WORKER, missing_parts
+from harness.scenario import load
+from harness.scenario.loader import expand
+from harness.scenario.player import STEP_KINDS, StepError, cast_for
+from harness.scenario.runner import run_item
+from harness.scenario.steps import HANDSHAKE_STEPS, STEP_TYPES, WORKER_STEPS
+from harness.targets import load_target
+
+SCENARIOS = Path(__file__).resolve().parent.parent / "scenarios"
+
+
+def H(kind: str, t: int, /, **data: Any) -> Event:
+    return Event(t, 1, "harness", "", "MainThread", kind, data)
+
+
+def check(name: str, events: list[Event], params: dict[str, Any] | None = None) -> Verdict:
+    return judge(name, RunRecord(tuple(events), {}), params)
+
+
+# ------------------------------------------------------------------ the registry
+def test_every_step_kind_has_one_player_and_a_known_category() -> None:
+    assert set(STEP_KINDS) == set(STEP_TYPES)
+    assert {k.category for k in STEP_KINDS.values()} <= set(CATEGORIES)
+    for kind, old in CATEGORY_OF_KIND.items():  # a version-1 history reads as a new one would
+        assert STEP_KINDS[kind].category == old, kind
+
+
+def test_each_listener_s_steps_name_its_cast_and_the_rest_any() -> None:
+    for kind, sk in STEP_KINDS.items():
+        want = "handshake" if kind in HANDSHAKE_STEPS else "worker" if kind in WORKER_STEPS else None
+        assert sk.cast == want, kind
+        assert sk.cast is None or sk.cast in CASTS
+
+
+def test_the_cast_of_every_scenario_follows_from_its_steps() -> None:
+    for path in sorted(SCENARIOS.glob("*.yaml")):
+        scn = load(str(path))
+        assert cast_for(scn.steps) == ("handshake" if path.name.startswith("handshake-") else "worker"), path.name
+
+
+def test_steps_of_two_casts_are_refused() -> None:
+    start, stop, shake = (STEP_TYPES[k].model_validate({k: v}) for k, v in
+                          (("start", "cluster"), ("stop", {}), ("handshake_start", {})))
+    with pytest.raises(StepError, match="more than one kind of run"):
+        cast_for([start, stop, shake])
+    assert cast_for([start, shake]) == "handshake"
+    assert cast_for([start]) == "worker"  # only steps any run plays: the default cast
+
+
+def test_a_cast_names_the_target_parts_it_runs() -> None:
+    assert missing_parts(WORKER, load_target("reference")) == []
+    assert missing_parts(HANDSHAKE, load_target("reference")) == []
+    assert missing_parts(HANDSHAKE, load_target("no_conn_tracking")) == ["handshake_listener"]
+
+
+# ------------------------------------------------------- selection by category
+def test_stop_result_judges_a_step_by_its_category_not_its_kind() -> None:
+    shutdown = [H("step_started", 0, step="s1", kind="handshake_shutdown", category="stop"),
+                H("step_returned", 10, step="s1", kind="handshake_shutdown", category="stop", ok=True,
+                  value=False)]
+    v = check("stop_result", shutdown, {"step": "s1", "returns": True})
+    assert v.status == "violated" and "s1 returned False" in v.message
+    # a kind the old selection knew ("stop") in a category that is not a lifecycle one is not judged
+    fake = [H("step_returned", 10, step="s1", kind="stop", category="request", ok=True, value=False)]
+    assert check("stop_result", fake, {"step": "s1", "returns": True}).status == "unknown"
+    # a version-1 history (no category): its handshake start was recorded as a restart
+    v1 = [H("step_returned", 10, step="l1", kind="restart", ok=False, value=None, error="PortInUse: held")]
+    assert check("stop_result", v1, {"step": "l1", "returns": False}).status == "ok"
+    assert category_of({"kind": "restart"}) == "start" and category_of({"kind": "nope"}) is None
+
+
+def test_requests_served_judges_every_request_category_step() -> None:
+    served = [H("step_returned", 10, step="h1", kind="handshake", category="request", ok=True, value="a",
+                fault="none")]
+    assert check("requests_served", served).status == "ok"
+    failed = [H("step_returned", 10, step="h1", kind="handshake", category="request", ok=False, value=None,
+                fault="none", error="no reply")]
+    assert check("requests_served", failed).status == "violated"
+    assert check("requests_served", [H("step_returned", 10, step="h1", kind="hammer", category="traffic",
+                                       ok=True, value="hammering")]).status == "unknown"
+
+
+# ------------------------------------------------------------ real processes
+def _steps(result: Any) -> list[Event]:
+    return [e for e in result.events if e.kind in ("step_started", "step_returned")]
+
+
+def test_a_handshake_run_starts_its_cast_and_records_each_step_under_its_own_kind() -> None:
+    item = expand(load(str(SCENARIOS / "handshake-idle-shutdown-releases-the-port.yaml")))[0]
+    result = run_item(item, variant="reference")
+    assert result.passed, [v for v in result.verdicts if not v.ok] or result.step_error
+    spawned = sorted(e.data["role"] for e in result.events if e.kind == "process_spawned")
+    assert spawned == ["hs_engine", "hs_peer"]  # no worker, no client engine
+    kinds = {(e.data["step"], e.data["kind"], e.data["category"]) for e in _steps(result)}
+    assert kinds == {("l1", "handshake_start", "start"), ("h1", "handshake", "request"),
+                     ("s1", "handshake_shutdown", "stop")}
+    assert "after_s1" in result.snapshots  # the port probe taken as the shutdown returned True
+
+
+def test_a_worker_run_starts_an_engine_and_its_workers() -> None:
+    item = expand(load(str(SCENARIOS / "executing-handler-is-drained.yaml")))[0]
+    result = run_item(item, variant="reference")
+    assert result.passed, [v for v in result.verdicts if not v.ok] or result.step_error
+    spawned = [e.data["role"] for e in result.events if e.kind == "process_spawned"]
+    assert spawned == ["engine"] + ["worker"] * (item.params["tp"] * item.params["pp"])
+    assert all(e.data["category"] == STEP_KINDS[e.data["kind"]].category for e in _steps(result))
+
+
+def test_a_target_lacking_the_cast_s_part_fails_the_run_before_anything_starts() -> None:
+    item = expand(load(str(SCENARIOS / "handshake-idle-shutdown-releases-the-port.yaml")))[0]
+    result = run_item(item, variant="no_conn_tracking")
+    assert "has no handshake_listener: a handshake run needs it" in result.step_error
+    assert not [e for e in result.events if e.kind == "process_spawned"]
+    assert not result.passed
+
+
+def test_the_peer_is_the_peer_part_not_a_worker() -> None:
+    c = JudgedCluster(cast="handshake")
+    try:
+        c.start()
+        assert c.workers == [] and c.peer.role == "hs_peer" and c.engine is not None
+        assert c.engine.role == "hs_engine" and [p.role for p in c.parts["peer"]] == ["hs_peer"]
+    finally:
+        c.close()
+    w = JudgedCluster(tp=2)
+    try:
+        w.start()
+        assert [p.label for p in w.workers] == ["pp0/rank0", "pp0/rank1"]
+        with pytest.raises(LookupError, match="a worker run has no peer process"):
+            _ = w.peer
+    finally:
+        w.close()
