@@ -454,7 +454,7 @@ _STEPS: tuple[type[StepBase], ...] = (
 )
 STEP_TYPES: dict[str, type[StepBase]] = {c.kind: c for c in sorted(_STEPS, key=lambda c: c.kind)}  # alphabetical
 # Steps that drive a handshake listener: a scenario with any of them is a handshake scenario (an engine owning
-# the listener and a peer engine; harness.scenario.hsrunner).  hold_port, arm, release, wait and kill (of the
+# the listener and a peer engine; harness.scenario.handshake_steps).  hold_port, arm, release, wait and kill (of the
 # engine) work in both kinds of scenario; the worker-listener steps below work only without these.
 HANDSHAKE_STEPS = ("handshake_start", "handshake", "hammer", "stop_hammer", "malformed_handshake",
                    "handshake_shutdown", "cycle")
