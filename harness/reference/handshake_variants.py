@@ -137,7 +137,8 @@ class HandshakeTarget:
     name: str
     about: str
     handshake_listener: Callable[..., Any]
-    capabilities: frozenset[str] = frozenset({"handshake_listener", "failpoints", "listener_failpoints"})
+    capabilities: frozenset[str] = frozenset({"handshake_listener", "failpoints", "listener_failpoints",
+                                              "listener_events"})
     codec: Any = None
     worker_side: Any = None
     engine_side: Any = None

@@ -256,7 +256,7 @@ class TeardownIgnoresStop(ReferenceWorker):
 
 
 WORKER_CAPABILITIES = frozenset({"worker_listener", "failpoints", "listener_failpoints", "wire",
-                                 "integration_shutdown", "owner_records"})
+                                 "integration_shutdown", "owner_records", "listener_events", "worker_events"})
 # Which capability each scenario step kind needs; a target that lacks one by design is skipped with the reason.
 STEP_NEEDS: dict[str, str] = {"hold_port": "handshake_listener", "send": "wire", "idle": "worker_listener",
                               "flood": "worker_listener", "arm": "failpoints", "shutdown": "integration_shutdown"}

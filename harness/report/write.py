@@ -73,7 +73,7 @@ def verdicts_doc(meta: Mapping[str, Any], verdicts: Sequence[Verdict]) -> dict[s
 
 def _passed(meta: Mapping[str, Any], verdicts: Sequence[Verdict]) -> bool:
     status = (meta.get("outcome") or {}).get("status", "ok")
-    return not meta.get("step_error") and status == "ok" and all(v.ok for v in verdicts)
+    return not meta.get("step_error") and status == "ok" and all(v.passes for v in verdicts)
 
 
 def _write(path: Path, fill: Callable[[Any], None]) -> None:

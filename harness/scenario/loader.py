@@ -84,8 +84,9 @@ def _step_shape(i: int, item: object) -> Problem | None:
 def _expect_shape(j: int, entry: object) -> Problem | None:
     at: KeyPath = ("expect", j)
     names = sorted(CHECKER_PARAMS)
-    if isinstance(entry, dict) and len(entry) == 1:
-        name, where = next(iter(entry)), (*at, str(next(iter(entry))))
+    keys = [k for k in entry if k != "allow_unknown"] if isinstance(entry, dict) else []
+    if isinstance(entry, dict) and len(keys) == 1:  # allow_unknown: reason may stand beside the checker
+        name, where = keys[0], (*at, str(keys[0]))
     elif isinstance(entry, str):
         name, where = entry, None
     else:

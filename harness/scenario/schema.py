@@ -90,10 +90,12 @@ class Config(Strict):
 
 # ----------------------------------------------------------------------- expect
 class ExpectBase(Strict):
-    """One expect entry: a checker name, or ``{checker: {params}}``."""
+    """One expect entry: a checker name, or ``{checker: {params}}``, optionally with ``allow_unknown: reason``."""
 
     kind: ClassVar[str]
     model: ClassVar[type[Params]]
+    allow_unknown: str | None = Field(None, min_length=1, description="why an unknown verdict may pass here "
+                                      "(printed beside it); without it an unknown verdict fails the run")
 
     @property
     def checker(self) -> str:
@@ -132,20 +134,20 @@ EXPECT_TYPES: dict[str, type[ExpectBase]] = {n: _expect_type(n, m) for n, m in C
 
 
 def _expect_entry(value: object) -> object:
-    """``name`` and ``{name: null}`` mean the checker with default parameters."""
+    """``name`` and ``{name: null}`` mean the checker with default parameters (``allow_unknown`` beside it)."""
     if isinstance(value, str):
         return {value: {}}
-    if isinstance(value, dict) and len(value) == 1:
-        ((key, params),) = value.items()
-        return {key: {} if params is None else params}
+    if isinstance(value, dict) and len(value) == 1 + ("allow_unknown" in value):
+        key = next(k for k in value if k != "allow_unknown")
+        return {**value, key: {} if value[key] is None else value[key]}
     return value
 
 
 def _expect_kind(value: object) -> str | None:
     if isinstance(value, ExpectBase):
         return value.kind
-    if isinstance(value, dict) and len(value) == 1:
-        return str(next(iter(value)))
+    if isinstance(value, dict) and len(value) == 1 + ("allow_unknown" in value):
+        return str(next(k for k in value if k != "allow_unknown"))
     return None
 
 

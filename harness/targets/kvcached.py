@@ -61,7 +61,8 @@ __all__ = ["TARGET", "KvcachedTarget", "PickleCodec", "source_for"]
 
 SRC_ENV = "LASTCALL_KVCACHED_SRC"
 REAL_OPS_ENV = "LASTCALL_KVCACHED_REAL_OPS"
-CAPABILITIES = frozenset({"worker_listener", "failpoints", "wire", "integration_shutdown"})
+CAPABILITIES = frozenset({"worker_listener", "failpoints", "wire", "integration_shutdown", "listener_events",
+                          "worker_events"})
 # what it lacks by design: listener_failpoints (sites inside its listener: it has none), handshake_listener
 
 

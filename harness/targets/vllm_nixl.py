@@ -494,7 +494,7 @@ class VllmNixlTarget:
 
     name = "vllm_nixl"
     about = "vLLM's own NIXL handshake listener (scheduler side; 0.33.x, 0.11.x), NIXL faked as vLLM's tests do"
-    capabilities = frozenset({"handshake_listener"})
+    capabilities = frozenset({"handshake_listener", "listener_events"})
     codec = None  # no worker listener: the worker wire codec does not apply
     worker_side = None
     engine_side = None

@@ -1,0 +1,256 @@
+"""A real engine's process tree, launched from a command line: ready by its own words, signalled, reaped.
+
+A real engine (``vllm serve``) is not one of lastcall's forked roles: it is a command whose API server
+spawns an engine core that spawns workers, each with a name of its own (``VLLM::EngineCore``,
+``VLLM::Worker``). :class:`EngineTree` starts that command
+
+- in a session and process group of its own (``start_new_session``), so every process it starts, however
+  deep, is found by its session id, even after it is orphaned and reparented;
+- with this process a child subreaper, so an orphan is reparented here (and reaped here) instead of init;
+- in a per-run directory: ``TMPDIR`` and the engine's own path variables point there, so every file it
+  creates is attributable to this run;
+- with its stdout and stderr read line by line by a thread: readiness is a line the engine prints (vLLM:
+  ``Application startup complete``), seen as it is written, never a polled endpoint or a sleep.
+
+Every wait has a deadline that is a safety net: a start that neither becomes ready nor fails by then is
+reported as such (with the last lines the engine printed), and :meth:`close` kills whatever of the
+session is left (SIGKILL to the group, then to any member that left it) and reaps it, so nothing started
+here outlives the run.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import os
+import re
+import select
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from harness.errors import HarnessError
+from harness.launch.spawn import become_subreaper
+from harness.probes.procs import all_stats, read_stat
+
+__all__ = ["EngineTree", "EngineStartError", "Member", "session_members"]
+
+TAIL = 200  # lines of the engine's output kept for messages and reports
+
+
+class EngineStartError(HarnessError):
+    """The engine exited, or printed its failure, before it became ready; or it was not ready in time."""
+
+
+@dataclass(frozen=True)
+class Member:
+    """One process of the tree, as /proc shows it now."""
+
+    pid: int
+    ppid: int
+    name: str  # the kernel's comm: vLLM renames its processes (VLLM::EngineCore, VLLM::Worker_TP0)
+    state: str
+
+
+def _sid(pid: int) -> int | None:
+    try:
+        return os.getsid(pid)
+    except (ProcessLookupError, PermissionError):
+        return None
+
+
+def session_members(sid: int) -> list[Member]:
+    """Every live process of session ``sid`` (zombies included), by pid."""
+    out = []
+    for pid, st in sorted(all_stats().items()):
+        if _sid(pid) == sid:
+            out.append(Member(pid, st.ppid, st.comm, st.state))
+    return out
+
+
+class EngineTree:
+    """One launch of an engine command. Not thread-safe: one controlling thread per tree.
+
+    ::
+
+        tree = EngineTree(["vllm", "serve", model, "--port", "8001"], run_dir, ready=r"startup complete")
+        try:
+            tree.start(timeout=120)       # returns once the ready line is printed
+            ...                           # requests, faults
+            tree.signal(signal.SIGTERM)   # the API server (the session leader)
+            tree.wait_gone(timeout=60)    # True once no process of the session is left
+        finally:
+            tree.close()                  # kills and reaps whatever is left; idempotent
+    """
+
+    def __init__(self, argv: Sequence[str], run_dir: Path, *, ready: str, failed: str | None = None,
+                 env: Mapping[str, str] | None = None, path_vars: Sequence[str] = ()) -> None:
+        self.argv = list(argv)
+        self.run_dir = run_dir
+        self.tmp = run_dir / "tmp"
+        self._ready_rx = re.compile(ready)
+        self._failed_rx = re.compile(failed) if failed else None
+        self._env = dict(env or {})
+        self._path_vars = tuple(path_vars)
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.sid: int | None = None
+        self.lines: collections.deque[str] = collections.deque(maxlen=TAIL)
+        self.started_at: float | None = None
+        self.ready_at: float | None = None
+        self.returncode: int | None = None
+        self._cond = threading.Condition()
+        self._ready = False
+        self._failure: str | None = None
+        self._eof = False
+        self._reader: threading.Thread | None = None
+        self.on_line: Callable[[str], None] | None = None  # called on the reader thread for each line
+
+    # ---------------------------------------------------------------- start
+    def environment(self) -> dict[str, str]:
+        env = {**os.environ, **self._env, "TMPDIR": str(self.tmp), "PYTHONUNBUFFERED": "1"}
+        for var in self._path_vars:
+            env[var] = str(self.tmp)
+        return env
+
+    def start(self, timeout: float) -> float:
+        """Launch and wait until the engine prints its ready line; seconds from launch to ready.
+
+        Error handling: EngineStartError when the engine exits first, prints a line matching ``failed``,
+            or is not ready within ``timeout``; its message quotes the engine's last lines. The tree is
+            left for :meth:`close` (or a probe) either way.
+        """
+        if self.proc is not None:
+            raise HarnessError("an EngineTree starts once; make a new one")
+        self.tmp.mkdir(parents=True, exist_ok=True)
+        become_subreaper()
+        self.started_at = time.monotonic()
+        try:
+            self.proc = subprocess.Popen(self.argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                         stderr=subprocess.STDOUT, env=self.environment(), cwd=self.run_dir,
+                                         start_new_session=True)
+        except OSError as exc:
+            raise EngineStartError(f"cannot start {self.argv[0]}: {exc.strerror or exc}") from None
+        self.sid = self.proc.pid
+        self._reader = threading.Thread(target=self._read, name=f"engine-output-{self.proc.pid}", daemon=True)
+        self._reader.start()
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while not (self._ready or self._failure or self._eof):
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                self._cond.wait(left)
+            ready, failure, eof = self._ready, self._failure, self._eof
+        if ready:
+            assert self.ready_at is not None
+            return self.ready_at - self.started_at
+        if failure:
+            raise EngineStartError(f"the engine failed to start: {failure}")
+        if eof:
+            code = self.proc.wait()
+            self.returncode = code
+            raise EngineStartError(f"the engine exited with status {code} before it was ready; "
+                                   f"its last lines:\n{self.tail(20)}")
+        raise EngineStartError(f"the engine was not ready after {timeout:.0f} s; its last lines:\n{self.tail(20)}")
+
+    def _read(self) -> None:
+        assert self.proc is not None and self.proc.stdout is not None
+        for raw in self.proc.stdout:
+            line = raw.decode("utf-8", "replace").rstrip("\n")
+            with self._cond:
+                self.lines.append(line)
+                if not self._ready and self._ready_rx.search(line):
+                    self._ready = True
+                    self.ready_at = time.monotonic()
+                elif self._failed_rx is not None and self._failure is None and self._failed_rx.search(line):
+                    self._failure = line.strip()
+                self._cond.notify_all()
+            if self.on_line is not None:
+                self.on_line(line)
+        with self._cond:
+            self._eof = True
+            self._cond.notify_all()
+
+    def tail(self, n: int = 20) -> str:
+        with self._cond:
+            return "\n".join(list(self.lines)[-n:])
+
+    # ---------------------------------------------------------------- control
+    def members(self) -> list[Member]:
+        return [] if self.sid is None else session_members(self.sid)
+
+    def find(self, name: str) -> list[Member]:
+        """Live (not zombie) members whose process name matches ``name`` (a regular expression)."""
+        rx = re.compile(name)
+        return [m for m in self.members() if rx.search(m.name) and m.state != "Z"]
+
+    def signal(self, sig: int, pid: int | None = None) -> None:
+        """Send ``sig`` to ``pid`` (default: the API server, the session leader); a gone pid is ignored."""
+        target = pid if pid is not None else self.sid
+        if target is None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(target, sig)
+
+    def wait_gone(self, timeout: float) -> bool:
+        """True once every process of the session has exited (the ones that are our children reaped).
+
+        Waits on a pidfd per live member (readable when that process exits, whoever its parent is), so an
+        exit is seen as it happens; ``timeout`` is a safety net.
+        """
+        deadline = time.monotonic() + timeout
+        while True:
+            self._reap()
+            live = [m for m in self.members() if m.state != "Z"]
+            if not live:
+                self._reap()
+                return True
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            fds = []
+            try:
+                for m in live:
+                    with contextlib.suppress(ProcessLookupError):
+                        fds.append(os.pidfd_open(m.pid))
+                if fds:
+                    select.select(fds, [], [], left)
+            finally:
+                for fd in fds:
+                    os.close(fd)
+
+    def _reap(self) -> None:
+        if self.proc is not None and self.returncode is None:
+            code = self.proc.poll()
+            if code is not None:
+                self.returncode = code
+        leader = self.proc.pid if self.proc is not None else -1
+        for m in self.members():  # orphans reparented to us (the subreaper) that have exited
+            st = read_stat(m.pid)
+            if m.state == "Z" and m.pid != leader and st is not None and st.ppid == os.getpid():
+                with contextlib.suppress(ChildProcessError):
+                    os.waitpid(m.pid, os.WNOHANG)
+
+    def close(self, grace: float = 0.0) -> list[Member]:
+        """Kill (SIGKILL) and reap every process of the session still alive; what had to be killed."""
+        if self.proc is None:
+            return []
+        if grace > 0:
+            self.wait_gone(grace)
+        left = [m for m in self.members() if m.state != "Z"]
+        if self.sid is not None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self.sid, signal.SIGKILL)
+        for m in left:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(m.pid, signal.SIGKILL)
+        self.wait_gone(10.0)
+        if self._reader is not None:
+            self._reader.join(5.0)
+        if self.proc.stdout is not None:
+            self.proc.stdout.close()
+        return left

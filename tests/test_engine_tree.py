@@ -1,0 +1,109 @@
+"""EngineTree: a command's whole process tree, ready by its own words, signalled, and nothing left running.
+
+A small stand-in command (an "API server" that starts an "engine core" that starts a "worker", each renamed
+as vLLM renames its processes) exercises the mechanism in the default suite; tests marked ``vllm_engine``
+run the same on a real ``vllm serve`` in the engine venv (``./dev vllm-engine-test``).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from harness.engine.tree import EngineStartError, EngineTree
+
+FAKE = textwrap.dedent('''
+    import ctypes, os, signal, sys, tempfile, threading
+    def name(n):
+        ctypes.CDLL(None).prctl(15, n.encode(), 0, 0, 0)  # PR_SET_NAME, as vLLM's setproctitle does
+    mode = sys.argv[1]
+    if mode == "fail":
+        print("ERROR: the model could not be loaded", flush=True); sys.exit(1)
+    if mode == "exit":
+        sys.exit(3)
+    signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGTERM])  # taken by sigwait below
+    r, w = os.pipe()
+    named_r, named_w = os.pipe()  # the worker says when it has its name: the tree is whole
+    pid = os.fork()
+    if pid == 0:  # the engine core
+        name("VLLM::EngineCor")
+        if os.fork() == 0:  # the worker: lives until its parent's pipe closes (or forever if orphan_lives)
+            name("VLLM::Worker")
+            os.write(named_w, b"k")
+            os.close(w)
+            if mode == "orphan":  # SIGTERM stays blocked: the worker ignores it
+                threading.Event().wait()
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, [signal.SIGTERM])
+            os.read(r, 1)
+            os._exit(0)
+        os.close(r)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, [signal.SIGTERM])
+        threading.Event().wait()
+    os.close(r)
+    os.read(named_r, 1)
+    open(os.path.join(tempfile.gettempdir(), "made-by-the-engine"), "w").close()
+    print("INFO: Application startup complete.", flush=True)
+    signal.sigwait([signal.SIGTERM])
+    os.kill(pid, signal.SIGKILL)  # its engine core dies; the worker sees the pipe close and exits
+    os.waitpid(pid, 0)
+    sys.exit(0)
+''')
+
+
+def _tree(tmp_path: Path, mode: str) -> EngineTree:
+    script = tmp_path / "fake_engine.py"
+    script.write_text(FAKE)
+    return EngineTree([sys.executable, str(script), mode], tmp_path / "run", ready=r"Application startup complete",
+                      failed=r"^ERROR: ")
+
+
+def test_ready_by_its_own_line_then_sigterm_ends_the_whole_tree(tmp_path: Path) -> None:
+    tree = _tree(tmp_path, "clean")
+    try:
+        took = tree.start(timeout=30)
+        assert took >= 0
+        assert sorted(m.name for m in tree.members())[:2] == ["VLLM::EngineCor", "VLLM::Worker"]
+        assert len(tree.members()) == 3
+        assert len(tree.find(r"^VLLM::Worker")) == 1
+        assert (tree.tmp / "made-by-the-engine").exists()  # TMPDIR pointed into the run
+        tree.signal(signal.SIGTERM)
+        assert tree.wait_gone(timeout=30)
+        assert tree.returncode == 0
+        assert tree.members() == []
+    finally:
+        assert tree.close() == []
+
+
+def test_an_orphan_that_ignores_sigterm_is_found_by_its_session_and_killed_by_close(tmp_path: Path) -> None:
+    tree = _tree(tmp_path, "orphan")
+    try:
+        tree.start(timeout=30)
+        worker = tree.find(r"^VLLM::Worker")[0]
+        tree.signal(signal.SIGTERM)
+        assert not tree.wait_gone(timeout=0.5)  # the worker outlives its parents, reparented to us
+        left = tree.members()
+        assert [m.pid for m in left if m.state != "Z"] == [worker.pid]
+        assert left[0].ppid == os.getpid()  # we are the subreaper
+    finally:
+        killed = tree.close()
+    assert [m.pid for m in killed] == [worker.pid]
+    assert tree.members() == []
+
+
+@pytest.mark.parametrize(("mode", "message"), [
+    ("fail", "the engine failed to start: ERROR: the model could not be loaded"),
+    ("exit", "the engine exited with status 3 before it was ready"),
+])
+def test_a_start_that_fails_is_a_clear_error_not_a_wait(tmp_path: Path, mode: str, message: str) -> None:
+    tree = _tree(tmp_path, mode)
+    try:
+        with pytest.raises(EngineStartError, match=message):
+            tree.start(timeout=30)
+    finally:
+        tree.close()
+    assert tree.members() == []

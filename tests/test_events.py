@@ -1,0 +1,214 @@
+"""The event contract (harness/events.py): every emitted kind and key is declared, the docs are generated from
+it, strict recording breaks a run on a bad event, and version-1 histories are read through the mapping."""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from harness import events
+from harness.checkers import RunRecord, judge
+from harness.events import KINDS, EventKind, label
+from harness.history import SCHEMA_VERSION, Event, Recorder, read_jsonl, write_jsonl
+from harness.report.rejudge import report_history
+from harness.scenario.schema import json_schema
+from harness.scenario.steps import EVENT_KINDS
+
+ROOT = Path(__file__).resolve().parent.parent
+STORED = sorted([*(ROOT / "docs" / "findings").rglob("history.jsonl"),
+                 *(ROOT / "fixtures" / "histories").glob("*.jsonl")])
+
+
+# ------------------------------------------------------------------ every emit call fits the vocabulary
+def _emit_calls() -> list[tuple[str, str, list[str], bool]]:
+    """(where, kind, keyword names, has **data) of every emit/_notify call with a literal kind under harness/."""
+    calls = []
+    for path in sorted((ROOT / "harness").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if not (isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant)
+                    and isinstance(node.args[0].value, str)):
+                continue
+            fn = node.func
+            name = fn.attr if isinstance(fn, ast.Attribute) else fn.id if isinstance(fn, ast.Name) else ""
+            if name in ("emit", "_notify"):
+                keys = [k.arg for k in node.keywords if k.arg is not None]
+                spread = any(k.arg is None for k in node.keywords)
+                calls.append((f"{path.relative_to(ROOT)}:{node.lineno}", node.args[0].value, keys, spread))
+    return calls
+
+
+def test_every_emit_call_names_a_declared_kind_with_declared_keys() -> None:
+    calls = _emit_calls()
+    assert len(calls) > 100  # the scan sees the call sites (a scan that finds none proves nothing)
+    wrong = []
+    for where, kind, keys, spread in calls:
+        spec = KINDS.get(kind)
+        if spec is None:
+            wrong.append(f"{where}: kind {kind!r} is not in harness/events.py")
+            continue
+        declared = {**spec.required, **spec.optional}
+        wrong += [f"{where}: {kind} key {k!r} undeclared" for k in keys if k not in declared and not spec.open]
+        if not spread:
+            wrong += [f"{where}: {kind} lacks required key {k!r}" for k in spec.required if k not in keys]
+    assert not wrong, "\n".join(wrong)
+
+
+def test_the_scenario_vocabulary_is_the_event_registry() -> None:
+    assert set(EVENT_KINDS) == set(events.BUILTIN_NAMES)
+    enum = json_schema()["$defs"]["Wait"]["properties"]["event"]
+    strings = [b for b in enum["anyOf"] if b.get("type") == "string"]
+    assert strings[0]["enum"] == sorted(events.BUILTIN_NAMES)
+
+
+def test_every_kind_has_a_party_and_a_meaning() -> None:
+    for k in KINDS.values():
+        assert k.party in events.PARTIES and k.about, k
+    for party, kinds in events.OBSERVED_BY.items():
+        assert all(KINDS[n].party == party for n in kinds), party
+    with pytest.raises(ValueError, match="party 'nobody'"):
+        EventKind("x_happened", "nobody", "?")
+    with pytest.raises(ValueError, match="unknown type"):
+        EventKind("x_happened", "listener", "?", {"n": "integer"})
+
+
+def test_the_label_helper() -> None:
+    assert label(0, 1) == "pp0/rank1"
+    assert label(3, 0) == "pp3/rank0"
+    hand_written = [f"{p}:{n}" for p in (ROOT / "harness").rglob("*.py") if p.name != "events.py"
+                    for n, line in enumerate(p.read_text().splitlines(), 1)
+                    if "/rank{" in line and 'f"' in line and not line.lstrip().startswith("#")]
+    assert not hand_written, hand_written
+
+
+# ------------------------------------------------------------------ checking one event
+def test_problems_of_one_event() -> None:
+    assert events.problems("stop_returned", {"listener": "pp0/rank0", "ok": True}) == []
+    assert events.problems("stop_returned", {"listener": "pp0/rank0"}) == ["missing key 'ok' (bool)"]
+    assert events.problems("stop_returned", {"ok": "yes"}) == ["key 'ok' is str 'yes', expected bool"]
+    assert events.problems("accepted", {"listener": "l", "conn": True}) == [
+        "key 'conn' is bool True, expected int"]  # a bool is not a connection number
+    assert events.problems("accepted", {"listener": "l", "conn": 1, "peer": 2}) == ["undeclared key 'peer'"]
+    assert events.problems("step_started", {"step": "s1", "kind": "send", "fault": "none"}) == []  # open kind
+    assert events.problems("stop_strated", {})[0].startswith("unknown kind")
+
+
+def test_a_strict_recorder_keeps_what_is_wrong_and_records_it_anyway() -> None:
+    rec = Recorder("worker", "pp0/rank0", strict=True)
+    rec.emit("stop_started", listener="pp0/rank0")
+    rec.emit("stop_returned", listener="pp0/rank0")  # ok missing
+    rec.add(Event(1, 2, "worker", "pp0/rank1", "t", "made_up", {}))
+    assert rec.kinds() == ["stop_started", "stop_returned", "made_up"]
+    assert len(rec.bad_events) == 2
+    assert rec.bad_events[0].startswith("event 'stop_returned' from pp0/rank0 (pid ")
+    assert rec.bad_events[0].endswith("missing key 'ok' (bool)")
+    assert "event 'made_up' from pp0/rank1 (pid 2): unknown kind" in rec.bad_events[1]
+    lax = Recorder(strict=False)
+    lax.emit("made_up")
+    assert lax.bad_events == []
+
+
+def test_strict_follows_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert os.environ.get(events.STRICT_ENV) == "1"  # lastcall's own suite runs strict (conftest.py)
+    assert Recorder().strict
+    monkeypatch.setenv(events.STRICT_ENV, "0")
+    assert not Recorder().strict
+
+
+def test_a_target_declares_kinds_of_its_own() -> None:
+    mine = EventKind("cache_flushed", "worker", "the target's cache was written back", {"worker": "str"})
+    try:
+        events.declare([mine])
+        assert "cache_flushed" in events.kind_names()
+        assert events.problems("cache_flushed", {"worker": "pp0/rank0"}) == []
+        events.declare([mine])  # the same record again (a second run of the same target) is fine
+        with pytest.raises(ValueError, match="already declared differently"):
+            events.declare([EventKind("stop_started", "worker", "a different meaning")])
+        with pytest.raises(TypeError, match="EventKind records"):
+            events.declare(["cache_flushed"])  # type: ignore[list-item]
+        assert "cache_flushed" in events.render_markdown([mine])
+    finally:
+        KINDS.pop("cache_flushed", None)
+
+
+def test_strict_scenario_run_is_broken_by_a_bad_event() -> None:
+    # a real run whose worker emits an event outside the vocabulary: the run is broken, naming the event
+    from harness.scenario.loader import expand, loads
+    from harness.scenario.runner import run_item
+
+    sc = loads("name: bad-event-breaks-the-run\nabout: a target emits an undeclared key\ncatches: [no_conn_tracking]\n"
+               "steps:\n  - start: cluster\n  - stop: {as: s1}\n  - wait: {returned: s1}\n"
+               "expect:\n  - stop_result: {step: s1}\n", "<bad-event>")
+    result = run_item(expand(sc)[0], variant="reference@tests.lc_events_target:ColourfulListener")
+    assert not result.passed
+    assert "bad event: event 'listener_started' from pp0/rank0" in result.step_error
+    assert "undeclared key 'colour'" in result.step_error
+
+
+# ------------------------------------------------------------------ version 1, read through the mapping
+def test_stored_histories_are_version_1_and_read_as_version_2() -> None:
+    assert len(STORED) >= 4
+    for path in STORED:
+        raw = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        assert {d["v"] for d in raw} == {1}, path  # as stored: the old format
+        read, problems = read_jsonl(path)
+        assert problems == [] and len(read) == len(raw)
+        assert {e.v for e in read} == {SCHEMA_VERSION} == {2}
+        bad = [(e.kind, events.problems(e.kind, e.data)) for e in read if events.problems(e.kind, e.data)]
+        assert not bad, (path, bad)  # every stored event fits the current vocabulary once mapped
+        for d, e in zip(raw, read, strict=True):
+            if d["kind"] in ("allocator_state", "allocator_torn_down", "teardown_deferred"):
+                assert e.data["worker"] == d["data"]["label"] and "label" not in e.data
+
+
+def test_the_mapping_renames_only_version_1() -> None:
+    assert events.upgrade("allocator_torn_down", {"label": "pp0/rank0"}, 1) == {"worker": "pp0/rank0"}
+    assert events.upgrade("allocator_torn_down", {"worker": "pp0/rank0"}, 2) == {"worker": "pp0/rank0"}
+    assert events.upgrade("process_spawned", {"label": "pp0/rank0", "pid": 1}, 1) == {"label": "pp0/rank0", "pid": 1}
+
+
+def test_a_version_1_history_judges_as_it_did(tmp_path: Path) -> None:
+    # kv_state_consistent reads the worker's name: stored as label in version 1, judged through the mapping
+    old = [Event(10, 5, "worker", "pp0/rank0", "t", "stop_all_returned", {"ok": True, "left": 0}, 1),
+           Event(20, 5, "worker", "pp0/rank0", "t", "allocator_state", {"label": "pp0/rank0", "mapped": [0]}, 1)]
+    write_jsonl(tmp_path / "h.jsonl", old)
+    read, _ = read_jsonl(tmp_path / "h.jsonl")
+    v = judge("kv_state_consistent", RunRecord(tuple(read)))
+    assert (v.status, v.message) == ("violated", "pp0/rank0 holds [0] (pending None) but the client was told []")
+
+
+@pytest.mark.parametrize("history", [p for p in STORED if p.name == "history.jsonl"],
+                         ids=lambda p: p.parent.name)
+def test_lastcall_report_rejudges_stored_findings_as_stored(history: Path, tmp_path: Path,
+                                                           capsys: pytest.CaptureFixture[str]) -> None:
+    stored = json.loads((history.parent / "verdicts.json").read_text())
+    report_history(history, out=tmp_path)
+    again = json.loads((tmp_path / "verdicts.json").read_text())
+    assert [(v["checker"], v["status"]) for v in again["verdicts"]] == \
+        [(v["checker"], v["status"]) for v in stored["verdicts"]]
+    assert "(was " not in capsys.readouterr().out  # no verdict changed
+
+
+# ------------------------------------------------------------------ the generated reference
+def _generated(module: str) -> str:
+    out = subprocess.run([sys.executable, "-m", module], capture_output=True, text=True, check=True, cwd=ROOT)
+    return out.stdout
+
+
+@pytest.mark.parametrize(("module", "doc"), [("harness.events", "docs/events.md"),
+                                             ("harness.checkers.docs", "docs/checkers.md")])
+def test_committed_reference_pages_are_generated(module: str, doc: str) -> None:
+    assert (ROOT / doc).read_text() == _generated(module), \
+        f"{doc} is stale: regenerate it with: .venv/bin/python -m {module} > {doc}"
+
+
+def test_the_events_page_lists_every_kind_by_party() -> None:
+    page = (ROOT / "docs" / "events.md").read_text()
+    for k in KINDS.values():
+        assert f"| `{k.name}` |" in page
+    assert page.index("## listener") < page.index("| `stop_started` |") < page.index("## Format versions")
