@@ -11,14 +11,22 @@ import subprocess
 import sys
 import xml.etree.ElementTree as ET
 import zlib
+from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
 
 pytest_plugins = ["pytester"]
 
+# no_conn_tracking cancels the stalled read only when the drain ends, after the wait for its close gave up:
+# 100 ms here (not 1 s), so reads_cancelled is held to 50 ms (not 500), and the stop is short beside the
+# run (its start and the processes' exits): the page must open on it
 SCENARIO = Path("scenarios/stalled-read-is-cancelled.yaml").read_text().replace(
-    "topology: {tp: [1, 2], pp: 1, device: [cpu, cuda]}", "topology: {tp: 1, pp: 1}")
+    "topology: {tp: [1, 2], pp: 1, device: [cpu, cuda]}", "topology: {tp: 1, pp: 1}").replace(
+    "wait: {closed: r1, timeout: 1s}", "wait: {closed: r1, timeout: 100ms}").replace(
+    "reads_cancelled: {within: 500ms}", "reads_cancelled: {within: 50ms}")
+FOCUS_AT_MOST = 0.5  # of the run: the axis the page opens on, when the stop is short
+assert "timeout: 100ms" in SCENARIO and "within: 50ms" in SCENARIO
 
 
 @pytest.fixture(scope="module")
@@ -28,7 +36,7 @@ def failed_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     (d / "stalled.yaml").write_text(SCENARIO)
     (d / "pytest.ini").write_text("[pytest]\n")
     proc = subprocess.run([sys.executable, "-m", "pytest", "stalled.yaml", "-k", "not catches", "-p",
-                           "no:cacheprovider", "--target", "no_conn_tracking", "--junitxml=junit.xml",
+                           "no:cacheprovider", "--lastcall-target", "no_conn_tracking", "--junitxml=junit.xml",
                            "--lastcall-reports=reports"], cwd=d, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
     return d
@@ -58,6 +66,36 @@ def test_replay_reruns_the_failing_item(failed_run: Path) -> None:
     assert proc.returncode == 1, proc.stdout[-2000:]
     assert "--target no_conn_tracking" in proc.stdout
     assert "1 failed" in proc.stdout
+
+
+class Dom(HTMLParser):
+    """The start tags of a DOM with their attributes, the tags each is inside, and its <title> text."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__()
+        self.found: list[tuple[str, dict[str, str]]] = []
+        self.open: list[tuple[str, dict[str, str]]] = []
+        self.feed(text)
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        a = {k: v or "" for k, v in attrs}
+        a["(in)"] = " ".join(t + ("[open]" if "open" in o else "") for t, o in self.open)
+        a["(svg)"] = next((o.get("data-view", "") for t, o in reversed(self.open) if t == "svg"), "")
+        self.found.append((tag, a))
+        if tag not in ("meta", "br", "link"):
+            self.open.append((tag, a))
+
+    def handle_endtag(self, tag: str) -> None:
+        while self.open:
+            if self.open.pop()[0] == tag:
+                break
+
+    def handle_data(self, data: str) -> None:
+        if len(self.open) > 1 and self.open[-1][0] == "title":
+            self.open[-2][1]["(title)"] = self.open[-2][1].get("(title)", "") + data
+
+    def all(self, tag: str, cls: str) -> list[dict[str, str]]:
+        return [a for t, a in self.found if t == tag and cls in a.get("class", "").split()]
 
 
 def _chromium() -> str | None:
@@ -109,6 +147,22 @@ def test_report_page_in_a_headless_browser(failed_run: Path, tmp_path: Path) -> 
     assert "<svg" in dom and 'class="timeline' in dom
     assert 'class="violation evidence' in dom or "violation evidence" in dom  # the evidence drawn on the timeline
     assert "marker stop_started" in dom and "marker stop_returned" in dom
+    # The page opens on the stop: the first timeline, outside any <details>, is the focus; the whole run is
+    # in a closed <details> below it (a click on its summary opens it, no script)
+    found = Dom(dom)
+    views = found.all("svg", "timeline")
+    assert [v["data-view"] for v in views] == ["focus", "whole"], [v.get("class") for v in views]
+    assert "details" not in views[0]["(in)"] and "details" in views[1]["(in)"] and "[open]" not in views[1]["(in)"]
+    assert [a for t, a in found.found if t == "summary" and a["(in)"].endswith("details")]
+    t0, t1, run_ms = float(views[0]["data-t0-ms"]), float(views[0]["data-t1-ms"]), float(views[1]["data-run-ms"])
+    assert 0 < t1 - t0 < FOCUS_AT_MOST * run_ms, (t0, t1, run_ms)  # the stop fills the axis, not a sliver of it
+    ticks = [float(a["data-ms"]) for a in found.all("text", "tick-label") if a["(svg)"] == "focus"]
+    assert len(ticks) >= 3 and all(t0 <= t <= t1 for t in ticks) and ticks[-1] - ticks[0] >= (t1 - t0) / 2, ticks
+    stop = [float(a["data-t-ms"]) for a in found.all("line", "stop_started") if a["(svg)"] == "focus"]
+    assert stop and t0 <= stop[0] <= t1
+    markers = found.all("line", "marker")
+    assert markers and all(a["data-kind"] in a.get("(title)", "") and f"@ {a['data-t-ms']} ms" in a["(title)"]
+                           for a in markers), [a.get("(title)") for a in markers]
     shot = tmp_path / "page.png"
     subprocess.run([*flags, "--window-size=1400,1000", f"--screenshot={shot}", page.as_uri()],
                    capture_output=True, timeout=120)

@@ -15,10 +15,10 @@ from harness.cli import main
 from harness.history import Event
 from harness.launch.cluster import RunOutcome
 from harness.probes.model import PathEntry, Snapshot
-from harness.result import RunResult
 from harness.report.summary import _failed_line as failed_line
 from harness.report.summary import collect_runs, write_summary
 from harness.report.write import ReportWarning, write_run
+from harness.result import RunResult
 from harness.scenario.loader import expand, load
 from harness.scenario.report import failure_text
 
@@ -77,19 +77,42 @@ def make_result(*, hung: bool = False) -> RunResult:
 
 
 class Elements(HTMLParser):
-    """Every start tag of a page with its attributes, in order."""
+    """Every start tag of a page with its attributes, in order; each also gets ``(view)``, the data-view of
+    the timeline it is in, ``(in)``, the tags it is inside, and ``(title)``, the text of its <title> child."""
 
     def __init__(self, text: str) -> None:
         super().__init__()
         self.found: list[tuple[str, dict[str, str]]] = []
+        self.open: list[tuple[str, dict[str, str]]] = []
         self.feed(text)
 
     def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        self.found.append((tag, {k: v or "" for k, v in attrs}))
+        a = {k: v or "" for k, v in attrs}
+        views = [o.get("data-view", "") for t, o in self.open if t == "svg"]
+        a["(view)"] = views[-1] if views else ""
+        a["(in)"] = " ".join(f"{t}{'.' + o['class'].replace(' ', '.') if o.get('class') else ''}"
+                             f"{'[open]' if 'open' in o else ''}" for t, o in self.open)
+        self.found.append((tag, a))
+        self.open.append((tag, a))
 
-    def select(self, tag: str | None = None, *classes: str, **data: str) -> list[dict[str, str]]:
+    def handle_startendtag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.handle_starttag(tag, attrs)
+        self.open.pop()
+
+    def handle_endtag(self, tag: str) -> None:
+        while self.open:
+            if self.open.pop()[0] == tag:
+                break
+
+    def handle_data(self, data: str) -> None:
+        if len(self.open) > 1 and self.open[-1][0] == "title":
+            parent = self.open[-2][1]
+            parent["(title)"] = parent.get("(title)", "") + data
+
+    def select(self, tag: str | None = None, *classes: str, view: str | None = None,
+               **data: str) -> list[dict[str, str]]:
         return [a for t, a in self.found if (tag is None or t == tag)
-                and set(classes) <= set(a.get("class", "").split())
+                and set(classes) <= set(a.get("class", "").split()) and (view is None or a["(view)"] == view)
                 and all(a.get(k.replace("_", "-")) == v for k, v in data.items())]
 
 
@@ -132,29 +155,94 @@ def test_page_draws_the_late_dispatch_in_red_after_stop_returned(written: tuple[
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in text
     assert "https://" not in text and " src=" not in text and "@import" not in text  # nothing is fetched
     page = Elements(text)
-    assert len(page.select("svg", "timeline")) == 1
-    late = page.select("g", "violation", data_kind="dispatch_started", data_checker="no_late_dispatch")
+    assert [a["data-view"] for a in page.select("svg", "timeline")] == ["focus", "whole"]
+    late = page.select("g", "violation", view="whole", data_kind="dispatch_started", data_checker="no_late_dispatch")
     assert len(late) == 1 and late[0]["data-conn"] == "2"
-    returned = page.select("line", "marker", "stop_returned", "ok", data_ok="true")
+    returned = page.select("line", "marker", "stop_returned", "ok", view="whole", data_ok="true")
     assert len(returned) == 1
     assert float(late[0]["data-t-ms"]) > float(returned[0]["data-t-ms"])
-    span = page.select("rect", "span", "dispatch", "violation", data_conn="2")
+    span = page.select("rect", "span", "dispatch", "violation", view="whole", data_conn="2")
     assert len(span) == 1 and float(span[0]["x"]) > float(returned[0]["x1"])
     assert page.select("line", "marker", "stop_started", "violation")  # stop_started is evidence too
     assert page.select("rect", "span", "dispatch", data_conn="1") and not page.select(
         "rect", "span", "dispatch", "violation", data_conn="1")
-    assert [a["data-step"] for a in page.select("rect", "mark", "teardown_step")] == ["close", "unlink"]
+    assert [a["data-step"] for a in page.select("rect", "mark", "teardown_step", view="whole")] == ["close", "unlink"]
     assert page.select("rect", "span", "drain", data_ok="True")
     assert page.select("rect", "span", "frame", data_conn="2")
     for kind in ("fault_reached", "fault_released", "process_exited"):
         assert page.select("line", "marker", kind), kind
-    lanes = [(a["data-process"], a["data-thread"]) for a in page.select("rect", "lane")]
+    lanes = [(a["data-process"], a["data-thread"]) for a in page.select("rect", "lane", view="whole")]
     assert lanes == [("pp0/rank0", "MainThread"), ("pp0/rank0", "lastcall-listener-pp0/rank0"),
                      ("harness", "MainThread"), ("harness", "lastcall-step-s1")]
     assert page.select("div", "verdict", "violated", data_checker="no_late_dispatch")
     assert page.select("span", "badge", "violated") and page.select("span", "badge", "ok")
     assert 'id="text-timeline"' in text
     assert f"pytest &#x27;{NODEID}&#x27;" in text and "lastcall report " in text
+
+
+DRAWN = (("line", "marker"), ("rect", "span"), ("circle", "event"), ("rect", "mark"), ("g", "evidence"))
+
+
+def test_the_timeline_opens_on_the_stop_with_the_whole_run_one_click_below(written: tuple[RunResult, Path]) -> None:
+    page = Elements(written[1].read_text())
+    focus, whole = page.select("svg", "timeline")
+    assert (focus["data-view"], whole["data-view"]) == ("focus", "whole")
+    assert "details" not in focus["(in)"] and "details.whole-run" in whole["(in)"] and "[open]" not in whole["(in)"]
+    assert page.select("summary")[0]["(in)"].endswith("details.whole-run")
+    # first fault reached at 6 ms, the late dispatch (evidence) at 26 ms: 20 ms, padded 2 ms each side
+    assert (float(focus["data-t0-ms"]), float(focus["data-t1-ms"])) == (4.0, 28.0)
+    assert (float(whole["data-t0-ms"]), float(whole["data-t1-ms"])) == (0.0, 50.0) == (0.0, float(
+        whole["data-run-ms"]))
+    ticks = [float(a["data-ms"]) for a in page.select("text", "tick-label", view="focus")]
+    assert ticks == [4.0, 6.0, 8.0, 10.0, 12.0, 14.0, 16.0, 18.0, 20.0, 22.0, 24.0, 26.0, 28.0]
+    assert [float(a["data-ms"]) for a in page.select("text", "tick-label", view="whole")][::5] == [0.0, 25.0, 50.0]
+    xs = [float(a["x"]) for a in page.select("text", "tick-label", view="focus")]
+    assert xs[0] == 300.0 and xs[-1] == 1400.0  # the focus spans the whole plot width
+    late = page.select("g", "violation", view="focus", data_kind="dispatch_started")
+    assert len(late) == 1 and late[0]["data-t-ms"] == "26.000"  # times of the run, not of the view
+    assert page.select("line", "marker", "stop_returned", view="focus")
+    assert page.select("rect", "mark", "teardown_step", view="focus")
+    for kind in ("process_exited",):  # at 50 ms: outside the focus, in the whole view
+        assert not page.select("line", "marker", kind, view="focus") and page.select("line", "marker", kind,
+                                                                                   view="whole")
+    assert not page.select("circle", "event", view="focus", data_kind="listener_started")  # at 0 ms
+    assert all(300.0 <= float(a.get("x", a.get("cx", a.get("x1", "300")))) <= 1400.0
+               for t, c in DRAWN for a in page.select(t, c, view="focus") if t != "g")
+    band = page.select("rect", "focus-band", view="whole")
+    assert len(band) == 1 and not page.select("rect", "focus-band", view="focus")
+    assert (float(band[0]["x"]), float(band[0]["width"])) == (300.0 + 4 / 50 * 1100, 24 / 50 * 1100)
+    note = page.select("p", "focus-note")
+    assert note and "Showing 4.0-28.0 ms of 50.0 ms" in written[1].read_text()
+
+
+def test_every_drawn_event_says_its_event_and_time_on_hover(written: tuple[RunResult, Path]) -> None:
+    page = Elements(written[1].read_text())
+    for view in ("focus", "whole"):
+        drawn = [a for t, c in DRAWN for a in page.select(t, c, view=view)]
+        assert len(drawn) > 10
+        for a in drawn:
+            title = a.get("(title)", "")
+            assert a["data-kind"] in title and f"@ {a['data-t-ms']} ms" in title, (view, a)
+        markers = page.select("line", "marker", view=view)
+        assert {a["data-kind"] for a in markers} >= {"stop_started", "stop_returned", "fault_reached"}
+
+
+def test_a_run_without_a_short_stop_has_the_whole_view_only(tmp_path: Path) -> None:
+    from harness.report.timeline import focus, timeline_views
+
+    quiet = [e for e in history() if e.kind not in ("fault_reached", "stop_started") and e.data.get("kind") != "stop"]
+    assert focus(quiet) is None
+    assert 'data-view="focus"' not in timeline_views(quiet) and 'data-view="whole"' in timeline_views(quiet)
+    # a hung run: its watchdog (40 ms) is the stop's last event; 6-40 ms is most of the run
+    hung = write_run(make_result(hung=True), tmp_path)
+    assert hung is not None
+    page = Elements(hung.read_text())
+    assert [a["data-view"] for a in page.select("svg", "timeline")] == ["whole"] and not page.select("details")
+    # a stop that never returned: to the end of the run
+    unreturned = [e for e in history() if e.kind not in ("stop_returned", "step_returned")]
+    assert focus(unreturned) is None
+    # without evidence: from the fault (6 ms) to the stop step's return (18 ms), padded 1.2 ms
+    assert focus(history()) == (int(1e12 + 4.8 * MS), int(1e12 + 19.2 * MS))
 
 
 def test_lastcall_report_rejudges_to_the_same_verdicts(written: tuple[RunResult, Path],

@@ -2,7 +2,8 @@
 
 Top to bottom: the header (scenario, matrix id, variant, outcome, a badge per
 verdict, the replay and re-judge commands), problems with the history, the
-SVG timeline (:mod:`harness.report.timeline`), the verdicts with their
+SVG timeline (:mod:`harness.report.timeline`: the span that matters, the whole
+run one click below it), the verdicts with their
 evidence, the stacks of a hung run, exit codes, leftovers, and the compact
 text timeline.  Every piece of text is escaped.  Query hooks: ``#verdicts
 .verdict.<status>[data-checker]``, ``span.badge.<status>``, ``#stacks
@@ -17,7 +18,7 @@ from typing import Any
 
 from harness.checkers.base import Verdict
 from harness.history import Event
-from harness.report.timeline import MARKER_KINDS, Evidence, evidence_key, svg_timeline
+from harness.report.timeline import MARKER_KINDS, Evidence, evidence_key, timeline_views
 from harness.scenario.report import timeline as text_timeline
 
 __all__ = ["render_page", "evidence_of", "STATUSES"]
@@ -58,6 +59,8 @@ svg .span.violation{fill:#ff8182;stroke:#cf222e;stroke-width:2} svg .marker.viol
 svg .event.violation,svg .mark.violation{fill:#cf222e}
 svg .violation.evidence circle{fill:none;stroke:#cf222e;stroke-width:2.5}
 svg :hover{opacity:.7}
+.focus-note{color:#57606a;margin:.2em 0} details.whole-run{margin-top:.6em}
+details.whole-run summary{cursor:pointer;color:#0969da} svg .focus-band{fill:#0969da;fill-opacity:.07}
 .legend span{margin-right:1.2em;white-space:nowrap} .legend i{display:inline-block;width:1.6em;height:.7em;
 margin-right:.3em;vertical-align:middle}
 """
@@ -183,7 +186,7 @@ def render_page(doc: Mapping[str, Any], verdicts: Sequence[Verdict], events: Seq
     legend = "".join(f'<span><i style="{style}"></i>{_h(text)}</span>' for text, style in LEGEND)
     body = [*_header(doc, verdicts, history), *_problems(problems, str(doc.get("step_error") or "")),
             f'<section id="timeline"><h2>Timeline ({len(evs)} events; markers: {", ".join(MARKER_KINDS)})</h2>',
-            f'<p class="legend">{legend}</p><div class="scroll">', svg_timeline(evs, ev), "</div></section>",
+            f'<p class="legend">{legend}</p>', timeline_views(evs, ev), "</section>",
             *_verdicts(verdicts, t0), *_outcome(doc.get("outcome") or {}),
             '<section id="text"><h2>Text timeline</h2><pre id="text-timeline">'
             f"{_h(text_timeline(list(evs), marked, limit=max(60, len(evs))))}</pre></section>"]

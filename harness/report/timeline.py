@@ -1,10 +1,22 @@
-"""The inline SVG timeline of one run.
+"""The inline SVG timeline of one run, in two views.
 
 x is time in ms from the first event; there is one lane per (process, thread).
+:func:`timeline_views` opens on the span that matters, ``svg.timeline.focus``
+(:func:`focus`: from the first fault, stop or kill to the last event of the
+stop, and every violation's evidence, padded), with the whole run,
+``svg.timeline.whole``, one click away in a ``<details>`` below it: plain HTML,
+no script.  A run whose stop takes most of it has the whole view only.  Each
+view carries ``data-view``, ``data-t0-ms`` and ``data-t1-ms`` (its axis, in ms
+of the run) and ``data-run-ms``; times in tooltips and ``data-t-ms`` are ms of
+the run in both views.
+
 What is drawn, and how a test or a browser finds it (every element has a
-``class`` and a ``data-kind``; each carries a ``<title>`` tooltip):
+``class`` and a ``data-kind``; each carries a ``<title>`` tooltip with its
+event and time; the focus view draws what falls inside its span, a span
+that crosses an edge cut at it):
 
 * ``rect.lane`` / ``text.lane-label``: the lanes (``data-process``, ``data-thread``).
+* ``rect.focus-band``: on the whole view, the span the focus view shows.
 * ``rect.span.frame`` (frame_started -> frame_completed, per connection),
   ``rect.span.dispatch`` (dispatch_started -> dispatch_finished, per
   connection), ``rect.span.drain`` (drain_started -> drain_finished); a span
@@ -29,7 +41,8 @@ from html import escape
 
 from harness.history import Event
 
-__all__ = ["svg_timeline", "Evidence", "evidence_key", "MARKER_KINDS", "SPANS"]
+__all__ = ["svg_timeline", "timeline_views", "focus", "Evidence", "evidence_key", "MARKER_KINDS", "SPANS",
+           "FOCUS_MAX"]
 
 LABEL_W = 300  # px: the lane-label column
 PLOT_W = 1100  # px: the time axis
@@ -46,6 +59,13 @@ GLOBAL_MARKERS = ("watchdog_fired",)  # drawn across every lane, not only their 
 SPANS = {"frame": ("frame_started", "frame_completed"), "dispatch": ("dispatch_started", "dispatch_finished"),
          "drain": ("drain_started", "drain_finished")}  # span kind -> (opening event, closing event)
 DATA_SHOWN = 6  # data keys shown in a tooltip at most
+STOPPING_STEPS = ("stop", "shutdown", "restart", "exit", "kill")  # scenario steps that end something
+OPENING = ("fault_reached", "stop_started")  # with a stopping step_started: where the focus begins
+CLOSING = ("stop_returned", "second_stop_returned", "stop_all_returned", "stop_from_handler_returned",
+           "drain_finished", "teardown_step", "fault_released", "watchdog_fired")  # the stop's own events
+FOCUS_PAD = 0.1  # of the focus span, on each side
+FOCUS_MIN_PAD_NS = 200_000  # a focus on one instant still shows a little around it
+FOCUS_MAX = 0.75  # of the run: a focus wider than this is no focus (the whole view only)
 LABEL_CHARS = 46  # characters of a lane label at most (the column is LABEL_W wide)
 
 Key = tuple[int, int, str, str]  # (t_ns, pid, kind, thread): how an evidence event is found in the history
@@ -62,13 +82,18 @@ def _process(e: Event) -> tuple[int, str]:
 
 @dataclass
 class _Layout:
-    t0: int
+    t0: int  # the axis: from t0 to t1 (the whole run, or the focus span)
     t1: int
+    origin: int  # the run's first event: times are shown in ms from it
+    end: int  # the run's last event: where a span never closed ends
     lanes: dict[tuple[int, str, str], int] = field(default_factory=dict)  # (pid, label, thread) -> index
     groups: dict[tuple[int, str], list[int]] = field(default_factory=dict)  # process -> its lane indexes
 
     def x(self, t_ns: int) -> float:
-        return LABEL_W + (t_ns - self.t0) / max(1, self.t1 - self.t0) * PLOT_W
+        return LABEL_W + (min(max(t_ns, self.t0), self.t1) - self.t0) / max(1, self.t1 - self.t0) * PLOT_W
+
+    def shows(self, t_ns: int) -> bool:
+        return self.t0 <= t_ns <= self.t1
 
     def y(self, lane: int) -> float:
         return TOP + lane * LANE_H
@@ -83,8 +108,10 @@ class _Layout:
         return TOP + len(self.lanes) * LANE_H + BOTTOM
 
 
-def _layout(events: Sequence[Event]) -> _Layout:
-    lay = _Layout(events[0].t_ns, events[-1].t_ns)
+def _layout(events: Sequence[Event], window: tuple[int, int] | None) -> _Layout:
+    first, last = events[0].t_ns, events[-1].t_ns
+    t0, t1 = window if window is not None else (first, last)
+    lay = _Layout(t0, t1, first, last)
     threadless: list[Event] = []
     for e in events:
         if not e.thread:
@@ -112,7 +139,7 @@ def _add_lane(lay: _Layout, e: Event, thread: str) -> None:
 
 
 def _ms(lay: _Layout, t_ns: int) -> str:
-    return f"{(t_ns - lay.t0) / 1e6:.3f}"
+    return f"{(t_ns - lay.origin) / 1e6:.3f}"
 
 
 def _tip(lay: _Layout, e: Event, extra: str = "") -> str:
@@ -168,7 +195,9 @@ def _spans(lay: _Layout, events: Sequence[Event], ev: Evidence) -> tuple[list[st
 
 
 def _span(lay: _Layout, kind: str, start: Event, end: Event | None, state: str, ev: Evidence) -> str:
-    t_end = end.t_ns if end is not None else lay.t1
+    t_end = end.t_ns if end is not None else lay.end
+    if t_end < lay.t0 or start.t_ns > lay.t1:
+        return ""  # outside the view
     x0, x1 = lay.x(start.t_ns), lay.x(t_end)
     top, height = BANDS[kind]
     y = lay.y(lay.lane(start)) + top
@@ -182,6 +211,8 @@ def _span(lay: _Layout, kind: str, start: Event, end: Event | None, state: str, 
 
 
 def _marker(lay: _Layout, e: Event, ev: Evidence) -> str:
+    if not lay.shows(e.t_ns):
+        return ""
     x = lay.x(e.t_ns)
     everywhere = e.kind in GLOBAL_MARKERS
     lanes = list(range(len(lay.lanes))) if everywhere else lay.groups.get(_process(e), [lay.lane(e)])
@@ -197,6 +228,8 @@ def _marker(lay: _Layout, e: Event, ev: Evidence) -> str:
 
 
 def _point(lay: _Layout, e: Event, ev: Evidence) -> str:
+    if not lay.shows(e.t_ns):
+        return ""
     x, y = lay.x(e.t_ns), lay.y(lay.lane(e)) + LANE_H / 2
     bad, why = _blame(ev, e)
     if e.kind == "teardown_step":
@@ -210,7 +243,7 @@ def _point(lay: _Layout, e: Event, ev: Evidence) -> str:
 def _evidence(lay: _Layout, events: Sequence[Event], ev: Evidence) -> list[str]:
     out = []
     for e in events:
-        for checker, message in ev.get(evidence_key(e), []):
+        for checker, message in ev.get(evidence_key(e), []) if lay.shows(e.t_ns) else []:
             x, y = lay.x(e.t_ns), lay.y(lay.lane(e)) + LANE_H / 2
             out.append(f'<g class="violation evidence" {_attr(data_kind=e.kind, data_checker=checker)} '
                        f'{_attr(data_t_ms=_ms(lay, e.t_ns), **_data_of(e))}>'
@@ -226,14 +259,16 @@ def _tick_step(span_ms: float) -> float:
 
 
 def _axis(lay: _Layout) -> list[str]:
-    span_ms = (lay.t1 - lay.t0) / 1e6
-    step = _tick_step(span_ms) if span_ms > 0 else 1.0
-    out, n = [], 0
-    while n * step <= span_ms + 1e-9:
-        x = lay.x(lay.t0 + int(n * step * 1e6))
+    """Ticks at round ms of the run (not of the view) across the view's span."""
+    lo, hi = (lay.t0 - lay.origin) / 1e6, (lay.t1 - lay.origin) / 1e6
+    step = _tick_step(hi - lo) if hi > lo else 1.0
+    out, n = [], math.ceil(lo / step - 1e-9)
+    while n * step <= hi + 1e-9:
+        ms = round(n * step, 9)
+        x = lay.x(lay.origin + round(ms * 1e6))
         out.append(f'<line class="tick" data-kind="tick" x1="{x:.1f}" x2="{x:.1f}" y1="{TOP - 4}" '
-                   f'y2="{lay.height - BOTTOM:.1f}"/><text class="tick-label" x="{x:.1f}" y="{TOP - 8}">'
-                   f"{n * step:g} ms</text>")
+                   f'y2="{lay.height - BOTTOM:.1f}"/><text class="tick-label" data-ms="{ms:g}" x="{x:.1f}" '
+                   f'y="{TOP - 8}">{ms:g} ms</text>')
         n += 1
     return out
 
@@ -250,20 +285,92 @@ def _lanes(lay: _Layout) -> list[str]:
     return out
 
 
-def svg_timeline(events: Sequence[Event], evidence: Evidence | None = None) -> str:
-    """The inline ``<svg class="timeline">`` of ``events``; a note instead when there are none."""
+def svg_timeline(events: Sequence[Event], evidence: Evidence | None = None,
+                 window: tuple[int, int] | None = None, band: tuple[int, int] | None = None) -> str:
+    """The inline ``<svg class="timeline">`` of ``events``, on the axis ``window`` (t_ns from, to; default the
+    whole run: ``whole``, else ``focus``), with ``band`` (the focus, on the whole view) shaded as
+    ``rect.focus-band``; a note instead when there are none."""
     evs = sorted(events, key=lambda e: e.t_ns)
     if not evs:
         return '<p class="empty-timeline">(no events: nothing to draw)</p>'
     ev = evidence or {}
-    lay = _layout(evs)
+    lay = _layout(evs, window)
+    view = "whole" if window is None else "focus"
     spans, used = _spans(lay, evs, ev)
     parts = _lanes(lay) + _axis(lay)
-    parts += ['<g class="spans">', *spans, "</g>", '<g class="events">']
-    parts += [_point(lay, e, ev) for e in evs if id(e) not in used and e.kind not in MARKER_KINDS]
-    parts += ["</g>", '<g class="markers">', *(_marker(lay, e, ev) for e in evs if e.kind in MARKER_KINDS), "</g>"]
+    if band is not None:
+        x0, x1 = lay.x(band[0]), lay.x(band[1])
+        parts.append(f'<rect class="focus-band" data-kind="focus-band" x="{x0:.1f}" y="{TOP}" width="{x1 - x0:.1f}" '
+                     f'height="{lay.height - TOP - BOTTOM:.1f}"><title>the span the page opens on: '
+                     f"{_ms(lay, band[0])} to {_ms(lay, band[1])} ms</title></rect>")
+    parts += ['<g class="spans">', *filter(None, spans), "</g>", '<g class="events">']
+    parts += [p for e in evs if id(e) not in used and e.kind not in MARKER_KINDS if (p := _point(lay, e, ev))]
+    parts += ["</g>", '<g class="markers">', *filter(None, (_marker(lay, e, ev) for e in evs
+                                                          if e.kind in MARKER_KINDS)), "</g>"]
     parts += ['<g class="violations">', *_evidence(lay, evs, ev), "</g>"]
     width, height = LABEL_W + PLOT_W + 20, lay.height
-    return (f'<svg xmlns="http://www.w3.org/2000/svg" class="timeline" data-kind="timeline" width="{width}" '
-            f'height="{height:.0f}" viewBox="0 0 {width} {height:.0f}" role="img" '
-            f'aria-label="timeline of {len(evs)} events">' + "\n".join(parts) + "</svg>")
+    return (f'<svg xmlns="http://www.w3.org/2000/svg" class="timeline {view}" id="timeline-{view}" '
+            f'{_attr(data_kind="timeline", data_view=view, data_t0_ms=_ms(lay, lay.t0), data_t1_ms=_ms(lay, lay.t1))} '
+            f'{_attr(data_run_ms=_ms(lay, lay.end))} width="{width}" height="{height:.0f}" '
+            f'viewBox="0 0 {width} {height:.0f}" role="img" '
+            f'aria-label="timeline of {len(evs)} events, {view} view">' + "\n".join(parts) + "</svg>")
+
+
+def focus(events: Sequence[Event], evidence: Evidence | None = None) -> tuple[int, int] | None:
+    """The span that matters, (t_ns from, to), or None when there is none or it is most of the run.
+
+    From the first fault reached, stop or stopping step (stop, shutdown, restart, exit, kill) to the last
+    event of the stop (its returns, drain, teardown steps, fault releases, the watchdog, the stopping steps'
+    returns; the run's end when a stop never returned), widened to every violation's evidence, padded."""
+    evs = sorted(events, key=lambda e: e.t_ns)
+    starts = [e for e in evs if e.kind in OPENING or (e.kind == "step_started" and _stopping(e))]
+    if not starts:
+        return None
+    first, last = evs[0].t_ns, evs[-1].t_ns
+    lo = starts[0].t_ns
+    ends = [e.t_ns for e in evs if e.t_ns >= lo and (e.kind in CLOSING or (e.kind == "step_returned"
+                                                                         and _stopping(e)))]
+    hi = max([lo, *ends])
+    if _unfinished(evs):
+        hi = last
+    shown = [e.t_ns for e in evs if evidence_key(e) in (evidence or {})]
+    lo, hi = min([lo, *shown]), max([hi, *shown])
+    pad = max(int((hi - lo) * FOCUS_PAD), FOCUS_MIN_PAD_NS)
+    lo, hi = max(first, lo - pad), min(last, hi + pad)
+    return None if hi - lo > FOCUS_MAX * (last - first) else (lo, hi)
+
+
+def _stopping(e: Event) -> bool:
+    return e.data.get("kind") in STOPPING_STEPS
+
+
+def _unfinished(evs: Sequence[Event]) -> bool:
+    """A stopping step that never returned, or (no steps: a bare run) a process's stop that never returned."""
+    steps = {e.data.get("step") for e in evs if e.kind == "step_started" and _stopping(e)}
+    if steps:
+        return bool(steps - {e.data.get("step") for e in evs if e.kind == "step_returned"})
+    open_stops: dict[int, int] = {}
+    for e in evs:
+        if e.kind == "stop_started":
+            open_stops[e.pid] = open_stops.get(e.pid, 0) + 1
+        elif e.kind == "stop_returned" and open_stops.get(e.pid):
+            open_stops[e.pid] -= 1
+    return any(open_stops.values())
+
+
+def timeline_views(events: Sequence[Event], evidence: Evidence | None = None) -> str:
+    """The focus view with the whole run one click away below it (``details#whole-run``), or the whole
+    view alone when the run has no focus (see :func:`focus`)."""
+    evs = sorted(events, key=lambda e: e.t_ns)
+    window = focus(evs, evidence) if evs else None
+    whole = svg_timeline(evs, evidence, band=window)
+    if window is None:
+        return f'<div class="scroll">{whole}</div>'
+    t = [f"{(x - evs[0].t_ns) / 1e6:.1f}" for x in (*window, evs[-1].t_ns)]
+    inside = sum(1 for e in evs if window[0] <= e.t_ns <= window[1])
+    return (f'<p class="focus-note" data-kind="focus-note">Showing {t[0]}-{t[1]} ms of {t[2]} ms ({inside} of '
+            f"{len(evs)} events): from the first fault, stop or kill to the stop's last event and the evidence, "
+            f'padded. <a href="#whole-run">The whole run</a> is below.</p>'
+            f'<div class="scroll">{svg_timeline(evs, evidence, window)}</div>'
+            f'<details id="whole-run" class="whole-run"><summary>The whole run: 0-{t[2]} ms, {len(evs)} events '
+            f'(click to show)</summary><div class="scroll">{whole}</div></details>')
