@@ -77,7 +77,7 @@ def _arg_type(fn: Callable[[str], object], name: str) -> Callable[[str], object]
     return convert
 
 
-def _int_at_least(low: int, high: int) -> Callable[[str], int]:
+def _int_at_least(low: int, high: int | None = None) -> Callable[[str], int]:
     def convert(text: str) -> int:
         try:
             value = int(text)
@@ -85,7 +85,7 @@ def _int_at_least(low: int, high: int) -> Callable[[str], int]:
             raise argparse.ArgumentTypeError(f"{text[:40]!r} is not an integer, e.g. {low}") from None
         if value < low:
             raise argparse.ArgumentTypeError(f"{value} must be >= {low}")
-        if value > high:
+        if high is not None and value > high:
             raise argparse.ArgumentTypeError(f"{value} is over lastcall's limit of {high}; give at most {high}")
         return value
 

@@ -204,7 +204,8 @@ def _one(root: dict[str, Any], data: object, err: ErrorDetails) -> Problem:
         relation, key = _BOUNDS[kind]
         bound = ctx[key]
         bound = int(bound) if isinstance(bound, float) and bound.is_integer() else bound
-        return Problem(path, f"expected a value {relation} {bound}, found {found}", found=found)
+        limit = " (lastcall's limit)" if key in ("lt", "le") else ""  # every number has a maximum (README, Limits)
+        return Problem(path, f"expected a value {relation} {bound}{limit}, found {found}", found=found)
     if kind == "string_too_short":
         return Problem(path, f"expected non-empty text, found {found}", expected="non-empty text", found=found)
     if kind in ("too_short", "too_long"):

@@ -132,8 +132,8 @@ class ReadProblem(Exception):
 
 
 def _too_deep() -> str:
-    return (f"nested deeper than {MAX_DEPTH} levels of lists and mappings (lastcall's limit, aliases "
-            f"expanded); a scenario or workload needs a few: flatten the structure")
+    return (f"nested deeper than {MAX_DEPTH} levels of lists and mappings (lastcall's limit, counting through "
+            f"aliases); a scenario or workload needs a few: flatten the structure")
 
 
 _KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
