@@ -245,6 +245,20 @@ def test_a_run_without_a_short_stop_has_the_whole_view_only(tmp_path: Path) -> N
     assert focus(history()) == (int(1e12 + 4.8 * MS), int(1e12 + 19.2 * MS))
 
 
+def test_the_focus_opens_on_a_kill_or_any_step_of_the_stop_category() -> None:
+    from harness.report.timeline import focus
+
+    def run(kind: str, category: str) -> list[Event]:
+        steps = [ev(40, "step_started", pid=H, thread="MainThread", step="k", kind=kind, category=category),
+                 ev(50, "step_returned", pid=H, thread="MainThread", step="k", kind=kind, category=category, ok=True)]
+        return [ev(0, "listener_started"), *steps, ev(100, "process_exited")]
+
+    for kind, category in (("kill", "signal"), ("handshake_shutdown", "stop"), ("exit", "exit")):
+        assert focus(run(kind, category)) == (int(1e12 + 39 * MS), int(1e12 + 51 * MS)), kind
+    assert focus(run("send", "request")) is None  # not a stop: no focus
+    assert focus(run("restart", "start")) is None
+
+
 def test_lastcall_report_rejudges_to_the_same_verdicts(written: tuple[RunResult, Path],
                                                        capsys: pytest.CaptureFixture[str]) -> None:
     result, page = written

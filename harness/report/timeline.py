@@ -39,6 +39,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from html import escape
 
+from harness.categories import category_of
 from harness.history import Event
 
 __all__ = ["svg_timeline", "timeline_views", "focus", "Evidence", "evidence_key", "MARKER_KINDS", "SPANS",
@@ -59,7 +60,7 @@ GLOBAL_MARKERS = ("watchdog_fired",)  # drawn across every lane, not only their 
 SPANS = {"frame": ("frame_started", "frame_completed"), "dispatch": ("dispatch_started", "dispatch_finished"),
          "drain": ("drain_started", "drain_finished")}  # span kind -> (opening event, closing event)
 DATA_SHOWN = 6  # data keys shown in a tooltip at most
-STOPPING_STEPS = ("stop", "shutdown", "restart", "exit", "kill")  # scenario steps that end something
+STOPPING = ("stop", "exit", "signal")  # step categories (harness.categories) that end something: stop, kill
 OPENING = ("fault_reached", "stop_started")  # with a stopping step_started: where the focus begins
 CLOSING = ("stop_returned", "second_stop_returned", "stop_all_returned", "stop_from_handler_returned",
            "drain_finished", "teardown_step", "fault_released", "watchdog_fired")  # the stop's own events
@@ -319,9 +320,10 @@ def svg_timeline(events: Sequence[Event], evidence: Evidence | None = None,
 def focus(events: Sequence[Event], evidence: Evidence | None = None) -> tuple[int, int] | None:
     """The span that matters, (t_ns from, to), or None when there is none or it is most of the run.
 
-    From the first fault reached, stop or stopping step (stop, shutdown, restart, exit, kill) to the last
-    event of the stop (its returns, drain, teardown steps, fault releases, the watchdog, the stopping steps'
-    returns; the run's end when a stop never returned), widened to every violation's evidence, padded."""
+    From the first fault reached, stop or stopping step (category stop, exit or signal: a stop, a shutdown,
+    an exit, a kill) to the last event of the stop (its returns, drain, teardown steps, fault releases, the
+    watchdog, the stopping steps' returns; the run's end when a stop never returned), widened to every
+    violation's evidence, padded."""
     evs = sorted(events, key=lambda e: e.t_ns)
     starts = [e for e in evs if e.kind in OPENING or (e.kind == "step_started" and _stopping(e))]
     if not starts:
@@ -341,7 +343,7 @@ def focus(events: Sequence[Event], evidence: Evidence | None = None) -> tuple[in
 
 
 def _stopping(e: Event) -> bool:
-    return e.data.get("kind") in STOPPING_STEPS
+    return category_of(e.data) in STOPPING
 
 
 def _unfinished(evs: Sequence[Event]) -> bool:
