@@ -984,4 +984,4 @@ def test_black_box_checkers_need_no_target_events() -> None:
     assert {"handler_drained", "retained_for_retry", "teardown_deferred", "no_dispatch_after_teardown",
             "no_late_dispatch", "reads_cancelled", "kv_state_consistent", "stop_latency"}.isdisjoint(black_box)
     assert {"stop_result", "requests_served", "no_leftover_paths", "port_released", "fault_fired"} <= black_box
-    assert CHECKERS["stop_latency"].evidence_for(StopLatency(step="s1")) == {}  # a named step: black-box
+    assert CHECKERS["stop_latency"].evidence_for(StopLatency(step="s1", within=2.0)) == {}  # a named step: black-box

@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -212,3 +213,64 @@ def test_the_events_page_lists_every_kind_by_party() -> None:
     for k in KINDS.values():
         assert f"| `{k.name}` |" in page
     assert page.index("## listener") < page.index("| `stop_started` |") < page.index("## Format versions")
+
+
+# ------------------------------------------------------------------ evidence in real runs
+SCENARIO = """name: evidence-in-a-real-run
+about: one stop, judged by a listener checker and by one with nothing to judge
+catches: [no_conn_tracking]
+steps:
+  - start: cluster
+  - send: {cmd: kv_tensors_created, as: q1}
+  - stop: {as: s1}
+  - wait: {returned: s1}
+expect:
+  - stop_result: {step: s1}
+  - handler_drained
+"""
+
+
+def _run(text: str, variant: str | None = None) -> object:
+    from harness.scenario.loader import expand, loads
+    from harness.scenario.runner import run_item
+
+    return run_item(expand(loads(text, "<evidence>"))[0], variant=variant)
+
+
+def test_a_target_declaring_its_listener_unobserved_is_not_judged_and_passes() -> None:
+    from harness.scenario.report import failure_text
+
+    result: Any = _run(SCENARIO, "tests.lc_events_target:BLACK_BOX")
+    status = {v.checker: v.status for v in result.verdicts}
+    assert status == {"stop_result": "ok", "handler_drained": "not_judged"}
+    assert result.passed
+    assert "not judged: the target declares no listener events" in failure_text(result)
+    on_reference: Any = _run(SCENARIO)  # the same run on the reference: judged
+    assert {v.checker: v.status for v in on_reference.verdicts} == {"stop_result": "ok", "handler_drained": "ok"}
+
+
+def test_an_unknown_verdict_fails_the_run_unless_its_entry_allows_it() -> None:
+    from harness.scenario.report import failure_text
+
+    plain = SCENARIO + "  - served_while_stalled: {}\n"  # no client stalls: nothing to judge
+    result: Any = _run(plain)
+    assert [v.status for v in result.verdicts] == ["ok", "ok", "unknown"] and not result.passed
+    allowed: Any = _run(plain + "    allow_unknown: this run stalls no client\n")
+    v = allowed.verdicts[2]
+    assert (v.status, v.allowed, allowed.passed) == ("unknown", "this run stalls no client", True)
+    assert "UNKNOWN served_while_stalled: no stalled or idle client in the history " \
+        "[unknown allowed: this run stalls no client]" in failure_text(allowed)
+
+
+def test_allow_unknown_is_part_of_an_expect_entry() -> None:
+    from harness.scenario.errors import ScenarioError
+    from harness.scenario.loader import loads
+
+    text = SCENARIO + "  - served_while_stalled: {}\n    allow_unknown: REASON\n"
+    sc = loads(text.replace("REASON", "no client stalls here"), "<allow>")
+    assert [(e.checker, e.allow_unknown) for e in sc.expect] == [
+        ("stop_result", None), ("handler_drained", None), ("served_while_stalled", "no client stalls here")]
+    with pytest.raises(ScenarioError, match=r"<allow>:13:20: expect\[2\]\.allow_unknown: expected non-empty text"):
+        loads(text.replace("REASON", "''"), "<allow>")
+    entry = json_schema()["$defs"]["Expect_served_while_stalled"]["properties"]
+    assert "allow_unknown" in entry and "served_while_stalled" in entry
