@@ -274,3 +274,27 @@ def test_allow_unknown_is_part_of_an_expect_entry() -> None:
         loads(text.replace("REASON", "''"), "<allow>")
     entry = json_schema()["$defs"]["Expect_served_while_stalled"]["properties"]
     assert "allow_unknown" in entry and "served_while_stalled" in entry
+
+
+def test_lastcall_report_keeps_allow_unknown_and_the_targets_absent_parties(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    steps = [Event(10, 1, "harness", "", "t", "step_started", {"step": "s1", "kind": "stop"}),
+             Event(20, 1, "harness", "", "t", "step_returned",
+                   {"step": "s1", "kind": "stop", "ok": True, "value": True})]
+    write_jsonl(tmp_path / "history.jsonl", steps)
+    expect = [{"checker": "stop_result", "params": {"step": "s1"}}, {"checker": "handler_drained", "params": {}},
+              {"checker": "served_while_stalled", "params": {}, "allow_unknown": "no client stalls"}]
+    meta = {"scenario": "s", "variant": "tests.lc_events_target:BLACK_BOX", "expect": expect, "verdicts": []}
+    (tmp_path / "verdicts.json").write_text(json.dumps(meta))
+    assert report_history(tmp_path / "history.jsonl", out=tmp_path / "out") == 0
+    again = json.loads((tmp_path / "out" / "verdicts.json").read_text())
+    assert [(v["status"], v.get("allowed")) for v in again["verdicts"]] == [
+        ("ok", None), ("not_judged", None), ("unknown", "no client stalls")]
+    assert again["expect"][2]["allow_unknown"] == "no client stalls"
+    out = capsys.readouterr().out
+    assert "[unknown allowed: no client stalls]" in out and "1 not judged" in out
+    meta["variant"] = "reference"  # the reference declares its listener observed: no evidence is unknown
+    (tmp_path / "verdicts.json").write_text(json.dumps(meta))
+    report_history(tmp_path / "history.jsonl", out=tmp_path / "out")
+    again = json.loads((tmp_path / "out" / "verdicts.json").read_text())
+    assert again["verdicts"][1]["status"] == "unknown"

@@ -5,7 +5,11 @@ judged again after a checker changed.  What to judge it with comes from the
 ``expect`` list of the verdicts.json beside the history (``--check`` names
 checkers instead; with neither, every checker with its defaults); the
 snapshots from snapshots.json beside it.  A history with missing or garbled
-lines is reported as such and judged on what could be read.
+lines is reported as such and judged on what could be read.  A history written
+in an older event format is read through harness.events' mapping (version 1:
+allocator events named the worker ``label``); an expect entry's
+``allow_unknown`` is honoured, and the parties the stored variant declares
+absent are not judged, as in the run.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from typing import Any
 
 from harness.checkers import CHECKERS, RunRecord, Verdict, judge
 from harness.errors import ConfigError
+from harness.events import absent_parties
 from harness.history import Event, read_jsonl
 from harness.probes.model import Snapshot
 from harness.report.write import HISTORY, SNAPSHOTS, VERDICTS, verdicts_doc, write_page
@@ -71,13 +76,30 @@ def _snapshots(raw: Any, path: Path, problems: list[str]) -> dict[str, Snapshot]
     return out
 
 
-def _expect(meta: dict[str, Any], checks: Sequence[str]) -> tuple[list[tuple[str, dict[str, Any]]], str]:
+Expect = list[tuple[str, dict[str, Any], str | None]]  # checker, params, allow_unknown reason
+
+
+def _expect(meta: dict[str, Any], checks: Sequence[str]) -> tuple[Expect, str]:
     if checks:
-        return [(c, {}) for c in checks], "the checkers named with --check, with their defaults"
+        return [(c, {}, None) for c in checks], "the checkers named with --check, with their defaults"
     listed = meta.get("expect")
     if isinstance(listed, list) and all(isinstance(x, dict) and "checker" in x for x in listed):
-        return [(str(x["checker"]), dict(x.get("params") or {})) for x in listed], f"the expect list of {VERDICTS}"
-    return [(c, {}) for c in CHECKERS], f"every checker with its defaults (no expect list in a {VERDICTS} beside it)"
+        return [(str(x["checker"]), dict(x.get("params") or {}), x.get("allow_unknown") or None)
+                for x in listed], f"the expect list of {VERDICTS}"
+    return ([(c, {}, None) for c in CHECKERS],
+            f"every checker with its defaults (no expect list in a {VERDICTS} beside it)")
+
+
+def _absent(variant: object) -> frozenset[str]:
+    """The parties the stored run's target declares absent; none when it names no target that loads here."""
+    if not isinstance(variant, str) or not variant:
+        return frozenset()
+    from harness.targets import capabilities_of, load_target
+
+    try:
+        return absent_parties(capabilities_of(load_target(variant)))
+    except ConfigError:
+        return frozenset()
 
 
 def _line(v: Verdict, was: str | None, t0: int) -> list[str]:
@@ -106,8 +128,8 @@ def report_history(history: str | Path, out: str | Path | None = None, checks: S
     meta: dict[str, Any] = raw_meta if isinstance(raw_meta, dict) else {}
     snaps = _snapshots(_load_json(path.parent / SNAPSHOTS, problems), path.parent / SNAPSHOTS, problems)
     expect, source = _expect(meta, checks)
-    record = RunRecord(tuple(events), snaps)
-    verdicts = [judge(name, record, params) for name, params in expect]
+    record = RunRecord(tuple(events), snaps, absent=_absent(meta.get("variant")))
+    verdicts = [judge(name, record, params, allow_unknown=allow) for name, params, allow in expect]
     stored = meta.get("verdicts") if isinstance(meta.get("verdicts"), list) else []
     was = {i: d.get("status") for i, d in enumerate(stored or []) if isinstance(d, dict)}
 
@@ -126,13 +148,14 @@ def report_history(history: str | Path, out: str | Path | None = None, checks: S
 
     out_dir = Path(out) if out is not None else path.parent
     doc = {**meta, "rejudged_from": str(path), "history_problems": problems, "expect":
-           [{"checker": n, "params": p} for n, p in expect]}
+           [{"checker": n, "params": p, **({"allow_unknown": a} if a else {})} for n, p, a in expect]}
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
         (out_dir / VERDICTS).write_text(json.dumps(verdicts_doc(doc, verdicts), indent=1, default=str))
         page = write_page(out_dir, doc, verdicts, events, problems, history=str(path))
     except OSError as exc:
         raise ConfigError(f"cannot write the report to {out_dir}: {exc}; choose another place with --out DIR") from None
-    counts = {s: sum(1 for v in verdicts if v.status == s) for s in ("violated", "unknown", "ok")}
-    print(f"verdicts: {counts['violated']} violated, {counts['unknown']} unknown, {counts['ok']} ok; page: {page}")
+    counts = {s: sum(1 for v in verdicts if v.status == s) for s in ("violated", "unknown", "ok", "not_judged")}
+    print(f"verdicts: {counts['violated']} violated, {counts['unknown']} unknown, {counts['ok']} ok"
+          + (f", {counts['not_judged']} not judged" if counts["not_judged"] else "") + f"; page: {page}")
     return EXIT_VIOLATED if counts["violated"] else EXIT_OK

@@ -56,7 +56,8 @@ def describe(result: RunResult, nodeid: str | None = None) -> dict[str, Any]:
     item = result.item
     expect: list[dict[str, Any]] = []
     for e in item.scenario.expect:
-        expect.append({"checker": e.checker, "params": e.params.model_dump(mode="json")})
+        expect.append({"checker": e.checker, "params": e.params.model_dump(mode="json"),
+                       **({"allow_unknown": e.allow_unknown} if e.allow_unknown else {})})
     for v in result.verdicts[len(expect):]:  # checkers the runner added (fault_fired for armed faults)
         expect.append({"checker": v.checker, "params": {}})
     out = result.outcome
