@@ -4,7 +4,7 @@ Commands:
   contract   prove every stop-contract check twice: kept by the reference, broken by its planted bug
   serve      run one reference worker in the foreground until SIGTERM or SIGINT
   ctl        list, delete or sweep the sockets and usage segments instances leave behind
-  run        run scenario files or directories through pytest (a thin front for non-pytest users)
+  run        run scenario files or directories through pytest; everything after -- goes to pytest
   list       list scenarios with their matrix, marks and the planted bugs they catch
   replay     rerun the scenario item that produced a report
   validate   check scenario files (or directories of them) without running anything
@@ -15,12 +15,13 @@ Commands:
 Exit codes:
   0    ok
   1    contract: the reference broke a check, or a planted bug was not caught;
-       run: a scenario failed (a violated invariant, a hung run, or a planted bug not caught);
+       run: a scenario failed (a violated invariant, a hung run, or a planted bug not caught; pytest's 1);
        report: a checker found a violation in the history;
        bench: a worker's fds or threads grew over a window (a leak), or a worker did not exit cleanly
-  2    usage error or bad input (bad flag, unknown name, instance in use): one line on stderr
-  3    internal error: one line on stderr naming the file the traceback was written to
-  130  interrupted (Ctrl-C or SIGTERM outside ``serve``; every run cleans up first)
+  2    usage error or bad input (bad flag, unknown name, invalid file, instance in use): one line on stderr
+       per error; run: also pytest's 4 (usage) and 5 (nothing collected)
+  3    internal error: one line on stderr naming the file the traceback was written to (run: pytest's 3)
+  130  interrupted (Ctrl-C or SIGTERM outside ``serve``; every run cleans up first; run: pytest's 2)
 """
 
 from __future__ import annotations
@@ -52,6 +53,7 @@ EXIT_INTERNAL = 3  # a bug in lastcall; the traceback is in a temp file
 EXIT_INTERRUPTED = 130  # Ctrl-C (128 + SIGINT)
 REFERENCE = "reference"  # the variant that must keep every check
 DETAIL_MIN = 30  # columns of detail shown however narrow the terminal
+REPEAT_MAX = 1000  # lastcall run --repeat: more is a typo, not a flakiness hunt
 
 
 class UsageError(HarnessError):
@@ -241,11 +243,16 @@ def _cmd_ctl_sweep(args: argparse.Namespace) -> int:
 # ------------------------------------------------------------------ validate, schema
 def _cmd_validate(args: argparse.Namespace) -> int:
     from harness.scenario import expand, load_many
+    from harness.targets.names import check_target
 
+    target = args.target or os.environ.get("LASTCALL_TARGET") or None
+    why = None if target is None else check_target(target)  # by name only: validate imports no target
     scenarios, errors = load_many(args.paths)
     for sc in scenarios:
         ids = [item.id for item in expand(sc)]
         print(f"{sc.source}: ok, {len(ids)} run{'' if len(ids) == 1 else 's'}: {', '.join(ids)}")
+    if why is not None:
+        print(f"lastcall validate: {'--target' if args.target else 'LASTCALL_TARGET'}: {why}", file=sys.stderr)
     for err in errors:
         for each in err.errors:
             print(each, file=sys.stderr)
@@ -253,15 +260,19 @@ def _cmd_validate(args: argparse.Namespace) -> int:
         total = len(scenarios) + len(errors)
         print(f"lastcall validate: {len(errors)} of {total} file{'' if total == 1 else 's'} invalid",
               file=sys.stderr)
-    return EXIT_USAGE if errors else EXIT_OK
+    return EXIT_USAGE if errors or why is not None else EXIT_OK
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
     from harness.scenario.commands import run
 
-    extra = [*(["--listener", args.listener] if args.listener else []),
-             *(["--kvcached-src", args.kvcached_src] if args.kvcached_src else [])]
-    return run(args.paths, workers=args.n, target=args.target, keyword=args.k, marks=args.m, extra=extra)
+    own = [*(["--kvcached-src", args.kvcached_src] if args.kvcached_src else []),
+           *([f"--repeat={args.repeat}"] if args.repeat is not None else []),
+           *([f"--junitxml={args.junitxml}"] if args.junitxml else []),
+           *(["-x"] if args.exitfirst else []),
+           *([f"--lastcall-reports={args.lastcall_reports}"] if args.lastcall_reports is not None else [])]
+    return run(args.paths, workers=args.n, target=args.target, listener=args.listener, keyword=args.k,
+               marks=args.m, extra=[*own, *args.pytest_args])
 
 
 def _cmd_fetch(args: argparse.Namespace) -> int:
@@ -291,9 +302,11 @@ def _cmd_list(args: argparse.Namespace) -> int:
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
+    from harness.checkers.params import CHECKER_PARAMS
     from harness.report.rejudge import report_history
 
-    return report_history(args.history, args.out, _unique(args.check))
+    checks = [_pick("checker", n, sorted(CHECKER_PARAMS)) for n in _unique(args.check)]
+    return report_history(args.history, args.out, checks)
 
 
 def _cmd_bench(args: argparse.Namespace) -> int:
@@ -366,15 +379,27 @@ def build_parser() -> argparse.ArgumentParser:
         q.set_defaults(func=func)
 
     p = sub.add_parser("run", help="run scenarios (through pytest)", formatter_class=fmt,
+                       usage="lastcall run [options] PATH... [-- PYTEST ARGS]",
                        description="Run scenario files or directories through pytest with the lastcall plugin: "
-                                   "each matrix point on its target, and each planted bug it names.",
-                       epilog="exit codes: 0 all passed, 1 a scenario failed, 2 usage error or no scenario, "
-                              "3 internal error, 130 interrupted")
+                                   "each matrix point on its target, and each planted bug it names. Every file "
+                                   "is validated and every target named is imported first: any error is "
+                                   "printed, all of them, and nothing starts. Everything after -- goes to "
+                                   "pytest as it is (e.g. -- -p no:randomly --durations 5).",
+                       epilog="exit codes (pytest's in brackets): 0 all passed (0), 1 a scenario failed (1), "
+                              "2 usage error, an invalid file, an unknown target or nothing collected (4, 5), "
+                              "3 internal error (3), 130 interrupted (2)")
     p.add_argument("paths", nargs="+", metavar="PATH", help="scenario files or directories")
     p.add_argument("-n", metavar="N", help="parallel workers (pytest-xdist), e.g. 2 or auto")
-    p.add_argument("--target", metavar="T", help="run every scenario against this target or variant")
+    p.add_argument("--target", metavar="T", help="run every scenario against this target or variant "
+                   "(pytest: --lastcall-target; default: each file's target:, or $LASTCALL_TARGET)")
     p.add_argument("-k", metavar="EXPR", help="only scenarios matching the expression (as pytest -k)")
     p.add_argument("-m", metavar="MARKS", help="only scenarios with these marks (as pytest -m)")
+    p.add_argument("-x", "--exitfirst", action="store_true", help="stop at the first failing scenario item")
+    p.add_argument("--repeat", type=_int_at_least(1, REPEAT_MAX), metavar="N",
+                   help="run each item N times; one that passes sometimes and fails sometimes is FLAKY")
+    p.add_argument("--junitxml", metavar="FILE", help="write a JUnit XML report (one testcase per item)")
+    p.add_argument("--lastcall-reports", metavar="DIR",
+                   help="where each run writes its report (default: reports/; empty: none)")
     p.add_argument("--listener", metavar="MODULE:ATTR",
                    help="the reference target with this listener class instead of its own")
     p.add_argument("--kvcached-src", metavar="DIR", help="kvcached source tree for --target kvcached")
@@ -410,6 +435,8 @@ def build_parser() -> argparse.ArgumentParser:
                                    "the fix is known. Nothing is started.",
                        epilog="exit codes: 0 every file valid, 2 a file has errors (on stderr), 3 internal error")
     p.add_argument("paths", nargs="+", metavar="PATH", help="scenario files or directories")
+    p.add_argument("--target", metavar="T", help="check this target name too, as lastcall run --target takes it "
+                   "(by name and module path, nothing imported; default: $LASTCALL_TARGET when set)")
     p.set_defaults(func=_cmd_validate)
 
     p = sub.add_parser("schema", help="print the scenario JSON Schema", formatter_class=fmt,
@@ -473,11 +500,22 @@ def _write_traceback() -> str:
     return path
 
 
+def _parse(argv: list[str]) -> argparse.Namespace:
+    """The command line, with what follows the first ``--`` kept for pytest (``lastcall run`` only)."""
+    cut = argv.index("--") if "--" in argv else len(argv)
+    args = build_parser().parse_args(argv[:cut])
+    args.pytest_args = argv[cut + 1:]
+    if cut < len(argv) and args.command != "run":
+        raise UsageError(f"lastcall {args.command}: error: only lastcall run takes arguments after -- "
+                         f"(they go to pytest) (see lastcall {args.command} --help)")
+    return args
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run one command; returns its exit code (see the module docstring).  SIGTERM counts as ^C."""
     restore = sigterm_interrupts()
     try:
-        args = build_parser().parse_args(argv)
+        args = _parse(list(sys.argv[1:] if argv is None else argv))
         envvars.check()  # a numeric LASTCALL_* variable out of bounds: exit 2 before the command starts
         return int(args.func(args))
     except SystemExit as exc:  # --help and --version

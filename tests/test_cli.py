@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import os
 import re
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+from pathlib import Path
 
 import pytest
 
@@ -115,3 +119,101 @@ def test_internal_error_exits_3_with_traceback_file(capsys: pytest.CaptureFixtur
         assert text.startswith("Traceback") and "RuntimeError: planted" in text
     finally:
         os.unlink(match.group(1))
+
+
+# ------------------------------------------------------------- names and run's one error boundary
+SCENARIO = os.path.join(os.path.dirname(__file__), os.pardir, "scenarios", "stalled-read-is-cancelled.yaml")
+UNKNOWN = "unknown target 'refrence' (did you mean 'reference'?); known: reference, timed_join_teardown, "
+
+
+def _lastcall(*argv: str, env: dict[str, str] | None = None, cwd: str | None = None) -> tuple[int, str, str]:
+    """The real command in a child process (its own interpreter, the console script's module)."""
+    proc = subprocess.run([sys.executable, "-m", "harness.cli", *argv], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, **(env or {})}, cwd=cwd)
+    return proc.returncode, proc.stdout, proc.stderr
+
+
+def _with_target(path: Path, target: str) -> str:
+    text = Path(SCENARIO).read_text()
+    path.write_text(text.replace("\ncatches:", f"\ntarget: {target}\ncatches:", 1))
+    return str(path)
+
+
+def _line_of(path: str, text: str) -> int:
+    return Path(path).read_text().splitlines().index(text) + 1
+
+
+def test_run_validates_every_file_and_imports_every_target_before_starting(tmp_path: Path) -> None:
+    """Every error of every file, one line each, and nothing started: no pytest session, no report written."""
+    typo = _with_target(tmp_path / "typo.yaml", "refrence")
+    attr = _with_target(tmp_path / "attr.yaml", "harness.targets.names:NOPE")
+    reports = tmp_path / "reports"
+    rc, out, err = _lastcall("run", SCENARIO, typo, attr, str(tmp_path / "missing.yaml"),
+                             "--lastcall-reports", str(reports))
+    lines = err.splitlines()
+    assert (rc, out) == (EXIT_USAGE, ""), err
+    assert lines[0].startswith(f"{typo}:{_line_of(typo, 'target: refrence')}:9: target: {UNKNOWN}")
+    assert lines[1] == f"{tmp_path / 'missing.yaml'}: cannot read: No such file or directory"
+    assert lines[2] == (f"{attr}:{_line_of(attr, 'target: harness.targets.names:NOPE')}:9: target: cannot load "
+                        f"target 'harness.targets.names:NOPE': module 'harness.targets.names' has no attribute "
+                        f"'NOPE'; give module:attribute naming a target (see harness.targets.Target) or a "
+                        f"harness.reference.variants.Variant")
+    assert lines[3:] == ["lastcall run: 3 errors; nothing was started"]
+    assert not reports.exists()
+
+
+@pytest.mark.parametrize(("argv", "env", "given"), [
+    (["--target", "refrence"], {}, "--target"),
+    ([], {"LASTCALL_TARGET": "refrence"}, "LASTCALL_TARGET"),
+])
+def test_run_an_unknown_target_is_one_line_and_exit_2(argv: list[str], env: dict[str, str], given: str) -> None:
+    rc, out, err = _lastcall("run", SCENARIO, *argv, env=env)
+    assert (rc, out) == (EXIT_USAGE, "")
+    first, last = err.splitlines()
+    assert first.startswith(f"lastcall run: {given}: {UNKNOWN}")
+    assert last == "lastcall run: 1 error; nothing was started"
+
+
+def test_run_passes_its_own_options_and_everything_after_the_dashes(tmp_path: Path) -> None:
+    """--repeat, -x, --junitxml and --lastcall-reports are run's own; -- --durations=1 reaches pytest as it is.
+    Against a planted bug each repeat fails: -x stops after the first."""
+    junit, reports = tmp_path / "junit.xml", tmp_path / "reports"
+    rc, out, err = _lastcall("run", os.path.abspath(SCENARIO), "--target", "no_conn_tracking", "-k", "tp1-pp1-cpu",
+                             "--repeat", "2", "-x", "--junitxml", str(junit), "--lastcall-reports", str(reports),
+                             "--", "--durations=1", "-W", "error:lastcall:DeprecationWarning", cwd=str(tmp_path))
+    assert rc == EXIT_BROKEN, out + err
+    assert "slowest 1 durations" in out
+    assert re.search(r"stopping after 1 failures !+\n1 failed, 6 deselected in ", out), out  # 2 selected, 1 run
+    cases = ET.parse(junit).getroot().findall(".//testcase")
+    assert [c.get("name") for c in cases] == ["stalled-read-is-cancelled[tp1-pp1-cpu-r1]"]
+    assert cases[0].find("failure") is not None
+    assert len([d for d in reports.iterdir() if d.is_dir()]) == 1
+
+
+def test_only_run_takes_pytest_arguments(capsys: pytest.CaptureFixture[str]) -> None:
+    rc, out, err = _run(capsys, "validate", SCENARIO, "--", "-x")
+    assert (rc, out, err) == (EXIT_USAGE, "", "lastcall validate: error: only lastcall run takes arguments after -- "
+                                              "(they go to pytest) (see lastcall validate --help)\n")
+
+
+@pytest.mark.parametrize(("argv", "env", "message"), [
+    (["validate", "--target", "refrence", SCENARIO], {}, f"lastcall validate: --target: {UNKNOWN}"),
+    (["validate", SCENARIO], {"LASTCALL_TARGET": "refrence"}, f"lastcall validate: LASTCALL_TARGET: {UNKNOWN}"),
+    (["replay", "/nonexistent"], {}, "lastcall replay: /nonexistent: no such report; give reports/<run id>, or its "
+                                     "verdicts.json or history.jsonl"),
+    (["report", "/nonexistent/history.jsonl", "--check", "no_late_dispach"], {},
+     "lastcall: error: unknown checker 'no_late_dispach'; did you mean 'no_late_dispatch'? (known: "),
+])
+def test_every_name_given_is_checked_first(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+                                          argv: list[str], env: dict[str, str], message: str) -> None:
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    rc, _, err = _run(capsys, *argv)
+    assert rc == EXIT_USAGE
+    assert err.startswith(message) and err.count("\n") == 1, err
+
+
+def test_replay_of_a_directory_without_verdicts_names_it(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    rc, _, err = _run(capsys, "replay", str(tmp_path))
+    assert (rc, err) == (EXIT_USAGE, f"lastcall replay: cannot read {tmp_path / 'verdicts.json'} (the verdicts.json "
+                                     f"in {tmp_path}): No such file or directory\n")

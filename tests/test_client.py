@@ -69,7 +69,7 @@ Make = Callable[..., Cluster]
 
 
 @pytest.fixture
-def cluster(lc_root: Path, failpoints: ModuleType) -> Iterator[Make]:
+def cluster(lc_root: Path, lastcall_failpoints: ModuleType) -> Iterator[Make]:
     """``cluster(tp, pp, backend=None)`` starts tp x pp reference workers in a private registry.
 
     ``backend(worker)`` may return a Backend to use instead of the allocator's.  Teardown releases
@@ -98,7 +98,7 @@ def cluster(lc_root: Path, failpoints: ModuleType) -> Iterator[Make]:
     try:
         yield make
     finally:
-        failpoints.reset()
+        lastcall_failpoints.reset()
         stopped = registry.stop_all()
         for w in started:
             w.allocator.teardown()
@@ -181,10 +181,10 @@ def test_stale_kept_alive_connection_is_replaced(cluster: Make) -> None:
         assert second.accepted("pp0/rank0") == 1
 
 
-def test_timeout_names_the_rank(cluster: Make, failpoints: ModuleType) -> None:
+def test_timeout_names_the_rank(cluster: Make, lastcall_failpoints: ModuleType) -> None:
     c = cluster(tp=1, pp=2)
     t = c.targets[1]
-    fp = failpoints.arm("backend.kv_tensors_created", "pause", count=1)
+    fp = lastcall_failpoints.arm("backend.kv_tensors_created", "pause", count=1)
     try:
         with Connection(t, timeout=0.3) as conn:
             with pytest.raises(ClientError, match=r"^pp1/rank0: no reply to kv_tensors_created within 0.3s") as ei:
@@ -290,12 +290,12 @@ def test_map_returns_newly_mapped(cluster: Make) -> None:
 
 
 @pytest.mark.parametrize("before", [[], [0]])
-def test_map_rolls_back_when_one_rank_fails(cluster: Make, failpoints: ModuleType, before: list[int]) -> None:
+def test_map_rolls_back_when_one_rank_fails(cluster: Make, lastcall_failpoints: ModuleType, before: list[int]) -> None:
     c = cluster(tp=2, pp=2)
     with Client(c.targets) as cl:
         if before:
             cl.map(before)
-        fp = failpoints.arm("backend.map_to_kv_tensors", "raise", count=1)
+        fp = lastcall_failpoints.arm("backend.map_to_kv_tensors", "raise", count=1)
         with pytest.raises(RankError, match="failed on 1 of 4 ranks") as ei:
             cl.map([0, PAGE, 2 * PAGE])
     assert fp.hits == 1 and not isinstance(ei.value, StateConsistencyError)
@@ -304,9 +304,9 @@ def test_map_rolls_back_when_one_rank_fails(cluster: Make, failpoints: ModuleTyp
     assert set(c.mapped().values()) == {frozenset(before)}  # each rank undid only what it newly mapped
 
 
-def test_map_without_reply_is_state_consistency(cluster: Make, failpoints: ModuleType) -> None:
+def test_map_without_reply_is_state_consistency(cluster: Make, lastcall_failpoints: ModuleType) -> None:
     c = cluster(tp=2)
-    fp = failpoints.arm("backend.map_to_kv_tensors", "pause", count=1)
+    fp = lastcall_failpoints.arm("backend.map_to_kv_tensors", "pause", count=1)
     try:
         with Client(c.targets, timeout=0.3) as cl, pytest.raises(StateConsistencyError) as ei:
             cl.map([0])
@@ -332,11 +332,11 @@ def test_unmap_single_target_and_two_phase(cluster: Make) -> None:
     assert c.pending() == [None, None]
 
 
-def test_prepare_failure_aborts_everywhere(cluster: Make, failpoints: ModuleType) -> None:
+def test_prepare_failure_aborts_everywhere(cluster: Make, lastcall_failpoints: ModuleType) -> None:
     c = cluster(tp=2)
     with Client(c.targets, keep_alive=True) as cl:
         cl.map([0, PAGE])
-        fp = failpoints.arm("backend.prepare_unmap_from_kv_tensors", "raise", count=1)
+        fp = lastcall_failpoints.arm("backend.prepare_unmap_from_kv_tensors", "raise", count=1)
         with pytest.raises(RankError, match=r"prepare of unmap transaction .* failed on 1 of 2 ranks") as ei:
             cl.unmap([0, PAGE])
         assert fp.hits == 1 and len(ei.value.failures) == 1
@@ -346,21 +346,21 @@ def test_prepare_failure_aborts_everywhere(cluster: Make, failpoints: ModuleType
     assert set(c.mapped().values()) == {frozenset()}
 
 
-def test_commit_failing_once_is_retried(cluster: Make, failpoints: ModuleType) -> None:
+def test_commit_failing_once_is_retried(cluster: Make, lastcall_failpoints: ModuleType) -> None:
     c = cluster(tp=2)
     with Client(c.targets) as cl:
         cl.map([0])
-        fp = failpoints.arm("backend.commit_unmap_from_kv_tensors", "raise", count=1)
+        fp = lastcall_failpoints.arm("backend.commit_unmap_from_kv_tensors", "raise", count=1)
         cl.unmap([0])
     assert fp.hits == 1
     assert set(c.mapped().values()) == {frozenset()} and c.pending() == [None, None]
 
 
-def test_commit_failing_twice_everywhere(cluster: Make, failpoints: ModuleType) -> None:
+def test_commit_failing_twice_everywhere(cluster: Make, lastcall_failpoints: ModuleType) -> None:
     c = cluster(tp=2)
     with Client(c.targets) as cl:
         cl.map([0])
-        fp = failpoints.arm("backend.commit_unmap_from_kv_tensors", "raise")  # every commit fails
+        fp = lastcall_failpoints.arm("backend.commit_unmap_from_kv_tensors", "raise")  # every commit fails
         with pytest.raises(StateConsistencyError, match="failed twice") as ei:
             cl.unmap([0])
     assert fp.hits == 4  # two ranks, each tried twice

@@ -12,15 +12,15 @@ from harness.errors import FailpointError, InjectedFault
 from harness.history import Event, Recorder, read_jsonl, write_jsonl
 
 
-def test_disarmed_site_is_a_no_op(failpoints: ModuleType) -> None:
-    failpoints.hit("nowhere")
-    assert failpoints.get("nowhere") is None
+def test_disarmed_site_is_a_no_op(lastcall_failpoints: ModuleType) -> None:
+    lastcall_failpoints.hit("nowhere")
+    assert lastcall_failpoints.get("nowhere") is None
 
 
-def test_pause_parks_until_released(failpoints: ModuleType) -> None:
-    fp = failpoints.arm("site.a", "pause")
+def test_pause_parks_until_released(lastcall_failpoints: ModuleType) -> None:
+    fp = lastcall_failpoints.arm("site.a", "pause")
     passed = threading.Event()
-    t = threading.Thread(target=lambda: (failpoints.hit("site.a"), passed.set()))
+    t = threading.Thread(target=lambda: (lastcall_failpoints.hit("site.a"), passed.set()))
     t.start()
     assert fp.wait_reached(timeout=10)
     assert not passed.is_set()  # parked: it reached the site and cannot have gone past it
@@ -29,71 +29,71 @@ def test_pause_parks_until_released(failpoints: ModuleType) -> None:
     assert passed.is_set() and fp.released
 
 
-def test_raise_with_count(failpoints: ModuleType) -> None:
-    failpoints.arm("site.b", "raise", count=2, message="nope")
+def test_raise_with_count(lastcall_failpoints: ModuleType) -> None:
+    lastcall_failpoints.arm("site.b", "raise", count=2, message="nope")
     for _ in range(2):
         with pytest.raises(InjectedFault, match=r"failpoint site\.b: nope"):
-            failpoints.hit("site.b")
-    failpoints.hit("site.b")  # the third hit passes
-    assert failpoints.get("site.b").hits == 2  # type: ignore[union-attr]
+            lastcall_failpoints.hit("site.b")
+    lastcall_failpoints.hit("site.b")  # the third hit passes
+    assert lastcall_failpoints.get("site.b").hits == 2  # type: ignore[union-attr]
 
 
-def test_pass_counts_and_wait(failpoints: ModuleType) -> None:
-    fp = failpoints.arm("site.c", "pass")
+def test_pass_counts_and_wait(lastcall_failpoints: ModuleType) -> None:
+    fp = lastcall_failpoints.arm("site.c", "pass")
     for _ in range(3):
-        failpoints.hit("site.c")
+        lastcall_failpoints.hit("site.c")
     assert fp.wait_reached(3, timeout=1)
     assert not fp.wait_reached(4, timeout=0)
 
 
-def test_rearm_and_reset_release_parked_threads(failpoints: ModuleType) -> None:
-    old = failpoints.arm("site.d", "pause")
-    t = threading.Thread(target=failpoints.hit, args=("site.d",))
+def test_rearm_and_reset_release_parked_threads(lastcall_failpoints: ModuleType) -> None:
+    old = lastcall_failpoints.arm("site.d", "pause")
+    t = threading.Thread(target=lastcall_failpoints.hit, args=("site.d",))
     t.start()
     assert old.wait_reached(timeout=10)
-    failpoints.arm("site.d", "pass")  # replacing releases the old one
+    lastcall_failpoints.arm("site.d", "pass")  # replacing releases the old one
     t.join(10)
     assert not t.is_alive() and old.released
-    failpoints.reset()
-    assert failpoints.armed() == {}
+    lastcall_failpoints.reset()
+    assert lastcall_failpoints.armed() == {}
 
 
-def test_bad_arguments(failpoints: ModuleType) -> None:
+def test_bad_arguments(lastcall_failpoints: ModuleType) -> None:
     with pytest.raises(FailpointError, match="unknown failpoint action 'explode'; use one of pause, raise"):
-        failpoints.arm("x", "explode")
+        lastcall_failpoints.arm("x", "explode")
     with pytest.raises(FailpointError, match="count must be >= 1"):
-        failpoints.arm("x", "pause", count=0)
+        lastcall_failpoints.arm("x", "pause", count=0)
 
 
-def test_observer_records_fault_events(failpoints: ModuleType, recorder: Recorder) -> None:
-    failpoints.set_observer(recorder.emit)
+def test_observer_records_fault_events(lastcall_failpoints: ModuleType, lastcall_recorder: Recorder) -> None:
+    lastcall_failpoints.set_observer(lastcall_recorder.emit)
     try:
-        fp = failpoints.arm("site.e", "pass", count=1)
-        failpoints.hit("site.e")
+        fp = lastcall_failpoints.arm("site.e", "pass", count=1)
+        lastcall_failpoints.hit("site.e")
         fp.release()
     finally:
-        failpoints.set_observer(None)
-    assert recorder.kinds() == ["fault_armed", "fault_reached", "fault_released"]
+        lastcall_failpoints.set_observer(None)
+    assert lastcall_recorder.kinds() == ["fault_armed", "fault_reached", "fault_released"]
 
 
-def test_history_jsonl_round_trip_and_torn_line(tmp_path: Path, recorder: Recorder) -> None:
-    recorder.emit("stop_started", label="pp0/rank0")
-    recorder.emit("stop_returned", ok=True)
+def test_history_jsonl_round_trip_and_torn_line(tmp_path: Path, lastcall_recorder: Recorder) -> None:
+    lastcall_recorder.emit("stop_started", label="pp0/rank0")
+    lastcall_recorder.emit("stop_returned", ok=True)
     path = tmp_path / "h.jsonl"
-    write_jsonl(path, recorder.events())
+    write_jsonl(path, lastcall_recorder.events())
     events, problems = read_jsonl(path)
-    assert events == recorder.events() and problems == []
+    assert events == lastcall_recorder.events() and problems == []
     with open(path, "a") as f:
         f.write('{"t_ns": 1, "pid"')  # a writer killed mid-line
     events, problems = read_jsonl(path)
     assert len(events) == 2 and len(problems) == 1 and "torn last line" in problems[0]
 
 
-def test_wait_for_and_wait_until(recorder: Recorder) -> None:
-    t = threading.Thread(target=lambda: [recorder.emit("tick", n=i) for i in range(3)])
+def test_wait_for_and_wait_until(lastcall_recorder: Recorder) -> None:
+    t = threading.Thread(target=lambda: [lastcall_recorder.emit("tick", n=i) for i in range(3)])
     t.start()
-    ev = recorder.wait_for(lambda e: e.kind == "tick" and e.data["n"] == 2)
+    ev = lastcall_recorder.wait_for(lambda e: e.kind == "tick" and e.data["n"] == 2)
     assert isinstance(ev, Event) and ev.data == {"n": 2}
-    assert recorder.wait_until(lambda evs: len(evs) == 3)
+    assert lastcall_recorder.wait_until(lambda evs: len(evs) == 3)
     t.join()
-    assert recorder.wait_for("never", timeout=0) is None
+    assert lastcall_recorder.wait_for("never", timeout=0) is None

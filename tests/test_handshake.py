@@ -32,7 +32,7 @@ from harness.reference.handshake import (
 )
 from harness.reference.handshake_variants import HANDSHAKE_VARIANTS, get_handshake_variant
 
-pytestmark = pytest.mark.usefixtures("no_thread_leak", "failpoints")
+pytestmark = pytest.mark.usefixtures("no_thread_leak", "lastcall_failpoints")
 
 HOST = "127.0.0.1"
 SAFETY = 5.0  # seconds: a safety net that only catches a hang

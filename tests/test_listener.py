@@ -27,13 +27,14 @@ MiB = 1 << 20
 
 @pytest.fixture
 def worker(
-    lc_root: Path, recorder: Recorder, failpoints: ModuleType, no_thread_leak: None
+    lc_root: Path, lastcall_recorder: Recorder, lastcall_failpoints: ModuleType, no_thread_leak: None
 ) -> Iterator[ReferenceWorker]:
-    registry = Registry(recorder=recorder)
-    w = ReferenceWorker(WorkerSpec("t", root=str(lc_root), capacity=64 * MiB), registry=registry, recorder=recorder)
+    registry = Registry(recorder=lastcall_recorder)
+    w = ReferenceWorker(WorkerSpec("t", root=str(lc_root), capacity=64 * MiB), registry=registry,
+                        recorder=lastcall_recorder)
     w.start()
     yield w
-    failpoints.reset()
+    lastcall_failpoints.reset()
     assert w.shutdown()
 
 
@@ -77,7 +78,7 @@ MAP = wire.Request(cmd="map_to_kv_tensors", offsets=[0])
     ],
 )
 def test_malformed_frame_gets_bad_request_and_is_never_dispatched(
-    worker: ReferenceWorker, recorder: Recorder, payload: bytes, keeps_connection: bool
+    worker: ReferenceWorker, lastcall_recorder: Recorder, payload: bytes, keeps_connection: bool
 ) -> None:
     with connect(worker) as s:
         s.sendall(payload)
@@ -87,20 +88,20 @@ def test_malformed_frame_gets_bad_request_and_is_never_dispatched(
             assert ask(s, wire.Request(cmd="kv_tensors_created")).created is True
         else:
             assert closed(s)
-    assert [e.data["cmd"] for e in recorder.events("dispatch_started")] == (
+    assert [e.data["cmd"] for e in lastcall_recorder.events("dispatch_started")] == (
         ["kv_tensors_created"] if keeps_connection else [])
     still_serves(worker)
 
 
 @pytest.mark.parametrize("cut", [2, 4, 7], ids=["partial-header", "header-only", "part-body"])
-def test_reset_mid_frame(worker: ReferenceWorker, recorder: Recorder, cut: int) -> None:
+def test_reset_mid_frame(worker: ReferenceWorker, lastcall_recorder: Recorder, cut: int) -> None:
     s = connect(worker)
     s.sendall(wire.encode_request(MAP)[:cut])
-    recorder.wait_for("frame_started")
+    lastcall_recorder.wait_for("frame_started")
     s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
     s.close()
-    assert recorder.wait_for(lambda e: e.kind == "connection_closed" and "mid-frame" in e.data["why"])
-    assert not recorder.events("dispatch_started")
+    assert lastcall_recorder.wait_for(lambda e: e.kind == "connection_closed" and "mid-frame" in e.data["why"])
+    assert not lastcall_recorder.events("dispatch_started")
     still_serves(worker)
 
 
@@ -116,7 +117,7 @@ def test_one_byte_at_a_time_and_pipelined(worker: ReferenceWorker) -> None:
         assert [wire.decode_reply(wire.recv_frame(s)).id for _ in range(5)] == ["0", "1", "2", "3", "4"]
 
 
-def test_backend_errors_become_typed_replies(worker: ReferenceWorker, failpoints: ModuleType) -> None:
+def test_backend_errors_become_typed_replies(worker: ReferenceWorker, lastcall_failpoints: ModuleType) -> None:
     with connect(worker) as s:
         bad = ask(s, wire.Request(cmd="map_to_kv_tensors", offsets=[1]))
         assert (bad.error_type, bad.status) == ("bad_request", "error")
@@ -127,21 +128,21 @@ def test_backend_errors_become_typed_replies(worker: ReferenceWorker, failpoints
         assert ask(s, wire.Request(cmd="abort_unmap_from_kv_tensors", transaction_id="t")).status == "aborted"
         late = ask(s, wire.Request(cmd="prepare_unmap_from_kv_tensors", offsets=[0], transaction_id="t"))
         assert (late.error_type, late.phase) == ("state_consistency", "prepare")
-        failpoints.arm("backend.map_to_kv_tensors", "raise", count=1, message="boom")
+        lastcall_failpoints.arm("backend.map_to_kv_tensors", "raise", count=1, message="boom")
         failed = ask(s, MAP)
         assert failed.error_type == "operation_failed" and "boom" in (failed.message or "")
 
 
 def test_reply_to_a_vanished_peer_does_not_kill_the_listener(
-    worker: ReferenceWorker, recorder: Recorder, failpoints: ModuleType
+    worker: ReferenceWorker, lastcall_recorder: Recorder, lastcall_failpoints: ModuleType
 ) -> None:
-    fp = failpoints.arm("backend.map_to_kv_tensors", "pause", count=1)
+    fp = lastcall_failpoints.arm("backend.map_to_kv_tensors", "pause", count=1)
     s = connect(worker)
     s.sendall(wire.encode_request(MAP))
     assert fp.wait_reached()
     s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
     s.close()
-    recorder.wait_for("accepted")
+    lastcall_recorder.wait_for("accepted")
     fp.release()
     still_serves(worker)
     assert worker.listener is not None and worker.listener.thread is not None
@@ -159,7 +160,7 @@ def test_modes_and_owner_record(worker: ReferenceWorker) -> None:
 
 
 @pytest.mark.skipif(os.getuid() != 0, reason="needs root to connect as another uid")
-def test_peer_with_another_uid_is_closed_unread(worker: ReferenceWorker, recorder: Recorder) -> None:
+def test_peer_with_another_uid_is_closed_unread(worker: ReferenceWorker, lastcall_recorder: Recorder) -> None:
     path = Path(worker.path)
     for d in (path.parent.parent, path.parent):  # let uid 65534 reach the socket at all
         d.chmod(0o755)
@@ -188,15 +189,15 @@ def test_peer_with_another_uid_is_closed_unread(worker: ReferenceWorker, recorde
         result = f.read()
     os.waitpid(pid, 0)
     assert result == b"closed"
-    ev = recorder.wait_for("peer_rejected")
+    ev = lastcall_recorder.wait_for("peer_rejected")
     assert ev is not None and ev.data["peer_uid"] == 65534
-    assert not recorder.events("dispatch_started")
+    assert not lastcall_recorder.events("dispatch_started")
     path.parent.parent.chmod(0o700)
 
 
-def test_live_path_is_not_stolen_and_stale_path_is_taken(lc_root: Path, recorder: Recorder) -> None:
+def test_live_path_is_not_stolen_and_stale_path_is_taken(lc_root: Path, lastcall_recorder: Recorder) -> None:
     path = socket_path("t", 0, 0, lc_root)
-    first = WorkerListener(path, NoopBackend(), ipc="t", recorder=recorder)
+    first = WorkerListener(path, NoopBackend(), ipc="t", recorder=lastcall_recorder)
     first.start()
     try:
         with pytest.raises(ListenerError, match=f"in use by live pid {os.getpid()}"):
@@ -210,9 +211,9 @@ def test_live_path_is_not_stolen_and_stale_path_is_taken(lc_root: Path, recorder
     s.bind(str(path))
     s.close()
     OwnerRecord(pid=os.getpid(), start_ticks=1, ipc="t", kind="socket").write(owner_path(path))
-    second = WorkerListener(path, NoopBackend(), ipc="t", recorder=recorder)
+    second = WorkerListener(path, NoopBackend(), ipc="t", recorder=lastcall_recorder)
     second.start()
-    assert recorder.events("stale_socket_removed")
+    assert lastcall_recorder.events("stale_socket_removed")
     assert second.stop()
 
 
@@ -237,9 +238,9 @@ def test_start_errors_and_lifecycle_edges(lc_root: Path) -> None:
     assert not any(lc_root.iterdir())
 
 
-def test_events_order_one_request(worker: ReferenceWorker, recorder: Recorder) -> None:
+def test_events_order_one_request(worker: ReferenceWorker, lastcall_recorder: Recorder) -> None:
     still_serves(worker)
-    kinds = [k for k in recorder.kinds() if k != "listener_started"]
+    kinds = [k for k in lastcall_recorder.kinds() if k != "listener_started"]
     assert kinds[:5] == ["accepted", "frame_started", "frame_completed", "dispatch_started", "dispatch_finished"]
-    times = [e.t_ns for e in recorder.events()]
+    times = [e.t_ns for e in lastcall_recorder.events()]
     assert times == sorted(times)

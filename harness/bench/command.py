@@ -173,6 +173,26 @@ class _Progress:
 
 
 # ---------------------------------------------------------------------- run
+def arm_variant(spec: str) -> Any:
+    """The worker variant an arm names, looked up as every target name is (harness.targets.load_target).
+
+    Error handling: ConfigError, one line: an unknown name (with the nearest), a module:attribute that
+    does not import, or a target that is not a worker variant (a handshake variant, kvcached, a swap).
+    """
+    from harness.reference.variants import Variant
+    from harness.targets import load_target
+
+    if "@" in spec:
+        raise ConfigError(f"arm {spec!r}: a bench arm is a variant name or module:attribute naming a Variant, "
+                          f"not a listener swap; give the swapped listener's module:attribute Variant")
+    target = load_target(spec)
+    if not isinstance(target, Variant):
+        raise ConfigError(f"arm {spec!r} is a target without the reference worker ({type(target).__name__}); a "
+                          f"bench arm is the reference, one of its planted-bug variants or module:attribute naming "
+                          f"a harness.reference.variants.Variant")
+    return target
+
+
 def _labels(specs: list[str]) -> list[str]:
     labels = [s.rpartition(":")[2] if ":" in s else s for s in specs]
     return labels if len(set(labels)) == len(labels) else list(specs)
@@ -213,10 +233,8 @@ def run_bench(arms: list[str], ops: list[str], windows: int = 15, requests: int 
     if order not in ORDERS:
         raise ConfigError(f"unknown order {order!r}; known: {', '.join(ORDERS)}")
     ops = [check_op(op) for op in dict.fromkeys(ops or OPS)]
-    from harness.reference.variants import load_variant
-
     for spec in arms:
-        load_variant(spec)  # a bad name fails here, before anything starts
+        arm_variant(spec)  # a bad name fails here, before anything starts
     variants = [flavoured(spec, backend, record) for spec in arms]
     labels = _labels(arms)
     seed = random.randrange(1 << 32) if seed is None else seed

@@ -6,18 +6,33 @@ import os
 import sys
 from collections.abc import Sequence
 
-__all__ = ["run", "list_scenarios", "PYTEST_TO_EXIT"]
+__all__ = ["run", "preflight", "list_scenarios", "replay", "PYTEST_TO_EXIT"]
 
 # pytest's exit codes -> lastcall's: 0 ok, 1 violations, 2 usage/scenario errors (and "nothing collected"),
 # 3 internal error, 130 interrupted
 PYTEST_TO_EXIT = {0: 0, 1: 1, 2: 130, 3: 3, 4: 2, 5: 2}
 
 
-def run(paths: Sequence[str], *, workers: str | None = None, target: str | None = None,
+def run(paths: Sequence[str], *, workers: str | None = None, target: str | None = None, listener: str | None = None,
         keyword: str | None = None, marks: str | None = None, extra: Sequence[str] = ()) -> int:
-    """Run the scenarios under ``paths`` through pytest; every directory given is a scenario root."""
+    """Run the scenarios under ``paths`` through pytest; every directory given is a scenario root.
+
+    Returns: lastcall's exit code for pytest's (PYTEST_TO_EXIT).
+    Error handling: every file given (and under every directory given) is loaded first, and the
+        targets named (``target``, ``listener``, LASTCALL_TARGET, each file's ``target:``) are
+        imported here; any error is printed, all of them, and nothing starts (exit code 2).
+    """
     import pytest
 
+    if "" not in sys.path and os.getcwd() not in sys.path:  # a module:attribute target from here, as python -m
+        sys.path.insert(0, os.getcwd())
+    problems = preflight(paths, target, listener)
+    if problems:
+        for line in problems:
+            print(line, file=sys.stderr)
+        print(f"lastcall run: {len(problems)} error{'' if len(problems) == 1 else 's'}; nothing was started",
+              file=sys.stderr)
+        return 2
     dirs = [p for p in paths if os.path.isdir(p)]
     args = [*paths, "-p", "no:cacheprovider", "-q", "-rfE"]
     if dirs:
@@ -25,13 +40,44 @@ def run(paths: Sequence[str], *, workers: str | None = None, target: str | None 
     if workers:
         args += ["-n", workers]
     if target:
-        args += ["--target", target]
+        args += ["--lastcall-target", target]
+    if listener:
+        args += ["--lastcall-listener", listener]
     if keyword:
         args += ["-k", keyword]
     if marks:
         args += ["-m", marks]
     code = int(pytest.main([*args, *extra]))
     return PYTEST_TO_EXIT.get(code, 3)
+
+
+def preflight(paths: Sequence[str], target: str | None = None, listener: str | None = None) -> list[str]:
+    """Every error ``lastcall run`` finds before starting anything, one per line (hint lines included)."""
+    from harness.errors import ConfigError
+    from harness.scenario import load_many
+    from harness.targets import load_target
+
+    problems: list[str] = []
+    given = "--target" if target else "LASTCALL_TARGET"
+    target = target or os.environ.get("LASTCALL_TARGET") or None
+    listener = listener or os.environ.get("LASTCALL_LISTENER") or None
+    if listener:
+        target, given = f"{(target or 'reference').partition('@')[0]}@{listener}", "--listener"
+    if target is not None:
+        try:
+            load_target(target)
+        except ConfigError as exc:
+            problems.append(f"lastcall run: {given}: {exc}")
+    files = [p.split("::")[0] for p in paths]
+    scenarios, errors = load_many([f for f in files if os.path.isdir(f) or f.endswith((".yaml", ".yml"))])
+    problems += [str(each) for err in errors for each in err.errors]
+    if target is None:
+        for sc in scenarios:
+            try:
+                load_target(sc.target)  # a module:attribute the loader only found is imported here
+            except ConfigError as exc:
+                problems.append(f"{sc.where('target')}: target: {exc}")
+    return problems
 
 
 def list_scenarios(paths: Sequence[str]) -> int:
@@ -54,11 +100,17 @@ def replay(report: str) -> int:
     from pathlib import Path
 
     p = Path(report)
+    if not p.exists():
+        print(f"lastcall replay: {report}: no such report; give reports/<run id>, or its verdicts.json or "
+              f"history.jsonl", file=sys.stderr)
+        return 2
     meta_path = p / "verdicts.json" if p.is_dir() else p.with_name("verdicts.json")
     try:
         meta = json.loads(meta_path.read_text())
     except (OSError, ValueError) as exc:
-        print(f"lastcall replay: cannot read {meta_path}: {exc}", file=sys.stderr)
+        beside = "" if meta_path == p else f" (the verdicts.json {'in' if p.is_dir() else 'beside'} {report})"
+        print(f"lastcall replay: cannot read {meta_path}{beside}: {getattr(exc, 'strerror', None) or exc}",
+              file=sys.stderr)
         return 2
     nodeid = meta.get("nodeid")
     if not nodeid:
