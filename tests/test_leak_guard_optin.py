@@ -55,6 +55,10 @@ def test_marked_but_leaks_ok():
 
 def test_own_fixture_of_the_same_name_leaks(no_thread_leak):
     listening()
+
+
+def test_lastcall_fixture_through_one_of_ours_leaks(root_user):
+    listening()
 '''
 
 # a conftest of the user's own that defines a fixture named like one of lastcall's: not an opt-in
@@ -65,12 +69,17 @@ import pytest
 @pytest.fixture
 def no_thread_leak():
     yield
+
+
+@pytest.fixture
+def root_user(lc_root):  # lastcall's fixture, asked for by one of the suite's own
+    return lc_root
 '''
 
 OUTCOMES_DEFAULT = {
     "test_starts_a_shared_server": "PASSED", "test_uses_the_shared_server": "PASSED",
     "test_fixture_user_leaks": "ERROR", "test_marked_leaks": "ERROR", "test_marked_but_leaks_ok": "PASSED",
-    "test_own_fixture_of_the_same_name_leaks": "PASSED"}
+    "test_own_fixture_of_the_same_name_leaks": "PASSED", "test_lastcall_fixture_through_one_of_ours_leaks": "ERROR"}
 
 
 def _outcomes(result: pytest.RunResult) -> dict[str, str]:
