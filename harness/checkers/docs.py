@@ -6,7 +6,7 @@
 from __future__ import annotations
 
 from harness.checkers import CHECKERS, Checker
-from harness.events import PARTY_CAPABILITIES
+from harness.events import KINDS, PARTY_CAPABILITIES
 
 __all__ = ["render_markdown"]
 
@@ -15,6 +15,12 @@ def _needs(c: Checker) -> str:
     if callable(c.evidence):
         return "depends on its parameters (see below)"
     return "; ".join(f"{party}: one of {', '.join(f'`{k}`' for k in kinds)}" for party, kinds in c.evidence.items())
+
+
+def _reads(c: Checker) -> str:
+    own = [f"`{k}`" for k in c.judges if KINDS[k].party == "harness"]
+    theirs = [f"`{k}` ({KINDS[k].party})" for k in c.judges if KINDS[k].party != "harness"]
+    return ", ".join(own + theirs) or "the snapshots only"
 
 
 def render_markdown() -> str:
@@ -44,8 +50,11 @@ def render_markdown() -> str:
            "`stop_latency` with `step:` times the harness's own step and is black-box; without it, it times the",
            "listener's phases and needs the listener's events.", "",
            "## What each black-box checker reads", "",
+           "Besides the snapshots.  A kind marked with a party is the target's own, read where present and",
+           "never relied on: without it the checker still judges from the harness's view (a port named in its",
+           "parameters, the replies the harness got, the exit the launcher saw).", "",
            "| checker | judges |", "|---|---|",
-           *(f"| `{n}` | {', '.join(f'`{k}`' for k in CHECKERS[n].judges) or 'the snapshots only'} |" for n in black),
+           *(f"| `{n}` | {_reads(CHECKERS[n])} |" for n in black),
            ""]
     return "\n".join(out)
 
