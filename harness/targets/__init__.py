@@ -12,7 +12,9 @@ capabilities say so.
 
 Choosing one: by name (``reference``, each planted-bug variant, each handshake
 variant, ``kvcached``, ``vllm_nixl``) or by an importable ``module:attribute``,
-given to ``--target``, the scenario's ``target:`` key or ``LASTCALL_TARGET``.
+given to ``lastcall run --target`` (pytest: ``--lastcall-target``), the scenario's
+``target:`` key or ``LASTCALL_TARGET``; :func:`check_target` checks such a name without
+importing anything (harness.targets.names), :func:`load_target` imports it.
 The name travels to the worker and engine processes, which load it again after
 the fork, so a ``module:attribute`` target is imported there too.
 
