@@ -190,3 +190,10 @@ def test_lastcall_scenario_items_ask_for_the_guard(pytester: pytest.Pytester) ->
                                            "s.yaml", timeout=120)
     why = [line for line in result.outlines if line.startswith("WHY ")]
     assert why and all(line.endswith(" a lastcall item") for line in why), result.stdout.str()[-3000:]
+
+
+def test_lastcalls_own_suite_checks_every_test(pytestconfig: pytest.Config) -> None:
+    from harness import leakguard
+
+    assert pytestconfig.inipath == ROOT / "pyproject.toml"
+    assert leakguard.mode(pytestconfig) == "all"  # pyproject.toml: lastcall_leak_check = "all"
