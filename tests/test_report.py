@@ -241,6 +241,7 @@ def test_a_run_without_a_short_stop_has_the_whole_view_only(tmp_path: Path) -> N
     # a stop that never returned: to the end of the run
     unreturned = [e for e in history() if e.kind not in ("stop_returned", "step_returned")]
     assert focus(unreturned) is None
+    assert focus([ev(3, "stop_started"), ev(3, "stop_returned")]) is None  # a run of one instant
     # without evidence: from the fault (6 ms) to the stop step's return (18 ms), padded 1.2 ms
     assert focus(history()) == (int(1e12 + 4.8 * MS), int(1e12 + 19.2 * MS))
 

@@ -339,7 +339,7 @@ def focus(events: Sequence[Event], evidence: Evidence | None = None) -> tuple[in
     lo, hi = min([lo, *shown]), max([hi, *shown])
     pad = max(int((hi - lo) * FOCUS_PAD), FOCUS_MIN_PAD_NS)
     lo, hi = max(first, lo - pad), min(last, hi + pad)
-    return None if hi - lo > FOCUS_MAX * (last - first) else (lo, hi)
+    return None if hi <= lo or hi - lo > FOCUS_MAX * (last - first) else (lo, hi)
 
 
 def _stopping(e: Event) -> bool:
