@@ -310,6 +310,10 @@ def _cmd_report(args: argparse.Namespace) -> int:
 
 
 def _cmd_bench(args: argparse.Namespace) -> int:
+    if args.workload:  # its limits and bounds before the bench is imported (torch: seconds): a bad file exits 2 at once
+        from harness.bench.workload import read_workload
+
+        read_workload(args.workload)
     from harness.bench.command import bench_main
 
     return bench_main(args)

@@ -55,9 +55,11 @@ def _huge(tmp: Path) -> str:
     """A 64 MiB scenario whose one mistake is on its last line."""
     path = tmp / "huge.yaml"
     line = "# a comment line, to make the file large\n"
+    chunk = line * ((1 << 20) // len(line))
     with open(path, "w") as f:
         f.write(HEAD + TAIL)
-        f.write(line * ((64 << 20) // len(line)))
+        for _ in range(64):  # in chunks: whoever makes the file stays small
+            f.write(chunk)
         f.write("expect: [no_late_dispatch]  # the mistake: a second expect key\n")
     return str(path)
 

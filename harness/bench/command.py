@@ -43,12 +43,14 @@ from typing import Any
 from harness.bench.arms import OPS, Client, check_op, flavoured
 from harness.bench.interleave import ORDERS, Arm, Result, Window, format_rows, run_interleaved
 from harness.bench.stats import MIN_SAMPLES, Comparison, compare
+from harness.bench.workload import WORKLOAD_KEYS, load_workload
 from harness.errors import ConfigError, HarnessError
 from harness.launch.cluster import Cluster
 from harness.probes.model import FdEntry
 from harness.probes.procs import proc_entry
 
-__all__ = ["BenchResult", "LeakFound", "run_bench", "format_bench", "render_svg", "bench_main", "DEFAULT_ARMS"]
+__all__ = ["BenchResult", "LeakFound", "run_bench", "format_bench", "render_svg", "bench_main", "DEFAULT_ARMS",
+           "WORKLOAD_KEYS", "load_workload"]
 
 DEFAULT_ARMS = ("reference", "harness.bench.arms:TRACKING_NOOP")
 CAPACITY = 1 << 30  # each worker's KV address space: 512 pages of PAGE_SIZE
@@ -377,54 +379,6 @@ def render_svg(r: BenchResult, width: int = 720, panel: int = 220) -> str:
         out += _panel(op, series, legend + k * panel, width, panel)
     out.append("</svg>")
     return "\n".join(out) + "\n"
-
-
-WORKLOAD_KEYS = ("ops", "arms", "windows", "requests", "warmup")  # what a YAML workload file may set
-WORKLOAD_BOUNDS = {"windows": (1, 1000), "requests": (1, 100_000), "warmup": (0, 100)}  # lowest, highest
-MAX_WORKLOAD_NAMES = 64  # the longest ops or arms list
-
-
-def _workload_yaml(path: str) -> object:
-    """The file's YAML through the scenario loader's reader and parser: the same size, depth and alias limits."""
-    from harness.scenario.yamlnodes import ReadProblem, YamlProblem, parse, read_text
-
-    try:
-        return parse(read_text(path, expected="a mapping with a non-empty 'ops' list, e.g. ops: [map16]")).data
-    except ReadProblem as exc:
-        where = path if exc.position is None else f"{path}:{exc.position[0]}:{exc.position[1]}"
-        raise ConfigError(f"{where}: cannot read the workload: {exc.message}") from None
-    except YamlProblem as exc:
-        line, column = exc.position
-        raise ConfigError(f"{path}:{line}:{column}: cannot read the workload: {exc.problem.message}") from None
-
-
-def load_workload(path: str) -> dict[str, Any]:
-    """A YAML workload: ``ops: [kv_tensors_created, map32, unmap_pair]`` and optionally arms, windows,
-    requests, warmup. Errors name the file and the key (ConfigError); the file is read with the scenario
-    loader's limits (harness.scenario.yamlnodes) and every number is bounded (:data:`WORKLOAD_BOUNDS`)."""
-    data = _workload_yaml(path)
-    if not isinstance(data, dict) or not data.get("ops"):
-        raise ConfigError(f"{path}: a workload is a mapping with a non-empty 'ops' list, e.g. ops: [map16]")
-    unknown = sorted(str(k) for k in set(data) - set(WORKLOAD_KEYS))
-    if unknown:
-        raise ConfigError(f"{path}: unknown key(s) {unknown}; a workload may set {', '.join(WORKLOAD_KEYS)}")
-    for key in ("ops", "arms"):
-        if key in data and not (isinstance(data[key], list) and all(isinstance(x, str) for x in data[key])):
-            raise ConfigError(f"{path}: {key}: expected a list of names, found {data[key]!r}")
-        if len(data.get(key, ())) > MAX_WORKLOAD_NAMES:
-            raise ConfigError(f"{path}: {key}: {len(data[key])} names, over lastcall's limit of "
-                              f"{MAX_WORKLOAD_NAMES}; name each at most once")
-    for key, (low, high) in WORKLOAD_BOUNDS.items():
-        if key not in data:
-            continue
-        value = data[key]
-        if not (isinstance(value, int) and not isinstance(value, bool) and value >= low):
-            raise ConfigError(f"{path}: {key}: expected a positive whole number, found {value!r}")
-        if value > high:
-            raise ConfigError(f"{path}: {key}: {value} is over lastcall's limit of {high}; write at most {high}")
-    for op in data["ops"]:
-        check_op(op)
-    return data
 
 
 def bench_main(args: argparse.Namespace) -> int:
