@@ -190,6 +190,13 @@ def test_run_passes_its_own_options_and_everything_after_the_dashes(tmp_path: Pa
     assert len([d for d in reports.iterdir() if d.is_dir()]) == 1
 
 
+def test_run_maps_a_pytest_usage_error_to_2() -> None:
+    """An argument after -- that pytest does not know: pytest's usage error (4) is lastcall's 2, nothing runs."""
+    rc, out, err = _lastcall("run", SCENARIO, "--", "--no-such-flag")
+    assert (rc, out) == (EXIT_USAGE, "")
+    assert "error: unrecognized arguments: --no-such-flag" in err and "Traceback" not in err
+
+
 def test_only_run_takes_pytest_arguments(capsys: pytest.CaptureFixture[str]) -> None:
     rc, out, err = _run(capsys, "validate", SCENARIO, "--", "-x")
     assert (rc, out, err) == (EXIT_USAGE, "", "lastcall validate: error: only lastcall run takes arguments after -- "

@@ -11,6 +11,7 @@ __all__ = ["run", "preflight", "list_scenarios", "replay", "PYTEST_TO_EXIT"]
 # pytest's exit codes -> lastcall's: 0 ok, 1 violations, 2 usage/scenario errors (and "nothing collected"),
 # 3 internal error, 130 interrupted
 PYTEST_TO_EXIT = {0: 0, 1: 1, 2: 130, 3: 3, 4: 2, 5: 2}
+REWRITE_NOTE = "Module already imported so cannot be rewritten; harness"  # pytest's warning, filtered in run
 
 
 def run(paths: Sequence[str], *, workers: str | None = None, target: str | None = None, listener: str | None = None,
@@ -34,7 +35,9 @@ def run(paths: Sequence[str], *, workers: str | None = None, target: str | None 
               file=sys.stderr)
         return 2
     dirs = [p for p in paths if os.path.isdir(p)]
-    args = [*paths, "-p", "no:cacheprovider", "-q", "-rfE"]
+    # harness is imported before pytest starts, so pytest cannot rewrite the plugin's asserts: not news to a user
+    args = [*paths, "-p", "no:cacheprovider", "-q", "-rfE",
+            "-W", f"ignore:{REWRITE_NOTE}:pytest.PytestAssertRewriteWarning"]
     if dirs:
         args += ["-o", "lastcall_scenarios=" + " ".join(dirs)]
     if workers:
@@ -60,9 +63,10 @@ def preflight(paths: Sequence[str], target: str | None = None, listener: str | N
     problems: list[str] = []
     given = "--target" if target else "LASTCALL_TARGET"
     target = target or os.environ.get("LASTCALL_TARGET") or None
-    listener = listener or os.environ.get("LASTCALL_LISTENER") or None
-    if listener:
-        target, given = f"{(target or 'reference').partition('@')[0]}@{listener}", "--listener"
+    if listener or os.environ.get("LASTCALL_LISTENER"):
+        given = "--listener" if listener else "LASTCALL_LISTENER"
+        listener = listener or os.environ["LASTCALL_LISTENER"]
+        target = f"{(target or 'reference').partition('@')[0]}@{listener}"
     if target is not None:
         try:
             load_target(target)
