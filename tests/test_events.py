@@ -298,3 +298,43 @@ def test_lastcall_report_keeps_allow_unknown_and_the_targets_absent_parties(
     report_history(tmp_path / "history.jsonl", out=tmp_path / "out")
     again = json.loads((tmp_path / "out" / "verdicts.json").read_text())
     assert again["verdicts"][1]["status"] == "unknown"
+
+
+CHATTY_SCENARIO = """name: a-kind-of-its-own
+about: a target declares an event kind of its own, and a scenario waits on it
+catches: [no_conn_tracking]
+target: tests.lc_events_target:CHATTY
+steps:
+  - start: cluster
+  - stop: {as: s1}
+  - wait: {event: colour_chosen}
+  - wait: {returned: s1}
+expect:
+  - stop_result: {step: s1}
+"""
+
+
+def test_a_kind_a_target_declares_is_waited_on_and_kept_in_a_strict_run() -> None:
+    try:
+        result: Any = _run(CHATTY_SCENARIO)
+        assert result.passed, result.step_error
+        chosen = [e for e in result.events if e.kind == "colour_chosen"]
+        assert [e.data for e in chosen] == [{"listener": "pp0/rank0", "colour": "blue"}]
+        # the same listener under a target that does not declare the kind: the run is broken, naming it
+        undeclared = CHATTY_SCENARIO.replace("target: tests.lc_events_target:CHATTY\n", "").replace(
+            "  - wait: {event: colour_chosen}\n", "")
+        KINDS.pop("colour_chosen")
+        broken: Any = _run(undeclared, "reference@tests.lc_events_target:ChattyListener")
+        assert not broken.passed
+        assert "bad event: event 'colour_chosen' from pp0/rank0" in broken.step_error
+        assert "unknown kind" in broken.step_error
+    finally:
+        KINDS.pop("colour_chosen", None)
+
+
+def test_a_scenario_waiting_on_an_unknown_kind_of_a_named_target_is_refused() -> None:
+    from harness.scenario.errors import ScenarioError
+    from harness.scenario.loader import loads
+
+    with pytest.raises(ScenarioError, match="unknown event kind 'colour_chosen'"):
+        loads(CHATTY_SCENARIO.replace("target: tests.lc_events_target:CHATTY\n", ""), "<named>")
