@@ -10,6 +10,7 @@ import pytest
 
 from harness.launch.cluster import RemoteError
 from harness.launch.judged import JudgedCluster
+from harness.scenario.runner import STEP_KINDS
 
 Make = Callable[..., JudgedCluster]
 
@@ -41,7 +42,9 @@ def handshake_clusters(**fixed: Any) -> Iterator[Make]:
 
 
 def step(c: JudgedCluster, name: str, kind: str, fn: Callable[[], object], **data: object) -> object:
-    """Run ``fn`` as a named step, recorded as step_started / step_returned (what the checkers read)."""
+    """Run ``fn`` as the step ``name`` of ``kind`` (a registered step kind), recorded as step_started /
+    step_returned with the kind's category, as the Player records it (what the checkers read)."""
+    data = {"category": STEP_KINDS[kind].category, **data}
     c.rec.emit("step_started", step=name, kind=kind, **data)
     try:
         value = fn()

@@ -27,7 +27,7 @@ def make() -> Iterator[Make]:
 
 
 def shutdown_and_probe(c: JudgedCluster, port: int) -> object:
-    ok = step(c, "stop", "stop", lambda: c.engine.call("shutdown", timeout=scaled(15)))  # type: ignore[union-attr]
+    ok = step(c, "stop", "handshake_shutdown", lambda: c.engine.call("shutdown", timeout=scaled(15)))  # type: ignore[union-attr]
     c.snapshot("after_stop", [port])
     return ok
 
@@ -71,7 +71,7 @@ def test_port_held_before_start_is_a_typed_error_not_a_hang(make: Make, variant:
     port = holder.getsockname()[1]
     c = make(variant=variant)
     try:
-        result = step(c, "start", "restart", lambda: c.engine.call(  # type: ignore[union-attr]
+        result = step(c, "start", "handshake_start", lambda: c.engine.call(  # type: ignore[union-attr]
             "start", port=port, start_timeout=1.0, timeout=scaled(3)))
     finally:
         holder.close()
@@ -92,9 +92,9 @@ def test_malformed_handshakes_do_not_kill_the_listener(make: Make, variant: str,
     c = make(variant=variant)
     port = int(c.engine.call("start"))  # type: ignore[union-attr]
     for kind in ("garbage", "wrong_tag", "unknown_rank"):
-        step(c, f"bad_{kind}", "send", functools.partial(c.peer.call, "bad", port=port, kind=kind),
+        step(c, f"bad_{kind}", "malformed_handshake", functools.partial(c.peer.call, "bad", port=port, kind=kind),
              fault="garbage_body")
-    step(c, "good", "send", lambda: c.peer.call("fetch", port=port, within=1.0), fault="none")
+    step(c, "good", "handshake", lambda: c.peer.call("fetch", port=port, within=1.0), fault="none")
     shutdown_and_probe(c, port)
     got = status(c, "survives_bad_input", "requests_served")
     assert (got["survives_bad_input"] == "violated") is caught, got
@@ -104,7 +104,7 @@ def test_malformed_handshakes_do_not_kill_the_listener(make: Make, variant: str,
 def test_repeated_start_stop_in_one_process(make: Make, variant: str, caught: bool) -> None:
     """The original hang: a listener not stopped keeps the port, so the next one in the process cannot bind."""
     c = make(variant=variant)
-    result = step(c, "cycle", "restart", lambda: c.engine.call("cycle", n=20, timeout=scaled(30)))  # type: ignore[union-attr]
+    result = step(c, "cycle", "cycle", lambda: c.engine.call("cycle", n=20, timeout=scaled(30)))  # type: ignore[union-attr]
     got = status(c, ("stop_result", {"step": "cycle", "returns": True}))
     assert (got["stop_result"] == "violated") is caught, (got, result)
 
@@ -128,12 +128,12 @@ def test_shutdown_reports_true_only_once_the_thread_is_gone(make: Make, variant:
     c.engine.call("arm", site="handshake.before_reply", action="pause", count=1)  # type: ignore[union-attr]
     fetching = c.peer.send("fetch", port=port)
     c.wait("fault_reached")
-    first = step(c, "stop", "stop", lambda: c.engine.call("shutdown", timeout=scaled(15)))  # type: ignore[union-attr]
+    first = step(c, "stop", "handshake_shutdown", lambda: c.engine.call("shutdown", timeout=scaled(15)))  # type: ignore[union-attr]
     if first is True:  # a shutdown that says it is done: the port must be free now, thread parked or not
         c.snapshot("after_stop", [port])
     c.engine.call("release", site="handshake.before_reply")  # type: ignore[union-attr]
     c.peer.result(fetching)
-    step(c, "retry", "stop", lambda: c.engine.call("shutdown", timeout=scaled(15)))  # type: ignore[union-attr]
+    step(c, "retry", "handshake_shutdown", lambda: c.engine.call("shutdown", timeout=scaled(15)))  # type: ignore[union-attr]
     c.snapshot("after_retry", [port])
     got = status(c, "port_released", ("stop_result", {"step": "stop", "returns": False}),
                  ("stop_result", {"step": "retry", "returns": True}))

@@ -19,8 +19,8 @@ from harness.launch.judged import JudgedCluster
 from harness.launch.parts import CASTS, HANDSHAKE, WORKER, missing_parts
 from harness.scenario import load
 from harness.scenario.loader import expand
-from harness.scenario.player import STEP_KINDS, StepError, cast_for
-from harness.scenario.runner import run_item
+from harness.scenario.player import StepError, cast_for
+from harness.scenario.runner import STEP_KINDS, run_item
 from harness.scenario.steps import HANDSHAKE_STEPS, STEP_TYPES, WORKER_STEPS
 from harness.targets import load_target
 

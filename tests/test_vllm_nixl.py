@@ -60,7 +60,7 @@ def test_idle_shutdown_waits_for_the_receive_timeout(make: Make) -> None:
     c = make()
     port = first_start(c)
     assert c.peer.call("fetch", port=port) == "agent-0-0"
-    assert step(c, "stop", "stop", lambda: shutdown(c)) is True
+    assert step(c, "stop", "handshake_shutdown", lambda: shutdown(c)) is True
     c.snapshot("after_stop", [port])
     took = stop_ms(c)
     print(f"\nvllm_nixl: idle shutdown after a handshake took {took[0]:.1f} ms")
@@ -77,7 +77,7 @@ def test_repeated_start_stop_rebinds_the_released_port(make: Make) -> None:
     c = make()
     port = first_start(c)  # imports vLLM outside the timed cycle
     assert shutdown(c) is True
-    ports = step(c, "cycle", "restart", lambda: c.engine.call("cycle", n=5, port=port, timeout=scaled(60)))  # type: ignore[union-attr]
+    ports = step(c, "cycle", "cycle", lambda: c.engine.call("cycle", n=5, port=port, timeout=scaled(60)))  # type: ignore[union-attr]
     assert ports == [port] * 5, ports
     c.snapshot("after_cycle", [port])
     took = stop_ms(c)[1:]
@@ -97,13 +97,14 @@ def test_shutdown_under_continuous_traffic_is_deferred(make: Make) -> None:
     mark = c.mark()
     c.peer.call("hammer", port=port)
     c.wait(lambda e: e.kind == "handshake_served", after=mark)  # the traffic flows
-    c.rec.emit("step_started", step="stop", kind="stop")
+    c.rec.emit("step_started", step="stop", kind="handshake_shutdown", category="stop")
     cid = c.engine.send("shutdown")  # type: ignore[union-attr]
     with pytest.raises(RemoteError, match="no reply"):
         c.engine.result(cid, timeout=DEFER_S)  # type: ignore[union-attr]
     step(c, "stop_hammer", "stop_hammer", lambda: c.peer.call("stop_hammering"))
     value = c.engine.result(cid, timeout=scaled(15))  # type: ignore[union-attr]
-    c.rec.emit("step_returned", step="stop", kind="stop", ok=True, value=value)
+    c.rec.emit("step_returned", step="stop", kind="handshake_shutdown", category="stop", ok=True,
+               value=value)
     c.snapshot("after_stop", [port])
     assert value is True
     hammer = c.wait("hammer_finished")
@@ -131,7 +132,7 @@ def test_port_held_before_start_hangs_start(make: Make) -> None:
     try:
         first_start(c)  # vLLM imported: the held start below waits for vLLM only
         assert shutdown(c) is True
-        result = step(c, "start", "restart", lambda: c.engine.call(  # type: ignore[union-attr]
+        result = step(c, "start", "handshake_start", lambda: c.engine.call(  # type: ignore[union-attr]
             "start", port=port, start_timeout=1.0, timeout=scaled(3)))
         died = c.wait(lambda e: e.kind == "thread_exception", timeout=scaled(5))
     finally:
@@ -157,10 +158,10 @@ def test_one_malformed_handshake(make: Make, kind: str, kills: bool) -> None:
     c = make()
     port = first_start(c)
     assert c.peer.call("fetch", port=port) == "agent-0-0"
-    bad = step(c, "bad", "send", lambda: c.peer.call("bad", port=port, kind=kind, within=1.0),
+    bad = step(c, "bad", "malformed_handshake", lambda: c.peer.call("bad", port=port, kind=kind, within=1.0),
                fault="garbage_body")
-    good = step(c, "good", "send", lambda: c.peer.call("fetch", port=port, within=1.0), fault="none")
-    assert step(c, "stop", "stop", lambda: shutdown(c)) is True
+    good = step(c, "good", "handshake", lambda: c.peer.call("fetch", port=port, within=1.0), fault="none")
+    assert step(c, "stop", "handshake_shutdown", lambda: shutdown(c)) is True
     c.snapshot("after_stop", [port])
     deaths = c.rec.events("thread_exception")
     if kills:

@@ -11,7 +11,8 @@ whose listener it drives (``worker``, ``handshake``; None for a step any run can
 :func:`step_kind` registers one.  The cast of a run follows from its steps (:func:`cast_for`), and its
 processes from the cast's parts (harness.launch.parts): no run kind has a runner or a cluster of its own.
 The worker listener's steps are in harness.scenario.worker_steps, the handshake listener's in
-harness.scenario.handshake_steps, the common ones below.
+harness.scenario.handshake_steps, the common ones below; a step module registers its kinds when it is
+imported, and harness.scenario.runner imports every built-in one (its ``STEP_KINDS`` is the whole registry).
 
 **How a new kind of run plugs in** (the next one: a real vLLM engine, ``vllm serve`` as the engine side with
 its workers inside it):

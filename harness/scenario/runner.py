@@ -24,10 +24,10 @@ from harness.launch.parts import cast_named, missing_parts
 from harness.probes.model import Snapshot
 from harness.result import RunResult
 from harness.scenario.loader import MatrixItem
-from harness.scenario.player import Player, Snap, StepError, cast_for
+from harness.scenario.player import STEP_KINDS, Player, Snap, StepError, cast_for
 from harness.timeouts import scale
 
-__all__ = ["RunResult", "run_item", "StepError"]
+__all__ = ["RunResult", "run_item", "StepError", "STEP_KINDS"]  # STEP_KINDS here: every built-in kind registered
 
 
 def run_item(item: MatrixItem, *, variant: str | None = None, run_id: str | None = None,
