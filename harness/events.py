@@ -273,7 +273,10 @@ def absent_parties(capabilities: Iterable[str]) -> frozenset[str]:
 
 # ----------------------------------------------------------------- the reference page
 def _keys(k: EventKind) -> str:
-    parts = [f"`{n}` {t}" for n, t in k.required.items()] + [f"`{n}`? {t}" for n, t in k.optional.items()]
+    def t(spec: str) -> str:
+        return spec.replace("|", " or ")  # a bare | would split the table's cell
+
+    parts = [f"`{n}` {t(v)}" for n, v in k.required.items()] + [f"`{n}`? {t(v)}" for n, v in k.optional.items()]
     if k.open:
         parts.append("...")
     return ", ".join(parts) or "-"
@@ -290,7 +293,9 @@ def render_markdown(kinds: Iterable[EventKind] | None = None) -> str:
            "A target's adapter emits these kinds with these keys; kinds of its own it declares as",
            "`harness.events.EventKind` records in its `events` attribute.  With `LASTCALL_STRICT_EVENTS=1`",
            "every event is checked against this table and a bad one makes the run broken.", "",
-           "Keys: `name` type (required), `name`? type (optional), `...` (other keys allowed).", ""]
+           "Keys: `name` type (required), `name`? type (optional), `...` (other keys allowed); types are str,",
+           "int, float (an int too), bool, list, dict, null or any.  A target documents its own kinds the same way:",
+           "`harness.events.render_markdown(MyTarget.events)`.", ""]
     for party, about in PARTIES.items():
         mine = [k for k in chosen if k.party == party]
         out += [f"## {party}", "", f"Emitted by {about}.", ""]
