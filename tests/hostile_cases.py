@@ -52,15 +52,20 @@ def _write(name: str, text: str) -> Callable[[Path], str]:
 
 
 def _huge(tmp: Path) -> str:
-    """A 64 MiB scenario whose one mistake is on its last line."""
+    """A scenario of exactly 64 MiB whose one mistake is on its last line."""
     path = tmp / "huge.yaml"
+    last = "expect: [no_late_dispatch]  # the mistake: a second expect key\n"
     line = "# a comment line, to make the file large\n"
+    pad = (64 << 20) - len(HEAD + TAIL) - len(last)
     chunk = line * ((1 << 20) // len(line))
-    with open(path, "w") as f:
+    with open(path, "w") as f:  # in chunks: whoever makes the file stays small
         f.write(HEAD + TAIL)
-        for _ in range(64):  # in chunks: whoever makes the file stays small
+        for _ in range(pad // len(chunk)):
             f.write(chunk)
-        f.write("expect: [no_late_dispatch]  # the mistake: a second expect key\n")
+        rest = pad % len(chunk)
+        f.write(line * (rest // len(line)) + "#" * (rest % len(line) - 1) + "\n")
+        f.write(last)
+    assert path.stat().st_size == 64 << 20
     return str(path)
 
 

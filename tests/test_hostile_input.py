@@ -173,3 +173,24 @@ def test_the_timeout_scale_takes_a_finite_bounded_number(monkeypatch: pytest.Mon
     else:
         with pytest.raises(ConfigError, match=f"^LASTCALL_TIMEOUT_SCALE='{value}': expected a finite number"):
             envvars.check()
+
+
+@pytest.mark.parametrize(("steps", "expect", "message"), [
+    ("  - flood: {count: 5000}\n", "[no_late_dispatch]",
+     "steps[1].flood.count: expected a value at most 1024 (lastcall's limit), found 5000"),
+    ("  - arm: {site: backend.map_to_kv_tensors, count: 20000, as: f1}\n", "[no_late_dispatch]",
+     "steps[1].arm.count: expected a value at most 10000 (lastcall's limit), found 20000"),
+    ("  - send: {cmd: map_to_kv_tensors, offsets: [2GiB]}\n", "[no_late_dispatch]",
+     "steps[1].send.offsets[0]: size '2GiB' is over lastcall's limit of 1GiB"),
+    ("", "[{stop_latency: {within: 2h}}]",
+     "expect[0].stop_latency.within: duration '2h' is over lastcall's limit of 1h"),
+    ("", "[{port_released: {ports: [70000]}}]",
+     "expect[0].port_released.ports[0]: expected a value at most 65535 (lastcall's limit), found 70000"),
+])
+def test_every_kind_of_number_has_a_maximum(steps: str, expect: str, message: str) -> None:
+    text = HEAD + TAIL.replace("  - start: cluster\n", "  - start: cluster\n" + steps).replace(
+        "expect: [no_late_dispatch]", f"expect: {expect}")
+    with pytest.raises(ScenarioError) as info:
+        loads(text, "t.yaml")
+    assert message in str(info.value)
+    assert str(info.value).startswith("t.yaml:")

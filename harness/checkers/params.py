@@ -6,7 +6,7 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -63,7 +63,7 @@ class CtlCleans(Params):
 class PortReleased(Params):
     """port_released: nothing of the run LISTENs on the ports and a trial bind succeeds."""
 
-    ports: list[int] | None = None
+    ports: list[Annotated[int, Field(ge=0, le=65535)]] | None = Field(None, max_length=64)
 
 
 CHECKER_PARAMS: dict[str, type[Params]] = {
