@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import difflib
 import importlib.machinery
+import importlib.util
 import os
 import re
-import sys
 
 __all__ = ["WORKER_VARIANTS", "HANDSHAKE_VARIANTS", "NAMED", "target_names", "unknown_target", "check_target"]
 
@@ -56,10 +56,9 @@ def _check_import_path(spec: str, what: str) -> str | None:
     if not colon or not _DOTTED.fullmatch(module) or not _DOTTED.fullmatch(attr):
         return f"{what} {spec!r} is not module:attribute (e.g. mypkg.targets:MINE)"
     top = module.split(".")[0]
-    # where `python -m` and pytest's rootdir would look too: the working directory before sys.path
-    path = [os.getcwd(), *(p or os.getcwd() for p in sys.path)]
-    if top not in sys.modules and importlib.machinery.PathFinder.find_spec(top, path) is None \
-            and top not in sys.builtin_module_names:
+    # a top-level name: finding it imports nothing (every finder, editable installs' too); then where
+    # `python -m` and pytest's rootdir would look as well, the working directory
+    if importlib.util.find_spec(top) is None and importlib.machinery.PathFinder.find_spec(top, [os.getcwd()]) is None:
         return f"{what} {spec!r}: no module named {top!r} (not installed, and not under {os.getcwd()})"
     return None
 
