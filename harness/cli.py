@@ -388,7 +388,7 @@ def build_parser() -> argparse.ArgumentParser:
                                    "each matrix point on its target, and each planted bug it names. Every file "
                                    "is validated and every target named is imported first: any error is "
                                    "printed, all of them, and nothing starts. Everything after -- goes to "
-                                   "pytest as it is (e.g. -- -p no:randomly --durations 5).",
+                                   "pytest as it is (e.g. -- -rs --durations 5).",
                        epilog="exit codes (pytest's in brackets): 0 all passed (0), 1 a scenario failed (1), "
                               "2 usage error, an invalid file, an unknown target or nothing collected (4, 5), "
                               "3 internal error (3), 130 interrupted (2)")
