@@ -72,6 +72,13 @@ def pytest_configure(config: pytest.Config) -> None:
     from harness.leakguard import mode
     from harness.scenario.collect import configure
 
+    from harness import envvars
+    from harness.errors import ConfigError
+
+    try:  # LASTCALL_TIMEOUT_SCALE=inf would leave every watchdog unarmed: refused before anything runs
+        envvars.check()
+    except ConfigError as exc:
+        raise pytest.UsageError(str(exc)) from None
     config.stash[_LEAK_MODE] = mode(config)  # a bad value stops the session here, located
     # SIGTERM (a CI job's timeout, a kill) unwinds the session like ^C, in the controller and in each
     # xdist worker, so every live run closes its cluster and removes what it owns; without it the fork

@@ -78,6 +78,17 @@ def test_an_unknown_target_override_is_a_usage_error_before_collection(pytester:
     assert result.stderr.lines[0].startswith(f"ERROR: LASTCALL_TARGET: {UNKNOWN}")
 
 
+def test_a_bad_numeric_variable_is_a_usage_error_before_collection(pytester: pytest.Pytester,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    _scenario(pytester, "reference")
+    monkeypatch.setenv("LASTCALL_TIMEOUT_SCALE", "inf")
+    result = pytester.runpytest("s.yaml", *QUIET)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert result.stderr.lines[0] == ("ERROR: LASTCALL_TIMEOUT_SCALE='inf': expected a finite number more than 0 "
+                                      "and at most 100, e.g. 2")
+    assert "collected" not in result.stdout.str() and "Traceback" not in result.stderr.str()
+
+
 @pytest.mark.parametrize(("target", "message"), [
     ("refrence", UNKNOWN),
     ("no_such_module_xyz:T", "target 'no_such_module_xyz:T': no module named 'no_such_module_xyz' (not installed"),

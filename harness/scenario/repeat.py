@@ -19,6 +19,7 @@ import pytest
 __all__ = ["addoption", "repeats", "flaky", "terminal_summary", "sessionfinish"]
 
 OPTION = "--repeat"
+MAX = 1000  # more is a typo, not a flakiness hunt (lastcall run --repeat has the same bound)
 _REPEAT = re.compile(r"-r(\d+)\]$")
 
 
@@ -30,8 +31,8 @@ def addoption(parser: pytest.Parser) -> None:
 
 def repeats(config: pytest.Config) -> int:
     n = int(config.getoption(OPTION, default=1) or 1)
-    if n < 1:
-        raise pytest.UsageError(f"--repeat must be >= 1, got {n}")
+    if not 1 <= n <= MAX:
+        raise pytest.UsageError(f"--repeat must be from 1 to {MAX}, got {n}")
     return n
 
 
