@@ -1,4 +1,5 @@
-"""The launcher: an engine and tp x pp worker processes, controlled and recorded, never left behind.
+"""The launcher: the processes of one run (its cast: by default an engine and tp x pp workers; or an engine
+owning a handshake listener and a peer, harness.launch.parts), controlled and recorded, never left behind.
 
 ::
 
