@@ -5,7 +5,6 @@ Cheap to import: it loads nothing heavy until a fixture is used.
 
 from __future__ import annotations
 
-import os
 import shutil
 import threading
 import warnings
@@ -68,12 +67,11 @@ _LEAK_BEFORE = pytest.StashKey[object]()
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    from harness import envvars
+    from harness.errors import ConfigError
     from harness.interrupts import sigterm_interrupts
     from harness.leakguard import mode
     from harness.scenario.collect import configure
-
-    from harness import envvars
-    from harness.errors import ConfigError
 
     try:  # LASTCALL_TIMEOUT_SCALE=inf would leave every watchdog unarmed: refused before anything runs
         envvars.check()
@@ -93,7 +91,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
-    if os.environ.get("PYTEST_XDIST_WORKER") or config.stash.get(_LEAK_MODE, "off") == "off":
+    if hasattr(config, "workerinput") or config.stash.get(_LEAK_MODE, "off") == "off":  # xdist worker
         return []
     from harness.probes.leftovers import session_leftovers
 

@@ -80,7 +80,7 @@ def collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Collector 
 
 def configure(config: pytest.Config) -> None:
     """Warn of a deprecated option; load the session's target override: pytest.UsageError if it is none."""
-    if not os.environ.get("PYTEST_XDIST_WORKER"):  # the controller warns once, not each worker again
+    if not hasattr(config, "workerinput"):  # the controller warns once, not each xdist worker again
         for old, (dest, new) in DEPRECATED.items():
             if config.getoption(dest, None) is not None:
                 config.issue_config_time_warning(DeprecationWarning(
