@@ -245,5 +245,6 @@ def check(sc: Scenario, variants: Collection[str] | None = None) -> list[Problem
     refs.steps()
     refs.expect()
     if variants is not None:
+        refs.target()
         refs.catches(variants)
     return refs.problems
