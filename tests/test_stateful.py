@@ -1,4 +1,4 @@
-"""The lifecycle explorer (harness/explore.py): Hypothesis over the reference listener's real lifecycle.
+"""The lifecycle explorer (harness/explore/): Hypothesis over the reference listener's real lifecycle.
 
 ``TestReference`` explores the reference, which must keep the stop contract after
 every step.  Each reachable planted bug has a minimal interleaving that fails on

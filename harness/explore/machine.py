@@ -1,47 +1,17 @@
-"""A model-based explorer of the reference listener's lifecycle, and the replayable scenario of a failure.
+"""The explorer's state machine: Hypothesis rules over one real worker of a variant, the contract after each.
 
-:func:`machine_for` builds a Hypothesis ``RuleBasedStateMachine`` over one real
-worker (rank 0, real Unix socket, real serving thread) of a planted-bug
-:class:`~harness.reference.variants.Variant`, started in a private registry by
-:class:`~harness.contract.rig.Rig`.  Its rules are what a client and an operator
-do: connect, send a header and withhold the body, send the body, park a handler
-inside the backend (a failpoint), release it, stop, stop concurrently, stop with
-a failing cleanup, integration shutdown, restart, remove or replace the socket
-file.  After every step the invariants of the stop contract (DESIGN.md) are
-checked.
-
-Real threads make plain Hypothesis flaky, so every rule is taken only when it
-can complete deterministically (its precondition says when) and returns only
-once the listener has shown, by its own history event or a failpoint, that the
-step took effect.  Waits have safety timeouts and a few generous "at once"
-bounds (the contract's own words); nothing sleeps.
-
-Every rule appends a :class:`TraceStep` to the example's trace as it runs, with
-the listener events that happened until the next step: the real interleaving.  A
-failure raises :class:`ExplorationFailure`, whose message carries that trace
-rendered as a scenario YAML (:func:`render_scenario`) between
-:data:`SCENARIO_BEGIN` and :data:`SCENARIO_END` (:func:`scenario_in` cuts it
-out): it loads with :mod:`harness.scenario.loader` and replays the interleaving
-on real processes with ``lastcall run``, without relying on shrinking (where
-steps cannot say what the explorer did, :data:`REPLAY_GAPS`, a comment says so).
-:func:`run_steps` replays an explorer trace in-process, without Hypothesis.
-
-::
-
-    TestReference = machine_for(VARIANTS["reference"]).TestCase   # a pytest test
-    run_state_machine_as_test(machine_for(VARIANTS["no_conn_tracking"]))  # raises ExplorationFailure
+:class:`ListenerMachine` drives one real worker (rank 0, real Unix socket, real
+serving thread) started by :class:`~harness.contract.rig.Rig`; :func:`machine_for`
+makes one per variant and :func:`run_steps` replays a trace without Hypothesis.
 """
 
 from __future__ import annotations
 
-import hashlib
 import os
 import shutil
 import socket
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
-from enum import Enum
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -52,6 +22,8 @@ from harness import failpoints
 from harness.checkers import RunRecord, judge
 from harness.contract.rig import ContractViolation, Pending, Rig, _force_down
 from harness.errors import ListenerBusy
+from harness.explore.model import MAP, MiB, Phase, _Conn, _describe, _is_eof, _map, _Parked, _read_replies
+from harness.explore.render import AT_ONCE_S, DRAIN_S, ExplorationFailure, TraceStep, render_scenario
 from harness.faults import env
 from harness.history import Event
 from harness.names import temp_root
@@ -62,19 +34,10 @@ from harness.reference.variants import VARIANTS, Variant
 from harness.reference.worker import ReferenceWorker
 from harness.timeouts import scaled
 
-__all__ = [
-    "ExplorationFailure", "ListenerMachine", "TraceStep", "Violation", "machine_for", "render_scenario", "run_steps",
-    "scenario_in", "SCENARIO_BEGIN", "SCENARIO_END", "REACHABLE", "UNREACHABLE", "REFERENCE_GAPS", "REPLAY_GAPS",
-]
+__all__ = ["ListenerMachine", "Violation", "machine_for", "run_steps"]
 
-MiB = 1 << 20
-MAP: wire.Command = "map_to_kv_tensors"
-DRAIN_S = 0.3  # the listener's drain_timeout (scaled): what a stop with nothing parked never needs
 SHORT_STOP_S = 0.05  # stop(timeout) while a handler is parked: the drain cannot finish, so False at once
-AT_ONCE_S = 0.5  # "at once" (scaled): a cancelled read reads EOF, a stopped thread is gone
 SERVE_S = 2.0  # (scaled) a new connection is accepted and read while other clients idle or stall
-SCENARIO_BEGIN = "----- replayable scenario (harness.explore) -----"
-SCENARIO_END = "----- end of scenario -----"
 ACTIVE_KINDS = frozenset({  # listener events worth showing in the recorded interleaving
     "accepted", "accepted_after_stop", "frame_started", "frame_completed", "dispatch_started", "dispatch_refused",
     "dispatch_finished", "connection_closed", "stop_started", "reads_cancelled", "drain_started",
@@ -83,293 +46,13 @@ ACTIVE_KINDS = frozenset({  # listener events worth showing in the recorded inte
     "reply_failed",
 })
 
-# Which planted bugs the explorer finds, and why it cannot reach the others (tests/test_stateful.py proves the first).
-REACHABLE: dict[str, str] = {
-    "no_conn_tracking": "connect or send_header, park, stop: the idle or stalled read is not closed at once",
-    "teardown_while_alive": "park, stop: stop returns True while the handler is parked",
-    "timed_join_teardown": "park, stop: stop returns True after its timed join, handler still parked",
-    "wake_by_connect": "remove_path or replace_path, stop: the wake-up never arrives, stop returns False",
-    "dispatch_after_stop": "park (queued), stop, release: the request queued behind the handler is dispatched",
-    "head_of_line_blocking": "connect, then connect/send_header/park: the next client is not served",
-    "restart_drops_old": "park, restart: the registry drops the draining listener instead of raising ListenerBusy",
-    "unlink_by_path": "replace_path, stop: teardown unlinks the socket that replaced ours",
-    "drop_registration_on_error": "stop_cleanup_fails: the failed stop drops the registration",
-    "concurrent_stop_true": "park, concurrent_stop: the second stop reports True while the first drains",
-    "teardown_ignores_stop": "park, shutdown: the allocator is torn down although the stop returned False",
-}
-UNREACHABLE: dict[str, str] = {
-    "rmtree_dir": "needs a second rank sharing the socket directory; the explorer runs one worker",
-    "dies_on_bad_frame": "needs malformed input; the explorer sends only well-formed frames (tests/test_listener "
-                         "covers bad input)",
-    "stop_from_handler_deadlocks": "needs a backend that calls stop(); the explorer's backend is the allocator",
-    "unbounded_exit_hook": "needs interpreter exit; the explorer does not model the exit hook",
-    "teardown_then_false": "not yet modelled: the explorer's False stops park a handler, and its invariants do not "
-                           "look for teardown steps inside a failed stop (the retained_for_retry checker does)",
-    "lost_unmap": "needs client-side bookkeeping of mapped pages; the explorer does not unmap",
-    "leaks_usage_segment": "an engine-side bug; the explorer runs a worker listener only",
-    "leaks_a_child": "a process-level bug (no_orphan_processes on real processes); the explorer runs in-process",
-    "cuts_drained_reply": "not yet modelled: the explorer's invariants do not require the parked handler's reply "
-                          "to arrive after a stop (the calls_answered checker does, on real processes)",
-}
-# Reachable bugs whose rendered scenario, replayed on real processes, does not catch them (the rest it does).
-REPLAY_GAPS: dict[str, str] = {
-    "dispatch_after_stop": "the explorer pipelines the queued request on the parked one's connection; scenario steps "
-                           "cannot pipeline, so the replay leaves it out (a comment says so)",
-    "unlink_by_path": "no checker sees that the socket which replaced ours was unlinked (the explorer checks the "
-                      "inode at the path); the replay runs, but nothing in it can fail",
-}
-# Interleavings where the reference itself breaks the contract; off by default (machine_for's flags turn them on).
-REFERENCE_GAPS: dict[str, str] = {}  # none open: the one found here (a freed inode reused) is fixed
-LINE_SUSPECTS: dict[int, str] = {  # a failure of contract line N on 'reference' resembles this planted bug
-    1: "dispatch_after_stop", 2: "no_conn_tracking", 3: "teardown_while_alive", 4: "teardown_while_alive",
-    5: "timed_join_teardown", 6: "drop_registration_on_error", 7: "wake_by_connect", 9: "restart_drops_old",
-    10: "teardown_ignores_stop", 11: "head_of_line_blocking",
-}
 
-
-# ------------------------------------------------------------------- failures
 class Violation(ContractViolation):
     """A broken line of the stop contract, seen by the explorer; ``line`` is its number in DESIGN.md."""
 
     def __init__(self, line: int, message: str) -> None:
         super().__init__(f"line {line}: {message}")
         self.line = line
-
-
-class ExplorationFailure(ContractViolation):
-    """An example broke the contract (or a step could not complete); the message has the replayable scenario."""
-
-    def __init__(self, message: str, scenario: str, line: int | None) -> None:
-        super().__init__(f"{message}\n\n{SCENARIO_BEGIN}\n{scenario}{SCENARIO_END}")
-        self.scenario = scenario
-        self.line = line
-
-
-def scenario_in(text: str) -> str | None:
-    """The scenario YAML inside a failure's text (an :class:`ExplorationFailure` message), or None."""
-    start = text.find(SCENARIO_BEGIN)
-    end = text.find(SCENARIO_END, start)
-    if start < 0 or end < 0:
-        return None
-    return text[start + len(SCENARIO_BEGIN):end].lstrip("\n")
-
-
-# ---------------------------------------------------------------------- trace
-@dataclass
-class TraceStep:
-    """One rule as it ran: its kind, its arguments, and the listener events it saw (filled as the run goes)."""
-
-    kind: str
-    args: dict[str, Any] = field(default_factory=dict)
-    events: list[str] = field(default_factory=list)
-
-
-def _offsets(offsets: Sequence[int]) -> str:
-    return "[" + ", ".join(f"{o // MiB}MiB" if o else "0" for o in offsets) + "]"
-
-
-def _seconds(s: float) -> str:
-    return f"{round(s * 1000)}ms" if s < 1 else f"{s:g}s"
-
-
-_R0 = "{rank: 0}"
-
-
-def _steps_of(step: TraceStep) -> list[str]:
-    """The scenario steps (YAML lines, without the list indent) that replay one explorer step.
-
-    A step that began a stop is followed by a ``wait: closed`` for each connection the
-    explorer then checked for EOF, bounded as the explorer's check was: in the replay a
-    read that is not cancelled at once shows as a late close (reads_cancelled judges it).
-    """
-    closes = [f"- wait: {{closed: {n}, timeout: {_seconds(2 * AT_ONCE_S)}}}" for n in step.args.get("closes", [])]
-    return _lines_of(step) + closes
-
-
-def _lines_of(step: TraceStep) -> list[str]:
-    a = step.args
-    k = step.kind
-    if k == "connect":
-        return [f"- idle: {{to: {_R0}, count: 1, as: {a['name']}}}", f"- wait: {{event: accepted, on: {_R0}}}"]
-    if k == "send_header":
-        return [f"- send: {{to: {_R0}, cmd: {MAP}, offsets: {_offsets(a['offsets'])}, fault: stall_after_header, "
-                f"as: {a['name']}}}", f"- wait: {{event: frame_started, on: {_R0}}}"]
-    if k == "send_body":
-        return [f"- finish: {a['name']}"]
-    if k == "park":
-        out = [f"- arm: {{site: backend.{MAP}, on: {_R0}, action: pause, count: 1, as: {a['fault']}}}"]
-        if a.get("queued"):
-            out.append(f"# explorer: a second map, offsets {_offsets(a['queued'])}, was pipelined behind this one "
-                       f"on its connection; steps cannot pipeline a request, so the replay leaves it out (and "
-                       f"cannot show what happens to it)")
-        return [*out, f"- call: {{op: map, offsets: {_offsets(a['offsets'])}, as: {a['call']}}}",
-                f"- wait: {{reached: {a['fault']}}}"]
-    if k == "release":
-        return [f"- release: {a['fault']}", f"- wait: {{returned: {a['call']}}}",
-                *[f"- wait: {{returned: {s}}}" for s in a.get("stops", [])]]
-    if k == "stop":
-        timeout = "" if a.get("timeout") is None else f", timeout: {_seconds(a['timeout'])}"
-        return [f"- stop: {{on: {_R0}{timeout}, as: {a['name']}}}", f"- wait: {{returned: {a['name']}}}"]
-    if k == "stop_cleanup_fails":
-        return [f"- arm: {{site: cleanup.unlink, on: {_R0}, action: raise, count: 1, as: {a['fault']}}}",
-                f"- stop: {{on: {_R0}, as: {a['name']}}}", f"- wait: {{returned: {a['name']}}}"]
-    if k == "concurrent_stop":
-        return [f"- stop: {{on: {_R0}, timeout: {_seconds(a['timeout_first'])}, as: {a['first']}}}",
-                f"- wait: {{event: drain_started, on: {_R0}}}",
-                f"- stop: {{on: {_R0}, timeout: {_seconds(a['timeout'])}, as: {a['second']}}}",
-                f"- wait: {{returned: {a['second']}}}"]
-    if k == "shutdown":
-        return [f"- shutdown: {{on: {_R0}, as: {a['name']}}}", f"- wait: {{returned: {a['name']}}}"]
-    if k == "restart":
-        return [f"- restart: {{on: {_R0}, as: {a['name']}}}", f"- wait: {{returned: {a['name']}}}"]
-    if k == "remove_path":
-        return [f"- remove: {{what: socket, of: {_R0}}}"]
-    if k == "replace_path":
-        return [f"- replace: {{what: socket, of: {_R0}}}"]
-    raise ValueError(f"unknown explorer step {k!r}")
-
-
-def _expect(trace: Sequence[TraceStep], probe: bool = False) -> list[str]:
-    """What the contract says the replay must show, from the steps taken (``probe``: the last is a plain request)."""
-    out: list[str] = ["- requests_served"] if probe else []
-    if probe and any(s.kind in ("connect", "send_header") for s in trace[:-1]):
-        out.append("- served_while_stalled")
-    stops = parks = shutdowns = 0
-    conn_open = cancel_judged = drain_false = cleanup_fault = replaced = False
-    for s in trace:
-        a = s.args
-        if s.kind in ("stop", "stop_cleanup_fails", "shutdown", "restart"):
-            out.append(f"- stop_result: {{step: {a['name']}, returns: {str(a['returns']).lower()}}}")
-        elif s.kind == "concurrent_stop":
-            out.append(f"- stop_result: {{step: {a['first']}, returns: true}}")
-            out.append(f"- stop_result: {{step: {a['second']}, returns: false}}")
-        is_stop = s.kind in ("stop", "stop_cleanup_fails", "concurrent_stop", "shutdown", "restart")
-        stops += is_stop
-        cancel_judged = cancel_judged or (is_stop and conn_open)
-        conn_open = conn_open or s.kind in ("connect", "send_header")
-        shutdowns += s.kind == "shutdown"
-        parks += s.kind == "park"
-        drain_false = drain_false or (s.kind in ("stop", "shutdown", "restart") and not a["returns"])
-        cleanup_fault = cleanup_fault or s.kind == "stop_cleanup_fails"
-        replaced = replaced or s.kind == "replace_path"
-    if stops:
-        out.append("- no_late_dispatch")
-        if parks:
-            out.append("- handler_drained")
-        if cancel_judged:
-            out.append(f"- reads_cancelled: {{within: {_seconds(AT_ONCE_S)}}}")  # the checker scales it
-        if drain_false and not cleanup_fault:  # a failed cleanup has torn down part of the listener on purpose
-            out.append("- retained_for_retry")
-    if shutdowns:
-        out.append("- teardown_deferred")
-    if not replaced:  # the file that replaced the socket is the harness's own, left at the path on purpose
-        out.append("- no_leftover_paths")
-    return out
-
-
-def _block(text: str, indent: str = "  ", limit: int = 1500) -> list[str]:
-    text = text if len(text) <= limit else text[:limit] + " ..."
-    return [indent + line.rstrip() if line.strip() else "" for line in text.splitlines()] or [indent + "-"]
-
-
-def render_scenario(trace: Sequence[TraceStep], *, variant: str, failure: str = "", line: int | None = None,
-                    drain_timeout: float | None = None) -> str:
-    """The scenario YAML that replays ``trace`` (the steps an explorer example ran, in order).
-
-    ``variant`` is the planted bug it ran against (``catches``); on ``reference``
-    the suspect of the broken contract ``line`` is named instead, and ``about``
-    says the reference itself failed.  Each step carries, as comments, the
-    listener events that happened until the next one: the real interleaving.
-    """
-    steps = ["- start: cluster"]
-    probe = line == 11 and bool(trace) and trace[-1].kind in ("connect", "send_header", "park")
-    for i, s in enumerate(trace):
-        shown = ", ".join(f"{k}={v}" for k, v in s.args.items() if v not in (None, False, []))
-        steps.append(f"# [{i + 1}] explorer: {s.kind}" + (f" ({shown})" if shown else ""))
-        if probe and i == len(trace) - 1:  # the step that was not served: a plain request replays it
-            steps.append("# explorer: this client was not served at once; the replay sends a plain request instead, "
-                         "which must be served while the others idle or stall")
-            steps.append(f"- send: {{to: {_R0}, cmd: kv_tensors_created, as: probe}}")
-        else:
-            steps += _steps_of(s)
-        for j in range(0, len(s.events), 6):
-            steps.append("#     listener: " + ", ".join(s.events[j:j + 6]))
-    catches = variant if variant in VARIANTS and variant != "reference" else LINE_SUSPECTS.get(line or 0,
-                                                                                              "no_conn_tracking")
-    digest = hashlib.blake2s("\n".join(steps).encode(), digest_size=3).hexdigest()
-    name = f"explored-{variant.replace('_', '-')}-{digest}"
-    on = "the reference itself (catches names the nearest planted bug)" if variant == "reference" else variant
-    about = (f"Recorded by harness.explore, the lifecycle explorer, on {on}: the steps below are the interleaving "
-             f"the example ran, in order, with the listener's events as comments."
-             + (f"\nIt failed with: {failure}" if failure else ""))
-    drain = scaled(DRAIN_S) if drain_timeout is None else drain_timeout
-    lines = [f"name: {name}", "about: |-", *_block(about), f"catches: [{catches}]", "topology: {tp: 1, pp: 1}",
-             f"config: {{drain_timeout: {_seconds(drain)}}}", "steps:", *("  " + s for s in steps),
-             "expect:", *("  " + e for e in _expect(trace, probe))]
-    return "\n".join(lines) + "\n"
-
-
-def _describe(e: Event) -> str:
-    d = e.data
-    bits = [f"{k}={d[k]}" for k in ("conn", "ok", "step", "n", "site", "id") if d.get(k) not in (None, "")]
-    return e.kind + (f"({' '.join(bits)})" if bits else "")
-
-
-# -------------------------------------------------------------------- the model
-class Phase(Enum):
-    SERVING = "serving"  # started, no stop has begun
-    STOPPING = "stopping"  # a stop began and returned False (or is still draining): nothing torn down
-    STOPPED = "stopped"  # a stop returned True: torn down
-
-
-class _Conn:
-    """A client connection: ``idle`` (nothing sent), ``header`` (4 bytes sent, body withheld), ``kept`` (answered,
-    kept alive), ``cancelled`` (a withheld body whose read stop cancelled), ``closed``."""
-
-    def __init__(self, name: str, sock: socket.socket, state: str, cid: int, rest: bytes = b"") -> None:
-        self.name = name
-        self.sock = sock
-        self.state = state
-        self.cid = cid
-        self.rest = rest
-
-
-@dataclass
-class _Parked:
-    fault: str
-    call: str
-    fp: failpoints.Failpoint
-    sock: socket.socket
-    cid: int
-    pending: Pending
-    queued: bool
-
-
-def _read_replies(sock: socket.socket, n: int) -> list[wire.Reply]:
-    out: list[wire.Reply] = []
-    try:
-        for _ in range(n):
-            out.append(wire.decode_reply(wire.recv_frame(sock)))
-    except (wire.PeerClosed, OSError):
-        pass
-    return out
-
-
-def _is_eof(sock: socket.socket, timeout: float) -> bool:
-    """True if the listener closed or shut down ``sock`` within ``timeout`` (data read first is a failure)."""
-    sock.settimeout(timeout)
-    try:
-        return sock.recv(1) == b""
-    except (ConnectionResetError, BrokenPipeError):
-        return True
-    except TimeoutError:
-        return False
-    except OSError:
-        return True
-
-
-def _map(page: int, name: str) -> wire.Request:
-    return wire.Request(cmd=MAP, offsets=[page * 2 * MiB], id=name)
 
 
 class ListenerMachine(RuleBasedStateMachine):
@@ -838,6 +521,7 @@ class ListenerMachine(RuleBasedStateMachine):
             for s in self.replacements:
                 s.close()
             shutil.rmtree(self.root, ignore_errors=True)
+
 
 
 def run_steps(machine: type[ListenerMachine], steps: Sequence[tuple[str, dict[str, Any]]]) -> None:

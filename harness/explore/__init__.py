@@ -1,0 +1,53 @@
+"""A model-based explorer of the reference listener's lifecycle, and the replayable scenario of a failure.
+
+:func:`machine_for` builds a Hypothesis ``RuleBasedStateMachine`` over one real
+worker (rank 0, real Unix socket, real serving thread) of a planted-bug
+:class:`~harness.reference.variants.Variant`, started in a private registry by
+:class:`~harness.contract.rig.Rig`.  Its rules are what a client and an operator
+do: connect, send a header and withhold the body, send the body, park a handler
+inside the backend (a failpoint), release it, stop, stop concurrently, stop with
+a failing cleanup, integration shutdown, restart, remove or replace the socket
+file.  After every step the invariants of the stop contract (DESIGN.md) are
+checked.
+
+Real threads make plain Hypothesis flaky, so every rule is taken only when it
+can complete deterministically (its precondition says when) and returns only
+once the listener has shown, by its own history event or a failpoint, that the
+step took effect.  Waits have safety timeouts and a few generous "at once"
+bounds (the contract's own words); nothing sleeps.
+
+Every rule appends a :class:`TraceStep` to the example's trace as it runs, with
+the listener events that happened until the next step: the real interleaving.  A
+failure raises :class:`ExplorationFailure`, whose message carries that trace
+rendered as a scenario YAML (:func:`render_scenario`) between
+:data:`SCENARIO_BEGIN` and :data:`SCENARIO_END` (:func:`scenario_in` cuts it
+out): it loads with :mod:`harness.scenario.loader` and replays the interleaving
+on real processes with ``lastcall run``, without relying on shrinking (where
+steps cannot say what the explorer did, :data:`REPLAY_GAPS`, a comment says so).
+:func:`run_steps` replays an explorer trace in-process, without Hypothesis.
+
+::
+
+    TestReference = machine_for(VARIANTS["reference"]).TestCase   # a pytest test
+    run_state_machine_as_test(machine_for(VARIANTS["no_conn_tracking"]))  # raises ExplorationFailure
+"""
+
+
+from __future__ import annotations
+
+from harness.explore.catalogue import LINE_SUSPECTS, REACHABLE, REFERENCE_GAPS, REPLAY_GAPS, UNREACHABLE
+from harness.explore.machine import ListenerMachine, Violation, machine_for, run_steps
+from harness.explore.render import (
+    SCENARIO_BEGIN,
+    SCENARIO_END,
+    ExplorationFailure,
+    TraceStep,
+    render_scenario,
+    scenario_in,
+)
+
+__all__ = [
+    "ExplorationFailure", "ListenerMachine", "TraceStep", "Violation", "machine_for", "render_scenario", "run_steps",
+    "scenario_in", "SCENARIO_BEGIN", "SCENARIO_END", "REACHABLE", "UNREACHABLE", "REFERENCE_GAPS", "REPLAY_GAPS",
+    "LINE_SUSPECTS",
+]
