@@ -124,6 +124,24 @@ def test_a_worker_run_starts_an_engine_and_its_workers() -> None:
     assert all(e.data["category"] == STEP_KINDS[e.data["kind"]].category for e in _steps(result))
 
 
+def test_a_wait_right_after_start_sees_the_events_of_the_start(tmp_path: Path) -> None:
+    path = tmp_path / "wait-after-start.yaml"
+    path.write_text("""name: wait-after-start
+about: the processes' start-up events come before the start step; a wait right after it must see them
+catches: [no_conn_tracking]
+topology: {tp: 1}
+steps:
+  - start: cluster
+  - wait: {event: listener_started, on: {rank: 0}, timeout: 2s}
+  - stop: {on: all, as: s1}
+  - wait: {returned: s1}
+expect:
+  - stop_result: {step: s1, returns: true}
+""")
+    result = run_item(expand(load(str(path)))[0], variant="reference")
+    assert result.passed, result.step_error or [v for v in result.verdicts if not v.ok]
+
+
 def test_a_target_lacking_the_cast_s_part_fails_the_run_before_anything_starts() -> None:
     item = expand(load(str(SCENARIOS / "handshake-idle-shutdown-releases-the-port.yaml")))[0]
     result = run_item(item, variant="no_conn_tracking")
