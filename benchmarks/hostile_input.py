@@ -12,7 +12,7 @@ then judges their content) and a good scenario are measured the same way, for
 comparison.
 
 Goal (issue 13): every case under 5 s and 500 MiB.  The script writes its table
-into README.md between ``<!-- hostile-input-table:begin -->`` and ``...:end -->``
+into docs/limits.md between ``<!-- hostile-input-table:begin -->`` and ``...:end -->``
 and its figures to docs/data/hostile_input.json (unless ``--no-write``).
 """
 
@@ -40,7 +40,7 @@ from harness.scenario.yamlnodes import MAX_BYTES, MAX_EXPANDED, MAX_NODES  # noq
 
 GOAL_S, GOAL_MIB = 5.0, 500.0
 BEGIN, END = "<!-- hostile-input-table:begin -->", "<!-- hostile-input-table:end -->"
-README = ROOT / "README.md"
+PAGE = ROOT / "docs" / "limits.md"  # the page whose table this script writes
 DATA = ROOT / "docs" / "data" / "hostile_input.json"
 
 
@@ -135,9 +135,9 @@ def table(result: dict[str, object]) -> str:
 def _write(result: dict[str, object]) -> None:
     DATA.parent.mkdir(parents=True, exist_ok=True)
     DATA.write_text(json.dumps(result, indent=2) + "\n")
-    text = README.read_text()
+    text = PAGE.read_text()
     start, end = text.index(BEGIN) + len(BEGIN), text.index(END)
-    README.write_text(text[:start] + "\n" + table(result) + "\n" + text[end:])
+    PAGE.write_text(text[:start] + "\n" + table(result) + "\n" + text[end:])
 
 
 def main() -> int:

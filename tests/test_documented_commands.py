@@ -1,5 +1,5 @@
-"""Every ``lastcall`` command the README and harness's docstrings (and other strings) name exists, with
-the options they give it: each is parsed out of the code in the text (README code spans and blocks,
+"""Every ``lastcall`` command the README, the docs/ pages and harness's docstrings (and other strings) name
+exists, with the options they give it: each is parsed out of the code in the text (markdown code spans and blocks,
 backticked spans in harness/**/*.py strings) and its --help is run through harness.cli.main, in one
 child process for all of them."""
 
@@ -70,9 +70,11 @@ def spans(text: str) -> list[str]:
 
 
 def documented() -> dict[tuple[str, ...], dict[str, set[str]]]:
-    """command words -> {where (file:line): options named with it}, over README.md and harness/**/*.py."""
+    """command words -> {where (file:line): options named with it}, over README.md, docs/*.md and
+    harness/**/*.py."""
     found: dict[tuple[str, ...], dict[str, set[str]]] = {}
-    sources = [(ROOT / "README.md", readme_code((ROOT / "README.md").read_text()))]
+    pages = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+    sources = [(p, readme_code(p.read_text())) for p in pages]
     sources += [(p, python_code(p)) for p in sorted((ROOT / "harness").rglob("*.py"))]
     for path, snippets in sources:
         for line, code in snippets:
@@ -146,5 +148,6 @@ def test_a_missing_command_or_option_is_named_with_where_it_is_documented() -> N
 def test_every_documented_command_and_option_exists() -> None:
     docs = documented()
     assert ("run", "scenarios") in docs and ("ctl", "sweep") in docs and ("report",) in docs, sorted(docs)
+    assert any(w.startswith("docs/") for places in docs.values() for w in places), "docs/*.md not scanned"
     problems = problems_of(docs)
     assert not problems, "\n".join(problems)
