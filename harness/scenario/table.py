@@ -1,7 +1,7 @@
 """The planted-bug table: every scenario against every variant, caught or not.
 
-``python -m harness.scenario.table scenarios/`` prints it as Markdown (the README
-quotes it); the slow test tests/test_scenario_table.py builds the same table and
+``python -m harness.scenario.table scenarios/`` prints it as Markdown (``--write`` commits
+it to docs/); the slow test tests/test_scenario_table.py builds the same table and
 asserts that each scenario catches what it names and that the reference passes.
 """
 
@@ -15,7 +15,7 @@ from harness.result import RunResult
 from harness.scenario.loader import expand, load_many
 from harness.scenario.runner import run_item
 
-__all__ = ["Cell", "build", "markdown", "load_cells", "table_variants"]
+__all__ = ["Cell", "build", "from_data", "load_cells", "markdown", "table_variants", "to_data", "write"]
 
 
 @dataclass(frozen=True)
@@ -105,17 +105,61 @@ def load_cells(directory: str) -> list[Cell]:
     return cells
 
 
+DATA = "docs/data/planted_bug_table.json"  # the table's cells as data: the page is rendered from it
+PAGE = "docs/planted-bug-table.md"  # the page that shows the table, between the markers below
+BEGIN, END = "<!-- planted-bug-table:begin -->", "<!-- planted-bug-table:end -->"
+
+
+def to_data(cells: list[Cell], variants: Sequence[str], source: str) -> dict[str, object]:
+    """The committed form of a table: its columns, its cells, and where the cells came from."""
+    from dataclasses import asdict
+
+    return {"source": source, "variants": list(variants), "cells": [asdict(c) for c in cells]}
+
+
+def from_data(data: dict[str, object]) -> tuple[list[Cell], list[str]]:
+    """The cells and columns of :func:`to_data`'s output."""
+    raw_cells, variants = data["cells"], data["variants"]
+    assert isinstance(raw_cells, list) and isinstance(variants, list)
+    return [Cell(**{**d, "checkers": tuple(d.get("checkers", ()))}) for d in raw_cells], [str(v) for v in variants]
+
+
+def between_markers(text: str, begin: str, end: str) -> str:
+    """The text between a page's two markers, without the newlines next to them."""
+    return text[text.index(begin) + len(begin):text.index(end)].strip("\n")
+
+
+def write(cells: list[Cell], variants: Sequence[str], source: str, root: str = ".") -> None:
+    """Commit a table: its cells to :data:`DATA`, its Markdown into :data:`PAGE` between the markers."""
+    import json
+    from pathlib import Path
+
+    data, page = Path(root) / DATA, Path(root) / PAGE
+    data.write_text(json.dumps(to_data(cells, variants, source), indent=1) + "\n")
+    text = page.read_text()
+    start, stop = text.index(BEGIN) + len(BEGIN), text.index(END)
+    page.write_text(text[:start] + "\n" + markdown(cells, variants) + "\n" + text[stop:])
+
+
 def main(argv: list[str]) -> int:
     """``python -m harness.scenario.table [PATH...]`` runs the table; ``--from DIR`` prints the one the slow
-    test left in DIR (reports/planted-bug-table) without running anything."""
+    test left in DIR (reports/planted-bug-table) without running anything.  ``--write`` (first) also commits
+    it: the cells to docs/data/planted_bug_table.json and the table into docs/planted-bug-table.md, which
+    tests/test_docs_tables.py re-renders from that file and compares."""
     variants = table_variants()
+    save = argv[:1] == ["--write"]
+    argv = argv[1:] if save else argv
     if argv[:1] == ["--from"]:
-        cells = load_cells(argv[1] if len(argv) > 1 else "reports/planted-bug-table")
+        where = argv[1] if len(argv) > 1 else "reports/planted-bug-table"
+        cells, source = load_cells(where), f"python -m harness.scenario.table --write --from {where}"
     else:
         cells = build(argv or ["scenarios"], variants,
                       progress=lambda c, _run: print(f"{c.scenario:45} {c.variant:28} {'caught' if c.caught else '-'} "
                                                f"{','.join(c.checkers)}", file=sys.stderr, flush=True))
+        source = "python -m harness.scenario.table --write " + " ".join(argv or ["scenarios"])
     print(markdown(cells, variants))
+    if save:
+        write(cells, variants, source)
     return 0
 
 
