@@ -30,6 +30,7 @@ class RunResult:
     snapshots: dict[str, Snapshot]
     step_error: str = ""
     seconds: float = 0.0
+    broken: str = ""  # why nothing the run shows counts (it did not start, the harness crashed, a bad event)
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property

@@ -226,7 +226,11 @@ def test_schema_prints_the_json_schema(capsys: pytest.CaptureFixture[str]) -> No
     schema = json.loads(out)
     assert {"$defs", "properties", "required"} <= set(schema)
     assert set(schema["required"]) == {"name", "about", "catches", "steps", "expect"}
-    assert "no_conn_tracking" in schema["properties"]["catches"]["items"]["enum"]
+    short, mapping = schema["properties"]["catches"]["oneOf"]  # a list of bugs, or bug -> checkers
+    assert "no_conn_tracking" in short["items"]["anyOf"][0]["enum"]
+    assert "no_conn_tracking" in mapping["propertyNames"]["anyOf"][0]["enum"]
+    (checkers,) = mapping["patternProperties"].values()
+    assert "reads_cancelled" in checkers["items"]["enum"] and "fault_fired" not in checkers["items"]["enum"]
     steps = schema["properties"]["steps"]["items"]["oneOf"]
     assert len(steps) == len(STEP_TYPES)
     assert schema["$defs"]["Send"]["properties"]["fault"]["enum"] == list(SEND_FAULTS)
@@ -255,3 +259,69 @@ def test_event_kinds_cover_every_emitted_kind() -> None:
         emitted |= set(re.findall(r"(?:emit|_notify)\(\s*\"([a-z_]+)\"", path.read_text()))
     missing = emitted - set(EVENT_KINDS)
     assert not missing, f"add {sorted(missing)} to harness.scenario.steps.EVENT_KINDS so scenarios can wait on them"
+
+
+# ------------------------------------------------------------------ catches: the two forms
+CATCH_TAIL = """\
+steps:
+  - start: cluster
+  - arm: {site: listener.frame_read, action: pause, as: f1}
+  - stop: {as: s1}
+expect:
+  - stop_result: {step: s1, returns: true}
+  - reads_cancelled
+  - stop_result: {step: s1, returns: true}
+  - fault_fired: {faults: [f1]}
+"""
+
+
+def _catching(catches: str, target: str = "") -> str:
+    return f"name: small\nabout: catches forms\n{target}catches: {catches}\n{CATCH_TAIL}"
+
+
+def test_the_list_form_means_every_expect_checker_but_fault_fired() -> None:
+    sc = loads(_catching("[no_conn_tracking, lost_unmap]"), "t.yaml")
+    assert sc.catch_names() == ["no_conn_tracking", "lost_unmap"]
+    assert sc.catch_checkers("lost_unmap") == ("stop_result", "reads_cancelled")  # once each, in expect order
+
+
+def test_the_mapping_form_names_each_bugs_checkers() -> None:
+    sc = loads(_catching("{no_conn_tracking: [reads_cancelled], lost_unmap: [stop_result, reads_cancelled]}"))
+    assert sc.catch_names() == ["no_conn_tracking", "lost_unmap"]
+    assert sc.catch_checkers("no_conn_tracking") == ("reads_cancelled",)
+    assert sc.catch_checkers("lost_unmap") == ("stop_result", "reads_cancelled")
+    assert sc.catch_checkers("rmtree_dir") == ("stop_result", "reads_cancelled")  # a bug it does not name
+    assert "no_conn_tracking" in sc.catches  # membership and iteration read the names in either form
+
+
+def test_catches_may_name_a_module_attribute_target() -> None:
+    sc = loads(_catching("{tests.lc_events_target:CHATTY: [reads_cancelled]}"), "t.yaml")
+    assert sc.catch_names() == ["tests.lc_events_target:CHATTY"]
+    err = _error(_catching("[no_such_package.bugs:NO_TRACKING]"))
+    assert str(err).startswith("t.yaml:3:11: catches[0]: planted bug 'no_such_package.bugs:NO_TRACKING': no module "
+                               "named 'no_such_package' (not installed, and not under ")
+
+
+def test_under_a_module_attribute_target_any_variant_name_loads() -> None:
+    """Such a target may declare variants of its own: their names are resolved when the items are made."""
+    sc = loads(_catching("{my_own_bug: [reads_cancelled]}", "target: tests.lc_events_target:CHATTY\n"), "t.yaml")
+    assert sc.catch_names() == ["my_own_bug"]
+    with pytest.raises(ScenarioError, match=r"catches.my_own_bug: unknown planted bug 'my_own_bug'"):
+        loads(_catching("{my_own_bug: [reads_cancelled]}"), "t.yaml")
+
+
+@pytest.mark.parametrize(("catches", "message"), [
+    ("3", "t.yaml:3:10: catches: expected a list of text or a mapping, found 3"),
+    ("{}", "t.yaml:3:10: catches: expected at least 1 item, found an empty mapping"),
+    ("{no_conn_tracking: []}", "t.yaml:3:29: catches.no_conn_tracking: expected at least 1 item, found an empty list"),
+    ("{no_conn_tracking: 3}", "t.yaml:3:29: catches.no_conn_tracking: expected a list of the checkers that must "
+                              "fire for this bug, e.g. [reads_cancelled], found 3"),
+    ("{no_conn_tracking: [no_leftover_shm]}", "t.yaml:3:30: catches.no_conn_tracking[0]: 'no_leftover_shm' is not in "
+     "this scenario's expect: a bug is caught by a checker that judges the run; expected one of: stop_result, "
+     "reads_cancelled\n  hint: add '- no_leftover_shm' to expect"),
+    ("{reference: [stop_result]}", "t.yaml:3:11: catches.reference: 'reference' is the correct implementation"),
+    ("{never_stopped: [stop_result]}", "t.yaml:3:11: catches.never_stopped: 'never_stopped' is a planted bug of a "
+     "handshake listener, but this scenario drives the worker listener"),
+])
+def test_a_bad_catches_entry_is_located(catches: str, message: str) -> None:
+    assert str(_error(_catching(catches))).startswith(message)

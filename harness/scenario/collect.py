@@ -7,9 +7,11 @@
   failing item carrying the located error; the session goes on.  An override that
   names no target is a pytest.UsageError at configure time (exit 4), before collection.
 * ``name[tp2-pp1-cpu]`` runs the scenario on its target (``--lastcall-target`` or
-  LASTCALL_TARGET override); ``name[tp1-pp1-cpu-catches-VARIANT]`` runs its first
-  matrix point on each variant named in ``catches`` and passes only if a checker
-  reports a violation: a scenario that cannot fail is not a test.
+  LASTCALL_TARGET override); ``name[tp1-pp1-cpu-catches-BUG]`` runs its first
+  matrix point on each planted bug named in ``catches`` (under a target that declares
+  ``variants``, the target's variant of that name; one it lacks is skipped with the
+  reason) and passes only if one of the bug's checkers reports a violation on a run
+  that counts (harness.scenario.catches): a scenario that cannot fail is not a test.
 * Marks from the YAML apply (``-m slow``); matrix points with device cuda are
   marked ``gpu`` and skipped with the reason where CUDA is missing.
 """
@@ -146,16 +148,19 @@ class ScenarioFile(pytest.File):
         suffixes = [""] if n == 1 else [f"-r{i}" for i in range(1, n + 1)]
         for item in items:
             for sfx in suffixes:
-                yield self._item(item, item.id + sfx, override, expect_violation=False)
-        if override is None:
-            for variant in scn.catches:
-                for sfx in suffixes:
-                    yield self._item(items[0], f"{items[0].id}-catches-{variant}{sfx}", variant,
-                                     expect_violation=True)
+                yield self._item(item, item.id + sfx, override)
+        for bug, spec, why in _catch_runs(scn, override):
+            for sfx in suffixes:
+                it = self._item(items[0], f"{items[0].id}-catches-{bug}{sfx}", spec or bug,
+                                catch=(bug, scn.catch_checkers(bug)))
+                if spec is None:
+                    it.add_marker(pytest.mark.skip(reason=why))
+                yield it
 
-    def _item(self, item: MatrixItem, ident: str, variant: str | None, *, expect_violation: bool) -> ScenarioItem:
+    def _item(self, item: MatrixItem, ident: str, variant: str | None, *,
+              catch: tuple[str, tuple[str, ...]] | None = None) -> ScenarioItem:
         it = ScenarioItem.from_parent(self, name=f"{item.scenario.name}[{ident}]", matrix=item, variant=variant,
-                                      expect_violation=expect_violation)
+                                      catch=catch)
         for mark in item.scenario.marks:
             it.add_marker(getattr(pytest.mark, mark))
         if item.params["device"] == "cuda":
@@ -171,6 +176,22 @@ class ScenarioFile(pytest.File):
         elif why_not:
             it.add_marker(pytest.mark.skip(reason=f"target {name} cannot run here: {why_not}"))
         return it
+
+
+def _catch_runs(scn: Any, override: str | None) -> list[tuple[str, str | None, str]]:
+    """(bug, the target spec it runs as or None, why not) for each planted bug of ``catches``: under a target
+    that declares ``variants`` (the override, else the scenario's own) the bug's name resolves to its variant
+    of that name (harness.scenario.catches.resolve); an override that declares none runs no catches."""
+    from harness.scenario.catches import declared_variants, resolve
+    from harness.targets import load_target
+
+    try:
+        target = load_target(override or scn.target)
+    except ConfigError:
+        target = None  # (an override is loaded at configure; the scenario's own just above)
+    if override is not None and declared_variants(target) is None:
+        return []  # the override is not what the planted bugs are variants of
+    return [(bug, *resolve(target, bug)) for bug in scn.catch_names()]
 
 
 def _missing(scenario: Any, variant: str | None) -> tuple[list[str], str | None]:
@@ -207,12 +228,17 @@ class ScenarioFailed(Exception):
 
 
 class ScenarioItem(pytest.Item):
-    def __init__(self, *, matrix: MatrixItem, variant: str | None, expect_violation: bool, **kw: Any) -> None:
+    def __init__(self, *, matrix: MatrixItem, variant: str | None, catch: tuple[str, tuple[str, ...]] | None,
+                 **kw: Any) -> None:
         super().__init__(**kw)
         self.matrix = matrix
         self.variant = variant
-        self.expect_violation = expect_violation
+        self.catch = catch  # (the planted bug, the checkers one of which must fire), on a catches item
         self.result: Any = None
+
+    @property
+    def expect_violation(self) -> bool:
+        return self.catch is not None
 
     def runtest(self) -> None:
         from harness.scenario.report import failure_text
@@ -222,11 +248,17 @@ class ScenarioItem(pytest.Item):
         self.result = result
         self.stash_result(result)
         page = self.write_report(result)
-        if self.expect_violation:
-            if not result.violated:
+        if self.catch is not None:
+            from harness.scenario.catches import judge_catch
+
+            bug, checkers = self.catch
+            verdict = judge_catch(result, checkers)
+            self.user_properties.append(("lastcall_catch", verdict.why))
+            if not verdict.counted:
+                on = "" if self.variant == bug else f" (as {self.variant})"
                 raise ScenarioFailed(
-                    f"{self.matrix.scenario.name} did not catch {self.variant}: no checker reported a violation "
-                    f"(a scenario that cannot fail is not a test)\n" + failure_text(result, self.nodeid, page))
+                    f"{self.matrix.scenario.name} did not catch {bug}{on}: {verdict.why} (a scenario that cannot "
+                    f"fail is not a test)\n" + failure_text(result, self.nodeid, page))
             return
         if not result.passed:
             raise ScenarioFailed(failure_text(result, self.nodeid, page))

@@ -4,7 +4,9 @@ Every ``as:`` name is unique; every reference to one (wait, release, finish, and
 ``step``/``faults`` parameters of expect entries) names an earlier step of the right
 kind; ``start`` comes once, before anything that needs the cluster; a wait on a
 failpoint waits on one that was armed; ranks exist in every run of the matrix; the
-planted bugs in ``catches`` exist; ``target`` names a target (checked by name, nothing
+planted bugs in ``catches`` exist (or are module:attribute, or any name under a module:attribute target,
+which may declare variants of its own: harness.scenario.catches), and the checkers its mapping form names
+are expect checkers other than fault_fired; ``target`` names a target (checked by name, nothing
 imported).  A handshake scenario (one with a handshake step) drives only the handshake
 listener: no worker-listener step, no worker address, and its ``catches`` name
 handshake variants.  Each check returns problems; none raises.
@@ -19,7 +21,7 @@ from harness.events import kind_names
 from harness.scenario.errors import KeyPath, Problem, format_path
 from harness.scenario.explain import did_you_mean, one_of
 from harness.scenario.fields import Worker
-from harness.scenario.schema import Scenario
+from harness.scenario.schema import EXPECT_TYPES, Scenario
 from harness.scenario.steps import EVENT_KINDS, HANDSHAKE_STEPS, WITHHOLDING_FAULTS, WORKER_STEPS, StepBase
 
 __all__ = ["check"]
@@ -53,8 +55,9 @@ class _Refs:
         # a handshake scenario: the index of its first handshake step
         self.handshake = next((i for i, s in enumerate(sc.steps) if s.kind in HANDSHAKE_STEPS), None)
 
-    def add(self, path: KeyPath, message: str, hint: str | None = None) -> None:
-        self.problems.append(Problem(path, message, hint=hint))
+    def add(self, path: KeyPath, message: str, hint: str | None = None, *, at_key: bool = False) -> None:
+        """One problem at ``path``'s value, or (``at_key``) at its key."""
+        self.problems.append(Problem(path, message, hint=hint, at=path if at_key else None))
 
     def ref(self, path: KeyPath, name: str, kinds: Collection[str], before: int | None) -> _Named | None:
         """The step ``name`` refers to, if it is of one of ``kinds`` (and before step ``before``)."""
@@ -212,23 +215,54 @@ class _Refs:
             self.add(("target",), why)
 
     def catches(self, variants: Collection[str]) -> None:
-        from harness.targets.names import HANDSHAKE_VARIANTS  # static: the registry imports zmq and the listener
+        """Each planted bug: a variant of the listener this scenario drives, or module:attribute; under a
+        module:attribute target (which may declare variants of its own) any name, resolved at collection."""
+        # static names: the registry imports zmq and the listener
+        from harness.targets.names import HANDSHAKE_VARIANTS, check_target
 
         worker_bugs = [v for v in variants if v != "reference"]
         handshake_bugs = [v for v in HANDSHAKE_VARIANTS if v != "reference"]
         bugs, other = (handshake_bugs, worker_bugs) if self.handshake is not None else (worker_bugs, handshake_bugs)
         listeners = ("the worker listener", "a handshake listener")
         this, that = listeners[::-1] if self.handshake is not None else listeners
-        for k, name in enumerate(self.sc.catches):
-            if name == "reference":
-                self.add(("catches", k), "'reference' is the correct implementation, not a planted bug; "
-                         f"expected {one_of(bugs)}")
+        own = ":" in self.sc.target  # a module:attribute target may declare variants of its own
+        mapping = isinstance(self.sc.catches, dict)
+        for k, name in enumerate(self.sc.catch_names()):
+            at: KeyPath = ("catches", name if mapping else k)
+            if ":" in name:
+                why = check_target(name)
+                if why is not None:
+                    self.add(at, why.replace("target ", "planted bug ", 1), at_key=mapping)
+            elif name == "reference":
+                self.add(at, "'reference' is the correct implementation, not a planted bug; "
+                         f"expected {one_of(bugs)}", at_key=mapping)
+            elif own:
+                pass
             elif name in other and name not in bugs:
-                self.add(("catches", k), f"{name!r} is a planted bug of {that}, but this scenario drives {this}; "
-                         f"expected {one_of(bugs)}{did_you_mean(name, bugs)}")
+                self.add(at, f"{name!r} is a planted bug of {that}, but this scenario drives {this}; "
+                         f"expected {one_of(bugs)}{did_you_mean(name, bugs)}", at_key=mapping)
             elif name not in bugs:
-                self.add(("catches", k), f"unknown planted bug {name!r}; expected {one_of(bugs)}"
-                         f"{did_you_mean(name, bugs)}")
+                self.add(at, f"unknown planted bug {name!r}; expected {one_of(bugs)}{did_you_mean(name, bugs)}",
+                         hint="or give module:attribute naming a target, or a variant your target declares",
+                         at_key=mapping)
+
+    def catch_checkers(self) -> None:
+        """The mapping form's checkers: each one of the scenario's expect checkers, and not fault_fired."""
+        if not isinstance(self.sc.catches, dict):
+            return
+        expected = list(dict.fromkeys(e.checker for e in self.sc.expect if e.checker != "fault_fired"))
+        for name, checkers in self.sc.catches.items():
+            for k, chk in enumerate(checkers):
+                at: KeyPath = ("catches", name, k)
+                if chk == "fault_fired":
+                    self.add(at, "fault_fired cannot catch a bug: it fires when an armed fault never fired, "
+                             f"which makes the run vacuous; expected {one_of(expected)}")
+                elif chk not in expected:
+                    known = chk in EXPECT_TYPES
+                    what = f"{chk!r} is not in this scenario's expect" if known else f"unknown checker {chk!r}"
+                    self.add(at, f"{what}: a bug is caught by a checker that judges the run; expected "
+                             f"{one_of(expected)}{did_you_mean(chk, expected)}",
+                             hint=f"add '- {chk}' to expect" if known else None)
 
 
 def _workers(spec: object) -> Iterator[tuple[str, Worker]]:
@@ -247,4 +281,5 @@ def check(sc: Scenario, variants: Collection[str] | None = None) -> list[Problem
     if variants is not None:
         refs.target()
         refs.catches(variants)
+    refs.catch_checkers()
     return refs.problems

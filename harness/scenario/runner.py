@@ -17,7 +17,7 @@ from typing import Any
 import harness.scenario.handshake_steps
 import harness.scenario.worker_steps  # noqa: F401 - registers the worker run's step kinds
 from harness.checkers import RunRecord, judge
-from harness.errors import ConfigError
+from harness.errors import ConfigError, HarnessError
 from harness.events import absent_parties, declare
 from harness.launch.cluster import Cluster
 from harness.launch.parts import cast_named, missing_parts
@@ -59,7 +59,8 @@ def run_item(item: MatrixItem, *, variant: str | None = None, run_id: str | None
 
     snap = snapshot or probe
     snaps["before"] = snap(c, "before")
-    step_error = ""
+    step_error = broken = ""
+    started = False
     try:
         from harness.targets import load_target
 
@@ -70,9 +71,11 @@ def run_item(item: MatrixItem, *, variant: str | None = None, run_id: str | None
             raise StepError(f"target {chosen!r} has no {', '.join(lacking)}: a {cast.name} run needs it")
         player = Player(item, c, snaps, snap)
         c.start()
+        started = True
         player.play()
     except Exception as exc:  # a failed step or launch is the run's outcome, not a crash of the session
         step_error = f"{type(exc).__name__}: {exc}"
+        broken = _broken(exc, started, step_error)
         c.rec.emit("step_failed", error=step_error)
     finally:
         if player is not None:
@@ -80,6 +83,8 @@ def run_item(item: MatrixItem, *, variant: str | None = None, run_id: str | None
         outcome = c.close(before_cleanup=lambda cl: snaps.__setitem__("after", snap(cl, "after")))
     if c.rec.bad_events and not step_error:  # LASTCALL_STRICT_EVENTS=1: an event outside harness.events
         step_error = "bad event: " + "; ".join(c.rec.bad_events[:3]) + (" ..." if len(c.rec.bad_events) > 3 else "")
+    if c.rec.bad_events and not broken:
+        broken = "it recorded an event outside harness.events (" + c.rec.bad_events[0] + ")"
     record = RunRecord(tuple(c.rec.events()), snaps, scale(), absent=_absent(chosen))
     expect: list[tuple[str, Any]] = [(e.checker, e.params) for e in scn.expect]
     if player is not None and player.armed and "fault_fired" not in [n for n, _ in expect]:
@@ -88,7 +93,19 @@ def run_item(item: MatrixItem, *, variant: str | None = None, run_id: str | None
     verdicts = [judge(n, record, p, allow_unknown=allowed[i] if i < len(allowed) else None)
                 for i, (n, p) in enumerate(expect)]
     return RunResult(item, chosen, c.run_id, verdicts, outcome, list(c.rec.events()), snaps, step_error,
-                     time.monotonic() - t0)
+                     time.monotonic() - t0, broken=broken)
+
+
+def _broken(exc: Exception, started: bool, step_error: str) -> str:
+    """Why a run that raised ``exc`` shows nothing a planted-bug catch may count (harness.scenario.catches),
+    or "": a run that never started, and a crash of the harness itself (an exception that is neither a
+    StepError, a HarnessError nor an OSError of talking to the system under test, e.g. a KeyError; or a
+    ConfigError), are broken; a failed step of a started run is not."""
+    if not started:
+        return f"it did not start ({step_error})"
+    if not isinstance(exc, (StepError, HarnessError, OSError)) or isinstance(exc, ConfigError):
+        return f"the harness crashed ({step_error})"
+    return ""
 
 
 def _absent(chosen: str) -> frozenset[str]:

@@ -50,6 +50,29 @@ __all__ = ["Scenario", "Topology", "Config", "ExpectBase", "EXPECT_TYPES", "json
 MIB = 1 << 20  # bytes in a MiB
 MAX_STEPS = 1000  # the longest list of steps (and of expect entries, catches, marks)
 MAX_SEED = (1 << 63) - 1
+# the checkers one of which must fire for a bug (catches' mapping form); the names are checked in refs
+def _checker_list(value: object) -> object:
+    if isinstance(value, str):
+        raise ValueError(f"expected a list of checker names, e.g. [{value}], found {value!r}")
+    if not isinstance(value, list):
+        raise ValueError(f"expected a list of the checkers that must fire for this bug, e.g. [reads_cancelled], "
+                         f"found {'nothing' if value is None else repr(value)}")
+    return value
+
+
+CatchCheckers = Annotated[list[str], Field(min_length=1, max_length=MAX_STEPS), BeforeValidator(_checker_list)]
+CatchList = Annotated[list[TargetName], Field(min_length=1, max_length=MAX_STEPS)]
+CatchMap = Annotated[dict[TargetName, CatchCheckers], Field(min_length=1, max_length=MAX_STEPS)]
+
+
+def _catches_form(value: object) -> str | None:
+    return "catch-list" if isinstance(value, list) else "catch-mapping" if isinstance(value, dict) else None
+
+
+Catches = Annotated[Annotated[CatchList, Tag("catch-list")] | Annotated[CatchMap, Tag("catch-mapping")],
+                    Discriminator(_catches_form, custom_error_type="catches_form",
+                                  custom_error_message="catches is a list of planted bugs or a mapping of each "
+                                  "bug to the checkers that must fire for it")]
 
 
 class Topology(Strict):
@@ -171,9 +194,9 @@ class Scenario(Strict):
     marks: list[MarkName] = Field(default_factory=list, max_length=MAX_STEPS,
                                   description="pytest marks, e.g. [slow]")
     target: TargetName = Field("reference", description="what is tested: a target name or module:attribute")
-    catches: list[str] = Field(min_length=1, max_length=MAX_STEPS,
-                               description="the planted-bug variants this scenario must catch "
-                                           "(names in harness.reference.variants.VARIANTS)")
+    catches: Catches = Field(
+        description="the planted bugs it must catch: a list, or a mapping of each bug to the checkers one of "
+                    "which must fire (docs/catches.md)")
     topology: Topology = Field(Topology.model_validate({}), description=Topology.__doc__)
     config: Config = Field(Config.model_validate({}), description=Config.__doc__)
     seed: int | None = Field(None, ge=0, le=MAX_SEED, description="seed for generated workloads")
@@ -181,6 +204,17 @@ class Scenario(Strict):
                               description="what happens, in order; each a one-key mapping")
     expect: list[ExpectEntry] = Field(min_length=1, max_length=MAX_STEPS,
                                       description="the checkers that judge the run, with parameters")
+
+    def catch_names(self) -> list[str]:
+        """The planted bugs of ``catches``, in file order (either form)."""
+        return list(self.catches)
+
+    def catch_checkers(self, bug: str) -> tuple[str, ...]:
+        """The checkers one of which must be violated for ``bug`` to count as caught: those the mapping form
+        names, else (the list form, or a bug it does not name) every expect checker but fault_fired."""
+        if isinstance(self.catches, dict) and bug in self.catches:
+            return tuple(self.catches[bug])
+        return tuple(dict.fromkeys(e.checker for e in self.expect if e.checker != "fault_fired"))
 
     _source: str | None = PrivateAttr(None)  # the file it was loaded from
     _marks: Any = PrivateAttr(None)  # yamlnodes.Marks of that file: where each key path is
@@ -202,9 +236,19 @@ class Scenario(Strict):
         return f"{self._source}:{line}:{column}"
 
 
+def _catch_forms(schema: dict[str, Any]) -> list[dict[str, Any]]:
+    """The list form and the mapping form of ``catches`` in ``schema``, in that order."""
+    prop = schema["properties"]["catches"]
+    forms: list[dict[str, Any]] = prop.get("oneOf") or prop["anyOf"]
+    return forms
+
+
 @functools.cache
 def _base_schema() -> dict[str, Any]:
     schema = Scenario.model_json_schema(by_alias=True)
+    for form in _catch_forms(schema):  # the checkers a bug's mapping entry may name
+        for value in form.get("patternProperties", {}).values():
+            value["items"] = {"type": "string", "enum": [n for n in EXPECT_TYPES if n != "fault_fired"]}
     expect = schema["properties"]["expect"]
     names = list(EXPECT_TYPES)
     expect["items"] = {"anyOf": [
@@ -227,5 +271,8 @@ def json_schema(variants: list[str] | None = None) -> dict[str, Any]:
         from harness.reference.handshake_variants import HANDSHAKE_VARIANTS
 
         handshake = [v for v in HANDSHAKE_VARIANTS if v != "reference" and v not in variants]
-        schema["properties"]["catches"]["items"] = {"type": "string", "enum": [*variants, *handshake]}
+        names = {"type": "string", "enum": [*variants, *handshake]}
+        forms = _catch_forms(schema)
+        forms[0]["items"] = {"anyOf": [names, forms[0]["items"]]}  # a known name offered, module:attribute kept
+        forms[1]["propertyNames"] = {"anyOf": [names, {"pattern": next(iter(forms[1]["patternProperties"]))}]}
     return schema

@@ -3,6 +3,8 @@
 ``python -m harness.scenario.table scenarios/`` prints it as Markdown (``--write`` commits
 it to docs/); the slow test tests/test_scenario_table.py builds the same table and
 asserts that each scenario catches what it names and that the reference passes.
+
+A cell is caught by the rule of ``catches`` (harness.scenario.catches, :func:`judge_cell`), never on vacuity.
 """
 
 from __future__ import annotations
@@ -12,19 +14,22 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from harness.result import RunResult
+from harness.scenario.catches import judge_catch
 from harness.scenario.loader import expand, load_many
 from harness.scenario.runner import run_item
+from harness.scenario.schema import Scenario
 
-__all__ = ["Cell", "build", "from_data", "load_cells", "markdown", "table_variants", "to_data", "write"]
+__all__ = ["Cell", "build", "from_data", "judge_cell", "load_cells", "markdown", "table_variants", "to_data",
+           "write"]
 
 
 @dataclass(frozen=True)
 class Cell:
     scenario: str
     variant: str
-    caught: bool  # a checker reported a violation (for the reference: the run failed)
+    caught: bool  # the catch counts (harness.scenario.catches; for the reference: the run failed)
     named: bool  # the scenario names this variant in catches
-    checkers: tuple[str, ...]  # the checkers that fired
+    checkers: tuple[str, ...]  # the checkers that caught it (the reference: every one that fired)
     detail: str = ""  # why the run ended as it did: the step error, the outcome, every verdict (for a miss)
 
 
@@ -34,6 +39,18 @@ def _detail(r: RunResult) -> str:
         parts.append(f"outcome: {r.outcome.status} {r.outcome.detail}".rstrip())
     parts += [f"{v.checker}: {v.status} ({v.message})" for v in r.verdicts]
     return "; ".join(parts)
+
+
+def judge_cell(scn: Scenario, variant: str, r: RunResult) -> Cell:
+    """One cell: on the reference, whether the run failed; on a planted bug, whether it is caught by the rule
+    of ``catches`` (harness.scenario.catches.judge_catch) with the checkers the scenario names for it, or, for
+    a variant it does not name, any expect checker but fault_fired: no cell counts on vacuity (fault_fired
+    alone), on a broken run, or on a run that stopped before every armed fault fired."""
+    if variant == "reference":
+        return Cell(scn.name, variant, not r.passed, False, tuple(v.checker for v in r.violated), _detail(r))
+    catch = judge_catch(r, scn.catch_checkers(variant))
+    detail = _detail(r) if catch.counted else f"{catch.why}; {_detail(r)}"
+    return Cell(scn.name, variant, catch.counted, variant in scn.catches, catch.by, detail)
 
 
 def table_variants() -> list[str]:
@@ -61,9 +78,7 @@ def build(paths: Sequence[str], variants: Sequence[str],
             if missing_for(load_target(variant), step_needs(scn.steps)):
                 continue  # the other listener's variant: lacking by design, no cell ("-" in the table)
             r: RunResult = run_item(item, variant=variant)
-            fired = tuple(v.checker for v in r.violated)
-            caught = bool(fired) if variant != "reference" else not r.passed
-            cell = Cell(scn.name, variant, caught, variant in scn.catches, fired, _detail(r))
+            cell = judge_cell(scn, variant, r)
             cells.append(cell)
             if progress is not None:
                 progress(cell, r)
