@@ -1,13 +1,23 @@
-"""harness.scenario.table: the Markdown table, and --from reading the cells the slow test left."""
+"""harness.scenario.table: the Markdown table, --from reading the cells the slow test left, and the rule by which
+a run of a planted bug counts as caught (harness.scenario.catches), shared by catches items and the table's cells."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
 
-from harness.scenario.table import Cell, load_cells, main, markdown
+from harness.checkers.base import ok, violated
+from harness.history import Event
+from harness.launch.cluster import RunOutcome
+from harness.result import RunResult
+from harness.scenario import expand, loads
+from harness.scenario.catches import judge_catch, resolve, waited_for
+from harness.scenario.player import StepError, wait
+from harness.scenario.table import Cell, judge_cell, load_cells, main, markdown
 
 
 def cells() -> list[Cell]:
@@ -39,3 +49,131 @@ def test_from_reads_the_slow_tests_cells(tmp_path: Path, capsys: pytest.CaptureF
 def test_from_an_empty_directory_says_what_to_run(tmp_path: Path) -> None:
     with pytest.raises(SystemExit, match=r"no \*\.json under .*: run `pytest -m slow tests/test_scenario_table.py`"):
         load_cells(str(tmp_path))
+
+
+# ------------------------------------------------------------------ the rule of a catch (harness.scenario.catches)
+
+SCENARIO = """\
+name: rule
+about: the rule of a catch
+catches: {no_conn_tracking: [reads_cancelled]}
+steps:
+  - start: cluster
+  - arm: {site: listener.frame_read, action: pause, as: f1}
+  - send: {to: {rank: 0}, cmd: map_to_kv_tensors, offsets: [0], fault: stall_after_header, as: r1}
+  - wait: {reached: f1}
+  - wait: {event: stop_started}
+  - stop: {as: s1}
+  - wait: {returned: s1}
+  - wait: {closed: r1}
+expect:
+  - stop_result: {step: s1, returns: true}
+  - reads_cancelled
+  - fault_fired: {faults: [f1]}
+"""
+
+
+def _event(kind: str, t: int, **data: Any) -> Event:
+    return Event(t, 7, "worker", "pp0/rank0", "main", kind, data)
+
+
+ARMED = _event("armed", 1, step="f1", site="listener.frame_read", pid=7, action="pause", since_ns=1)
+REACHED = _event("fault_reached", 2, site="listener.frame_read")
+
+
+def _run(*fired: str, step_error: str = "", events: tuple[Event, ...] = (ARMED, REACHED), status: str = "ok",
+         broken: str = "") -> RunResult:
+    scn = loads(SCENARIO, "rule.yaml")
+    verdicts = [violated(n, f"{n} saw the bug") if n in fired else ok(n) for n in ("stop_result", "reads_cancelled")]
+    return RunResult(expand(scn)[0], "no_conn_tracking", "r", verdicts, RunOutcome(status=status), list(events), {},
+                     step_error, broken=broken)
+
+
+def test_a_named_checker_firing_is_a_catch() -> None:
+    c = judge_catch(_run("reads_cancelled"), ("reads_cancelled",))
+    assert (c.counted, c.by, c.why) == (True, ("reads_cancelled",), "caught by reads_cancelled")
+
+
+def test_another_checker_firing_is_not_the_named_catch() -> None:
+    c = judge_catch(_run("stop_result"), ("reads_cancelled",))
+    assert (c.counted, c.why) == (False, "none of reads_cancelled reported a violation (violated instead: "
+                                         "stop_result)")
+
+
+def test_fault_fired_alone_never_catches() -> None:
+    """The vacuity verdict is no catch, in a catches item and in the table's cells a scenario does not name."""
+    r = _run(events=(ARMED,))
+    r.verdicts.append(violated("fault_fired", "vacuous: armed fault(s) ['f1'] never fired"))
+    assert not judge_catch(r, ("stop_result", "reads_cancelled")).counted
+    scn = r.item.scenario
+    cell = judge_cell(scn, "lost_unmap", r)  # not named: any expect checker but fault_fired
+    assert (cell.caught, cell.named, cell.checkers) == (False, False, ())
+
+
+def test_a_broken_run_never_catches() -> None:
+    c = judge_catch(_run("reads_cancelled", broken="the harness crashed (KeyError: 'x')"), ("reads_cancelled",))
+    assert (c.counted, c.why) == (False, "the run is broken, so nothing it shows counts: the harness crashed "
+                                         "(KeyError: 'x')")
+
+
+def test_a_run_cut_short_before_its_fault_fired_does_not_catch() -> None:
+    for r in (_run("reads_cancelled", step_error="StepError: no worker pp0/rank3", events=(ARMED,)),
+              _run("reads_cancelled", status="hung", events=(ARMED,))):
+        c = judge_catch(r, ("reads_cancelled",))
+        assert not c.counted and c.why.startswith("the run stopped before every armed fault fired (")
+        assert "['f1'] never fired" in c.why
+    # the same step error once every armed fault had fired: the catch counts
+    assert judge_catch(_run("reads_cancelled", step_error="StepError: no worker pp0/rank3"),
+                       ("reads_cancelled",)).counted
+
+
+def test_a_wait_that_timed_out_on_what_the_bug_prevents_still_catches() -> None:
+    # reads_cancelled judges peer_closed: the bug is the listener never closing r1
+    r = _run("reads_cancelled", step_error="StepError: wait: the listener did not close r1 in 1.0s", events=(ARMED,))
+    c = judge_catch(r, ("reads_cancelled",))
+    assert (c.counted, c.why) == (True, "caught by reads_cancelled (the wait timed out on peer_closed, which the "
+                                        "bug prevents)")
+    # a wait for the fault itself: fault_reached is judged by no catching checker, so the run is cut short
+    r = _run("reads_cancelled", step_error="StepError: wait: f1 (listener.frame_read on pp0/rank0) was not "
+             "reached 1x in 1.0s", events=(ARMED,))
+    assert not judge_catch(r, ("reads_cancelled",)).counted
+
+
+class _Rec:
+    def wait_for(self, *_a: Any, **_k: Any) -> None:
+        return None  # nothing ever comes: every wait times out
+
+    def wait_until(self, *_a: Any, **_k: Any) -> None:
+        return None
+
+
+class _Peer:
+    def closed_by_listener(self, _limit: float) -> bool:
+        return False
+
+
+def test_waited_for_reads_the_players_own_wait_errors() -> None:
+    """Each form of wait, timed out by the Player's own wait step, names the kind it waited for."""
+    scn = loads(SCENARIO, "rule.yaml")
+    proc = SimpleNamespace(pid=7, label="pp0/rank0")
+    pl = SimpleNamespace(timeout=lambda _t=None: 0.01, c=SimpleNamespace(rec=_Rec()), mark=None,
+                         armed={"f1": (proc, "listener.frame_read", 0)}, peers={"r1": [_Peer()]},
+                         proc=lambda _who: proc)
+    waits = [s for s in scn.steps if s.kind == "wait"]
+    kinds = []
+    for step in waits:
+        with pytest.raises(StepError) as info:
+            wait(pl, step.spec, "w")  # type: ignore[arg-type]
+        kinds.append(waited_for(f"StepError: {info.value}"))
+    assert kinds == ["fault_reached", "stop_started", "step_returned", "peer_closed"]
+    assert waited_for("StepError: no worker pp0/rank3") is None and waited_for("") is None
+
+
+def test_a_catches_name_resolves_to_the_targets_variant() -> None:
+    mine = SimpleNamespace(name="mine", variants={"no_conn_tracking": "mypkg.bugs:NO_TRACKING"})
+    assert resolve(mine, "no_conn_tracking") == ("mypkg.bugs:NO_TRACKING", "")
+    assert resolve(mine, "lost_unmap") == (None, "target mine declares no variant 'lost_unmap' (its variants: "
+                                                 "no_conn_tracking)")
+    assert resolve(SimpleNamespace(name="plain"), "lost_unmap") == ("lost_unmap", "")  # no variants: the name
+    odd = SimpleNamespace(name="odd", variants={"lost_unmap": 3})
+    assert resolve(odd, "lost_unmap")[0] is None
