@@ -295,6 +295,18 @@ def _cmd_replay(args: argparse.Namespace) -> int:
     return replay(args.report)
 
 
+def _cmd_targets(args: argparse.Namespace) -> int:
+    from harness.targets import catalogue, describe_one
+
+    if os.getcwd() not in sys.path:  # a module:attribute under the working directory, as check_target finds it
+        sys.path.insert(0, os.getcwd())
+    rows = catalogue() if not args.specs else [describe_one(spec) for spec in _unique(args.specs)]
+    _table([("TARGET", "CAPABILITIES", "STATUS"), *((n, caps, state if state.startswith("unavailable") else
+                                                     f"{state}: {about}" if about else state)
+                                                    for n, state, caps, about in rows)])
+    return EXIT_OK
+
+
 def _cmd_list(args: argparse.Namespace) -> int:
     from harness.scenario.commands import list_scenarios
 
@@ -432,6 +444,16 @@ def build_parser() -> argparse.ArgumentParser:
                        epilog="exit codes: 0 listed, 2 a file has errors")
     p.add_argument("paths", nargs="+", metavar="PATH", help="scenario files or directories")
     p.set_defaults(func=_cmd_list)
+
+    p = sub.add_parser("targets", help="list the targets, their capabilities and availability",
+                       formatter_class=fmt,
+                       description="One line per target: every built-in name and every lastcall.targets entry "
+                                   "point (or the targets given, module:attribute too), whether it can run on "
+                                   "this machine (else why not, in one line), and its capabilities "
+                                   "(harness.targets.api.CAPABILITIES). Loads each target.",
+                       epilog="exit codes: 0 listed, 2 a given name is no target")
+    p.add_argument("specs", nargs="*", metavar="TARGET", help="target names or module:attribute (default: all)")
+    p.set_defaults(func=_cmd_targets)
 
     p = sub.add_parser("validate", help="check scenario files without running them", formatter_class=fmt,
                        description="Load each scenario file (directories: every *.yaml/*.yml under them) and "

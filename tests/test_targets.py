@@ -49,7 +49,8 @@ def test_target_by_module_attribute_and_a_swapped_listener() -> None:
 @pytest.mark.parametrize("spec, says", [
     ("refrence", "unknown target 'refrence' (did you mean 'reference'?)"),
     ("no_such_module_xyz:V", "cannot load target 'no_such_module_xyz:V'"),
-    ("tests.test_targets:ROOT", "'tests.test_targets:ROOT' is a PosixPath, not a target"),
+    ("tests.test_targets:ROOT", "tests.test_targets:ROOT is a PosixPath that is not a target "
+     "(harness.targets.api.Target): about is missing; capabilities is missing"),
     ("reference@NoColon", "after @ give the listener factory as module:attribute"),
     ("kvcached@x:y", "applies to the reference or one of its variants, not 'kvcached'"),
     ("reference@tests.test_targets:ROOT.name", "is a str, not a listener factory"),

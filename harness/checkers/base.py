@@ -20,7 +20,10 @@ beside it.
 
 from __future__ import annotations
 
+import inspect
+import re
 import traceback
+import typing
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -34,7 +37,7 @@ from harness.history import Event
 from harness.probes.model import Snapshot
 
 __all__ = ["Verdict", "RunRecord", "Checker", "CHECKERS", "checker", "judge", "judge_all", "key_of", "observed",
-           "NOT_JUDGED"]
+           "NOT_JUDGED", "load_plugins", "PLUGIN_ERRORS"]
 
 OK, VIOLATED, UNKNOWN, NOT_JUDGED = "ok", "violated", "unknown", "not_judged"
 Evidence = Mapping[str, tuple[str, ...]]  # party -> the kinds that prove it was observed
@@ -100,10 +103,7 @@ class Checker:
     about: str
     judges: tuple[str, ...] = ()  # the event kinds it reads
     evidence: Evidence | Callable[[Any], Evidence] = field(default_factory=dict)  # may depend on the params
-
-    @property
-    def params(self) -> type[Params]:
-        return CHECKER_PARAMS[self.name]
+    params: type[Params] = Params  # its parameter model (a scenario's expect entry is validated against it)
 
     def evidence_for(self, params: Any) -> Evidence:
         return self.evidence(params) if callable(self.evidence) else self.evidence
@@ -117,26 +117,77 @@ class Checker:
 CHECKERS: dict[str, Checker] = {}
 
 
-def checker(name: str, about: str, *, judges: tuple[str, ...] = (),
+def checker(name: str, about: str, *, params: type[Params] | None = None, judges: tuple[str, ...] = (),
             evidence: Evidence | Callable[[Any], Evidence] | None = None) -> Callable[[CheckFn], CheckFn]:
-    """Register ``fn`` as the checker ``name`` (its parameters are CHECKER_PARAMS[name]).
+    """Register ``fn`` as the checker ``name``, with its parameter model: both halves of the registry at once.
 
-    ``judges``: the event kinds it reads; ``evidence``: per party, the kinds that prove the party was
-    observed (:func:`observed`), or a function of the parameters giving them.  Every kind named must be
-    one of harness.events.
+    ``params``: the pydantic model (a :class:`~harness.checkers.params.Params`) its expect entry takes; left
+    out, the annotation of ``fn``'s second argument (``def mine(run: RunRecord, p: MyParams)``), else
+    :class:`Params` (no parameters).  ``judges``: the event kinds it reads; ``evidence``: per party, the
+    kinds that prove the party was observed (:func:`observed`), or a function of the parameters giving
+    them.  Every kind named must be one of harness.events.  A name registered twice is an error.
     """
-    if name not in CHECKER_PARAMS:
-        raise ConfigError(f"checker {name!r} has no parameter model in harness/checkers/params.py")
+    if not _NAME.fullmatch(name):
+        raise ConfigError(f"checker name {name!r} is not a lower_snake_case identifier")
     named = [*judges, *(k for ks in (evidence.values() if isinstance(evidence, Mapping) else ()) for k in ks)]
     strange = sorted(set(named) - set(KINDS))
     if strange:
         raise ConfigError(f"checker {name!r} names event kind(s) {strange} that harness.events does not declare")
 
     def register(fn: CheckFn) -> CheckFn:
-        CHECKERS[name] = Checker(name, fn, about, tuple(judges), evidence if evidence is not None else {})
+        model = params if params is not None else _annotated_params(name, fn)
+        if not (isinstance(model, type) and issubclass(model, Params)):
+            raise ConfigError(f"checker {name!r}: params must be a harness.checkers.params.Params model, "
+                              f"not {model!r}")
+        old = CHECKERS.get(name)
+        if old is not None and old.fn is not fn:
+            raise ConfigError(f"checker {name!r} is registered twice ({_where(old.fn)} and {_where(fn)})")
+        CHECKERS[name] = Checker(name, fn, about, tuple(judges), evidence if evidence is not None else {}, model)
+        CHECKER_PARAMS[name] = model
         return fn
 
     return register
+
+
+_NAME = re.compile(r"[a-z][a-z0-9_]*")
+
+
+def _where(fn: Callable[..., Any]) -> str:
+    return f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', '?')}"
+
+
+def _annotated_params(name: str, fn: CheckFn) -> Any:
+    """The model ``fn`` annotates its parameters argument with (its second), or Params when it has none."""
+    args = list(inspect.signature(fn).parameters)
+    if len(args) < 2:
+        raise ConfigError(f"checker {name!r}: {_where(fn)} must take (run, params)")
+    try:
+        hints = typing.get_type_hints(fn)
+    except Exception as exc:  # an annotation naming something the module does not have
+        raise ConfigError(f"checker {name!r}: cannot read the annotations of {_where(fn)}: {exc}") from None
+    return hints.get(args[1], Params)
+
+
+def load_plugins() -> dict[str, str]:
+    """Import every ``lastcall.checkers`` entry point (each registers its checkers with @checker).
+
+    Eager, as pytest loads ``pytest11``: the schema of an expect entry is built from the registry, so a
+    plug-in checker must be registered before a scenario is read (keep such modules light: no torch).
+    Returns the entry points that failed, name -> the one-line reason; ``judge`` names it for their checkers.
+    """
+    from harness import entrypoints
+
+    for ep_name in entrypoints.names(entrypoints.CHECKERS):
+        if ep_name in PLUGIN_ERRORS:
+            continue
+        try:
+            entrypoints.load(entrypoints.CHECKERS, ep_name)
+        except ConfigError as exc:
+            PLUGIN_ERRORS[ep_name] = str(exc)
+    return dict(PLUGIN_ERRORS)
+
+
+PLUGIN_ERRORS: dict[str, str] = {}  # lastcall.checkers entry points that failed to load, name -> why
 
 
 def key_of(e: Event) -> tuple[int, str]:
@@ -162,7 +213,8 @@ def judge(name: str, run: RunRecord, params: dict[str, Any] | Params | None = No
 def _judge(name: str, run: RunRecord, params: dict[str, Any] | Params | None) -> Verdict:
     chk = CHECKERS.get(name)
     if chk is None:
-        return Verdict(name, UNKNOWN, f"no checker named {name!r}")
+        why = PLUGIN_ERRORS.get(name)
+        return Verdict(name, UNKNOWN, f"no checker named {name!r}" + (f" ({why})" if why else ""))
     try:
         p = params if isinstance(params, Params) else chk.params(**(params or {}))
     except ValidationError as exc:

@@ -10,8 +10,13 @@ and, for the handshake side channel, how an engine process owns a handshake
 listener (``handshake_listener``).  A part a target lacks is ``None`` and the
 capabilities say so.
 
+The contract itself (the Protocols with their lifecycle rules, the worker spec, the
+capability names, :func:`check_target_object`) is :mod:`harness.targets.api`; a
+near-miss target loaded here is refused with the list of what it misses.
+
 Choosing one: by name (``reference``, each planted-bug variant, each handshake
-variant, ``kvcached``, ``vllm_nixl``) or by an importable ``module:attribute``,
+variant, ``kvcached``, ``vllm_nixl``, a ``lastcall.targets`` entry point of an
+installed distribution: harness.entrypoints) or by an importable ``module:attribute``,
 given to ``lastcall run --target`` (pytest: ``--lastcall-target``), the scenario's
 ``target:`` key or ``LASTCALL_TARGET``; :func:`check_target` checks such a name without
 importing anything (harness.targets.names), :func:`load_target` imports it.
@@ -27,28 +32,19 @@ against a modified listener without touching lastcall's code.
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable, Mapping
-from typing import Any, Protocol, runtime_checkable
+from collections.abc import Mapping
+from typing import Any
 
+from harness import entrypoints
 from harness.errors import ConfigError
 from harness.reference import wire
 from harness.targets import names
+from harness.targets.api import Codec, EngineSide, Target, WorkerSide, check_target_object
 from harness.targets.names import check_target
 
 __all__ = ["Target", "WorkerSide", "EngineSide", "Codec", "REFERENCE_CODEC", "load_target", "target_names",
-           "capabilities_of", "missing_for", "codec_of", "unavailable", "check_target", "describe"]
-
-@runtime_checkable
-class Codec(Protocol):
-    """A target's framing, as the harness's client-side faults need it."""
-
-    header_size: int  # bytes of the length prefix: stall_after_header sends exactly these
-
-    def encode_request(self, req: wire.Request) -> bytes:
-        """One whole request frame (prefix and body) in the target's framing."""
-
-    def decode_reply(self, frame: bytes) -> wire.Reply:
-        """A reply frame's body as the reference's Reply; WireError when it is not one."""
+           "capabilities_of", "missing_for", "codec_of", "unavailable", "check_target",
+           "check_target_object", "describe", "catalogue", "describe_one"]
 
 
 class _ReferenceCodec:
@@ -62,66 +58,6 @@ class _ReferenceCodec:
 
 
 REFERENCE_CODEC: Codec = _ReferenceCodec()
-
-
-@runtime_checkable
-class WorkerSide(Protocol):
-    """One worker process's listener(s) and backend, as a target runs them."""
-
-    path: str  # the socket the worker serves on (rank, pp)
-
-    def start(self) -> str:
-        """Start (or restart) the listener for this rank; its label. Raises when the target refuses."""
-
-    def stop(self, timeout: float | None = None) -> bool:
-        """Stop every listener of this process (the registry's stop-all); True when all stopped."""
-
-    def shutdown(self) -> bool:
-        """The integration-level shutdown: stop, then tear the backend down only if stopped."""
-
-    def mapped(self, group_id: int = 0) -> list[int] | None:
-        """Offsets mapped in the backend now (None once torn down)."""
-
-    def torn_down(self) -> bool:
-        """Whether the backend has been torn down."""
-
-
-@runtime_checkable
-class EngineSide(Protocol):
-    """The engine's client of every worker (rank x pp)."""
-
-    path: str  # what the engine owns on the machine ("" if nothing)
-
-    def map(self, offsets: list[int], group_id: int = 0) -> list[int]: ...
-
-    def unmap(self, offsets: list[int], group_id: int = 0) -> None: ...
-
-    def kv_tensors_created(self, group_id: int = 0) -> bool: ...
-
-    def close(self) -> None: ...
-
-
-@runtime_checkable
-class Target(Protocol):
-    """The plug-in contract (see the module docstring and the README's Targets section).
-
-    ``worker_side(spec, recorder)``: called in a worker process after the fork;
-    ``spec`` holds ipc, rank, pp, root (the run's socket root), tp, pp_size,
-    drain_timeout, exit_budget, capacity, device.  ``engine_side(spec,
-    recorder)``: the same in the engine process.  ``handshake_listener(metadata,
-    *, host, port, recorder, start_timeout, join_timeout)``: an object with
-    ``start() -> port``, ``shutdown() -> bool``, ``port`` and ``thread``.
-    Each part is None where the target has none.  ``unavailable()`` says why
-    the target cannot run on this machine (None when it can).
-    """
-
-    name: str
-    about: str
-    capabilities: frozenset[str]
-    codec: Codec | None
-    worker_side: Callable[[dict[str, Any], Any], WorkerSide] | None
-    engine_side: Callable[[dict[str, Any], Any], EngineSide] | None
-    handshake_listener: Callable[..., Any] | None
 
 
 def codec_of(target: Any) -> Codec:
@@ -159,13 +95,13 @@ def _import(spec: str) -> Any:
             obj = getattr(obj, part)
     except (ImportError, AttributeError) as exc:
         raise ConfigError(f"cannot load target {spec!r}: {exc}; give module:attribute naming a target "
-                          f"(see harness.targets.Target) or a harness.reference.variants.Variant") from None
+                          f"(see harness.targets.api.Target) or a harness.reference.variants.Variant") from None
     return obj
 
 
 def load_target(spec: str) -> Any:
     """The target named ``spec`` (see the module docstring); ConfigError, with the known names, otherwise."""
-    from harness.reference.variants import VARIANTS, Variant
+    from harness.reference.variants import VARIANTS
 
     name, at, listener = spec.partition("@")
     if at:
@@ -196,12 +132,57 @@ def load_target(spec: str) -> Any:
     if hs is not None:
         return hs
     if ":" in name:
-        obj = _import(name)
-        if isinstance(obj, (Variant, Target)):
-            return obj
-        raise ConfigError(f"{name!r} is a {type(obj).__name__}, not a target (harness.targets.Target) "
-                          f"or a harness.reference.variants.Variant")
+        return _checked(name, _import(name))
+    if name in entrypoints.names(entrypoints.TARGETS):
+        return _checked(f"{name} (entry point {entrypoints.value_of(entrypoints.TARGETS, name)})",
+                        entrypoints.load(entrypoints.TARGETS, name))
     raise ConfigError(names.unknown_target(name))
+
+
+def _checked(spec: str, obj: Any) -> Any:
+    """``obj`` when it is a target; ConfigError listing every attribute it misses otherwise."""
+    from harness.reference.variants import Variant
+
+    if isinstance(obj, Variant):
+        return obj
+    problems = check_target_object(obj)
+    if problems:
+        raise ConfigError(f"{spec} is a {type(obj).__name__} that is not a target (harness.targets.api.Target): "
+                          + "; ".join(problems))
+    return obj
+
+
+def catalogue() -> list[tuple[str, str, str, str]]:
+    """(name, availability, capabilities, about) for every target name and ``lastcall.targets`` entry point.
+
+    Loads each (the reference's variants import torch); a target that cannot be loaded, or whose
+    ``unavailable()`` says why it cannot run here, is listed as unavailable with the reason in one line.
+    """
+    known = names.target_names()
+    rows = []
+    for name in [*known, *(n for n in entrypoints.names(entrypoints.TARGETS) if n not in known)]:
+        try:
+            rows.append(describe_one(name))
+        except Exception as exc:  # a missing dependency of one target is a line of the table, not a traceback
+            rows.append((name, f"unavailable: {_first_line(exc)}", "", ""))
+    return rows
+
+
+def describe_one(spec: str) -> tuple[str, str, str, str]:
+    """(name, availability, capabilities, about) of the target ``spec``; ConfigError when it names none."""
+    problem = check_target(spec)
+    if problem:
+        raise ConfigError(problem)
+    target = load_target(spec)
+    why = unavailable(target)
+    return (spec, "available" if why is None else f"unavailable: {_first_line(why)}",
+            ", ".join(sorted(capabilities_of(target))), _first_line(getattr(target, "about", "")))
+
+
+def _first_line(what: object) -> str:
+    text = what if isinstance(what, str) else str(what) if isinstance(what, ConfigError) else \
+        f"{type(what).__name__}: {what}"
+    return text.strip().splitlines()[0] if text.strip() else ""
 
 
 def describe(targets: Mapping[str, Any]) -> list[tuple[str, str, str]]:

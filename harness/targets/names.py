@@ -4,7 +4,8 @@ The planted-bug variants live in harness.reference.variants and .handshake_varia
 the reference (and torch, about 4 s): a scenario file's ``catches:`` and ``target:`` are checked
 against the static lists here instead, and tests/test_target_names.py holds the lists equal to
 the registries.  :func:`check_target` checks a name the way :func:`harness.targets.load_target`
-reads it, without importing anything: a registered name, ``kvcached==VERSION``, or
+reads it, without importing anything: a registered name, a ``lastcall.targets`` entry point's name
+(from the installed metadata, harness.entrypoints), ``kvcached==VERSION``, or
 ``module:attribute`` whose syntax is right and whose top-level module can be found.
 """
 
@@ -15,6 +16,8 @@ import importlib.machinery
 import importlib.util
 import os
 import re
+
+from harness import entrypoints
 
 __all__ = ["WORKER_VARIANTS", "HANDSHAKE_VARIANTS", "NAMED", "target_names", "unknown_target", "check_target"]
 
@@ -45,7 +48,7 @@ def target_names() -> list[str]:
 
 def unknown_target(name: str) -> str:
     """The one-line message for a name that is no target, with the nearest known name."""
-    known = target_names()
+    known = [*target_names(), *entrypoints.names(entrypoints.TARGETS)]
     near = difflib.get_close_matches(name, known, n=1)
     hint = f" (did you mean {near[0]!r}?)" if near else ""
     return f"unknown target {name!r}{hint}; known: {', '.join(known)}; or give module:attribute"
@@ -73,8 +76,8 @@ def check_target(spec: str) -> str | None:
         if ":" not in listener:
             return f"target {spec!r}: after @ give the listener factory as module:attribute"
         return _check_import_path(listener, f"target {spec!r}: the listener factory")
-    if name in target_names():
-        return None
+    if name in target_names() or name in entrypoints.names(entrypoints.TARGETS):
+        return None  # an entry point's name is listed from the metadata: nothing is imported
     kind, pinned, version = name.partition("==")
     if pinned:
         if kind == "kvcached" and re.fullmatch(r"\d+(?:\.\d+)*", version):
