@@ -1,6 +1,8 @@
 """Cost of ``harness.failpoints.hit(site)`` at a site nothing is armed at.
 
-Run:  .venv/bin/python benchmarks/failpoint_cost.py [--runs 10] [--calls 1000000]
+Run:  .venv/bin/python benchmarks/failpoint_cost.py [--runs 10] [--calls 1000000] [--write]
+
+``--write`` commits the result: docs/data/failpoint_cost.json and its table in docs/benchmarks.md.
 
 Each figure is the median over ``runs`` of (loop time / calls), in ns per call:
 
@@ -19,11 +21,12 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import os
 import platform
 import statistics
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from harness import failpoints
 from harness.bench.interleave import format_rows
@@ -53,10 +56,24 @@ def per_call(loop: Callable[[int], int], runs: int, n: int) -> float:
     return statistics.median(loop(n) / n for _ in range(runs))
 
 
+def table(result: Mapping[str, object]) -> str:
+    """The docs table of a result (:func:`main`'s JSON): ns per call, and the floor subtracted."""
+    ns = result["ns_per_call"]
+    assert isinstance(ns, dict)
+    floor = ns["empty_loop"]
+    return "\n".join([
+        "| case | ns per call | minus the empty loop |", "|---|---|---|",
+        f"| `failpoints.hit(site)`, nothing armed | {ns['nothing_armed']:.1f} | {ns['nothing_armed'] - floor:.1f} "
+        f"(target <= {result['target_ns']:.0f}) |",
+        f"| another site armed | {ns['another_armed']:.1f} | {ns['another_armed'] - floor:.1f} |",
+        f"| this site armed with `pass` | {ns['this_armed']:.1f} | (comparison only) |"])
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description="ns per failpoints.hit() call on a disarmed site")
     p.add_argument("--runs", type=int, default=10)
     p.add_argument("--calls", type=int, default=1_000_000)
+    p.add_argument("--write", action="store_true", help="commit the result to docs/ (data and table)")
     args = p.parse_args(argv)
     runs, n = args.runs, args.calls
     failpoints.reset()
@@ -86,6 +103,14 @@ def main(argv: list[str] | None = None) -> int:
     print(f"# argv: {' '.join(sys.argv[1:]) or '(defaults)'}")
     print(f"failpoints.hit(site): median of {runs} runs x {n} calls, ns per call")
     print(format_rows(["case", "ns/call", "minus floor", "target"], rows))
+    if args.write:
+        import docpage
+
+        result = {"date": datetime.date.today().isoformat(), "python": platform.python_version(),
+                  "machine": f"{platform.machine()}, {os.cpu_count()} CPUs", "runs": runs, "calls": n,
+                  "target_ns": TARGET_NS, "ns_per_call": {"empty_loop": floor, "nothing_armed": bare,
+                                                          "another_armed": other, "this_armed": armed}}
+        docpage.write("failpoint-cost", result, table(result))
     return 0 if net_ok else 1
 
 

@@ -1,19 +1,24 @@
 """Shutdown latency of the reference handshake listener (idle, and under a peer handshaking back to back),
 and the time to a typed error when its port is held; vLLM 0.33's behaviour as the poll_timeout_1s variant.
 
-    .venv/bin/python benchmarks/handshake_latency.py [--reps 15]
+    .venv/bin/python benchmarks/handshake_latency.py [--reps 15] [--write]
 
 Medians over fresh listeners, in-process, loopback only.  Targets (issue 6): shutdown < 5 ms median idle
-and under load; PortInUse < 100 ms.
+and under load; PortInUse < 100 ms.  ``--write`` commits the result: docs/data/handshake_latency.json and its
+table in docs/benchmarks.md.
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime
+import os
+import platform
 import socket
 import statistics
 import threading
 import time
+from collections.abc import Mapping
 
 from harness.errors import PortInUse
 from harness.reference.handshake import AgentMetadata, fetch_metadata
@@ -69,9 +74,28 @@ def port_held_ms() -> float:
     return took
 
 
+# The docs table's words for a row's measure and variant.
+MEASURES = {"shutdown, idle": "shutdown, idle",
+            "shutdown, peer handshaking": "shutdown, a peer handshaking back to back",
+            "start on a held port -> PortInUse": "start on a held port -> `PortInUse`"}
+VARIANTS = {"poll_timeout_1s": "poll_timeout_1s (vLLM 0.11.1+)"}
+
+
+def table(result: Mapping[str, object]) -> str:
+    """The docs table of a result (:func:`main`'s JSON)."""
+    rows = result["rows"]
+    assert isinstance(rows, list)
+    out = ["| measure | variant | median ms | min | max | n |", "|---|---|---|---|---|---|"]
+    for r in rows:
+        out.append(f"| {MEASURES[r['measure']]} | {VARIANTS.get(r['variant'], r['variant'])} | {r['median_ms']:.2f} | "
+                   f"{r['min_ms']:.2f} | {r['max_ms']:.2f} | {r['n']} |")
+    return "\n".join(out)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--reps", type=int, default=15)
+    ap.add_argument("--write", action="store_true", help="commit the result to docs/ (data and table)")
     a = ap.parse_args()
     rows = []
     for variant, reps in (("reference", a.reps), ("poll_timeout_1s", 3)):
@@ -86,6 +110,14 @@ def main() -> None:
     print(f"{'measure':36} {'variant':16} {'median ms':>10} {'min':>8} {'max':>8} {'n':>4}")
     for r in rows:
         print(f"{r[0]:36} {r[1]:16} {r[2]:10.2f} {r[3]:8.2f} {r[4]:8.2f} {r[5]:4}")
+    if a.write:
+        import docpage
+
+        measured = [{"measure": r[0], "variant": r[1], "median_ms": r[2], "min_ms": r[3], "max_ms": r[4], "n": r[5]}
+                    for r in rows]
+        result: dict[str, object] = {"date": datetime.date.today().isoformat(), "python": platform.python_version(),
+                                     "machine": f"{platform.machine()}, {os.cpu_count()} CPUs", "rows": measured}
+        docpage.write("handshake-latency", result, table(result))
 
 
 if __name__ == "__main__":
