@@ -5,7 +5,7 @@ subclass the matching builtin (``ValueError``/``TypeError``) so generic handlers
 still catch them.  Each message names the bad value and, where known, the fix.
 
 Errors that travel over the wire carry an ``error_type`` (the reply key of
-DESIGN.md): ``bad_request``, ``state_consistency``, ``map_quarantined``,
+docs/stop-contract.md, wire protocol): ``bad_request``, ``state_consistency``, ``map_quarantined``,
 ``operation_failed``, ``shutting_down``.
 """
 

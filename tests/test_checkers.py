@@ -1,6 +1,6 @@
 """Every checker proven twice, on literal histories: quiet on a clean run, firing on the planted bug it names.
 
-Each planted history models the real bug (DESIGN.md, the stop contract): the kvcached seed's late dispatch,
+Each planted history models the real bug (docs/stop-contract.md): the kvcached seed's late dispatch,
 teardown while a handler is alive, a timed join then teardown, a read never cancelled, and so on.  Evidence is
 asserted exactly (which events, by kind and data), messages by their key words.  Snapshots are literal too.
 """

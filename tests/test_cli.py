@@ -79,7 +79,7 @@ def test_contract_unnamed_variant_has_no_expectation(capsys: pytest.CaptureFixtu
 @pytest.mark.parametrize(("argv", "message"), [
     (["--variant", "refrence"], "lastcall: error: unknown variant 'refrence'; did you mean 'reference'? (known: "),
     (["--check", "handler_drain"], "lastcall: error: unknown check 'handler_drain'; did you mean 'handler_drained'? "),
-    (["--check", "zzz"], "lastcall: error: unknown check 'zzz' (known: no_dispatch_after_stop, "),
+    (["--check", "zzz"], "lastcall: error: unknown check 'zzz' (known: no_late_dispatch, "),
 ])
 def test_contract_unknown_name(capsys: pytest.CaptureFixture[str], argv: list[str], message: str) -> None:
     rc, out, err = _run(capsys, "contract", *argv)

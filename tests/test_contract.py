@@ -1,16 +1,23 @@
-"""Every line of the stop contract: kept by the reference, broken by the planted bug it names."""
+"""Every line of the stop contract: kept by the reference, broken by the planted bug it names, by the oracles named.
+
+A check's history is judged by the checkers it names (harness/checkers/); what no checker judges yet is its
+own, harness-side assertion (HARNESS).  The table (harness/contract/table.py and ``Check.by``) says which
+oracle fires on which bug, and the tests hold each cell to it.
+"""
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
 
-from harness.contract import CHECKS, Check, run_check
+from harness.checkers import CHECKERS
+from harness.contract import CHECKS, HARNESS, LINES, Check, lines, run_check
 from harness.reference.variants import VARIANTS
 
 REFERENCE = VARIANTS["reference"]
-CONTRACT_LINES = range(1, 12)  # DESIGN.md's stop contract has eleven lines
+CONTRACT_LINES = range(1, 12)  # docs/stop-contract.md: the stop contract has eleven lines
 
 
 def _id(c: Check) -> str:
@@ -21,6 +28,9 @@ def _id(c: Check) -> str:
 def test_reference_keeps(check: Check, lc_root: Path, no_thread_leak: None) -> None:
     outcome = run_check(check, REFERENCE, lc_root)
     assert outcome.kept, outcome.detail
+    assert [(v.checker, v.status) for v in outcome.verdicts] == [(name, "ok") for name in check.checkers] * (
+        len(outcome.verdicts) // max(1, len(check.checkers)))
+    assert len(outcome.verdicts) >= len(check.checkers)  # every named checker judged a recorded history
 
 
 @pytest.mark.parametrize(
@@ -32,10 +42,61 @@ def test_planted_bug_caught(check: Check, variant: str, lc_root: Path) -> None:
     outcome = run_check(check, VARIANTS[variant], lc_root)
     assert not outcome.kept, f"{check.name} did not catch {variant}"
     assert "check crashed" not in outcome.detail, outcome.detail
+    missing = set(check.oracles(variant)) - set(outcome.fired)
+    assert not missing, f"{check.name} on {variant}: {sorted(missing)} did not fire ({outcome.detail})"
 
 
 def test_every_line_has_a_check() -> None:
     assert sorted({c.line for c in CHECKS}) == list(CONTRACT_LINES)
+    assert [ln.number for ln in LINES] == list(CONTRACT_LINES)
+
+
+def test_the_table_names_registered_checkers_and_planted_bugs() -> None:
+    """Each check's checkers and oracles are registered checkers (or its own assertion), each bug a variant
+    it catches; the checkers a line names for the scenario library are expected by some scenario."""
+    from harness.scenario import load_many
+
+    for c in CHECKS:
+        assert set(c.checkers) <= set(CHECKERS), c.name
+        assert set(c.by) <= set(c.catches), c.name
+        assert set(c.catches) <= set(VARIANTS) - {"reference"}, c.name
+        for bug in c.catches:
+            assert c.oracles(bug) and set(c.oracles(bug)) <= {*c.checkers, HARNESS}, (c.name, bug)
+    scenarios, errors = load_many(["scenarios"])
+    assert not errors
+    expected = {e.checker for s in scenarios for e in s.expect}
+    for ln in LINES:
+        assert ln.also and set(ln.also) <= expected, (ln.number, set(ln.also) - expected)
+
+
+def test_the_checkers_alone_catch_a_bug_the_assertions_miss(lc_root: Path) -> None:
+    """teardown_deferred's assertions pass on drop_registration_on_error (the retry finds no listener and
+    tears the allocator down); the teardown_deferred checker, judging the same history, does not."""
+    check = next(c for c in CHECKS if c.name == "teardown_deferred")
+    assert check.oracles("drop_registration_on_error") == ("teardown_deferred",)
+    outcome = run_check(check, VARIANTS["drop_registration_on_error"], lc_root)
+    assert not outcome.kept and outcome.fired == ("teardown_deferred",)
+    assert outcome.detail.startswith("teardown_deferred: the allocator was torn down although a listener")
+
+
+def test_a_checker_that_cannot_judge_is_a_crash_not_a_keep(lc_root: Path) -> None:
+    """A check naming a checker its history cannot feed (stop_result judges the harness's stop steps, which
+    a rig does not record) does not keep the line on the checker's unknown: it reports a crash, which every
+    contract test fails on."""
+    blind = Check(11, "served_while_stalled", lines.served_while_stalled, (), ("stop_result",))
+    outcome = run_check(blind, REFERENCE, lc_root)
+    assert not outcome.kept
+    assert outcome.detail.startswith("check crashed: checker stop_result could not judge the history: "
+                                     "no stop step returned")
+
+
+def test_a_check_without_a_history_for_its_checkers_is_a_crash(lc_root: Path) -> None:
+    """The exit probes run a child interpreter and record nothing here: naming a checker for one is a crash."""
+    from harness.contract.exit_probe import exit_hook_bounded
+
+    wrong = Check(8, "exit_hook_bounded", exit_hook_bounded, (), ("exit_without_stall",))
+    outcome = run_check(wrong, REFERENCE, lc_root)
+    assert not outcome.kept and outcome.detail.startswith("check crashed: it recorded no history")
 
 
 def test_every_variant_is_caught_by_a_check_or_a_scenario() -> None:
@@ -44,9 +105,8 @@ def test_every_variant_is_caught_by_a_check_or_a_scenario() -> None:
     scenarios, errors = load_many(["scenarios"])
     assert not errors
     caught = {v for c in CHECKS for v in c.catches} | {v for s in scenarios for v in s.catches}
-    from harness.reference.handshake_variants import HANDSHAKE_VARIANTS
-
-    assert caught - set(HANDSHAKE_VARIANTS) == set(VARIANTS) - {"reference"}  # handshake ones: test_handshake*
+    # the handshake variants (test_handshake*) and other targets' (the engine stand-in's) are judged there
+    assert caught & set(VARIANTS) == set(VARIANTS) - {"reference"}
 
 
 PROCESS_LEVEL = {"leaks_a_child"}  # its bug is a process outliving its worker: judged on real processes only
@@ -61,6 +121,7 @@ def test_full_matrix_each_variant_breaks_only_where_expected(variant: str, lc_ro
         assert "check crashed" not in outcome.detail, outcome.detail
         if variant in check.catches:
             assert not outcome.kept, f"{check.name} missed {variant}"
+            assert set(check.oracles(variant)) <= set(outcome.fired), (check.name, variant, outcome.fired)
 
 
 @pytest.mark.parametrize("name", ["exit_hook_bounded", "exit_hook_retries"])
@@ -69,9 +130,8 @@ def test_a_broken_exit_probe_is_a_crash_not_a_catch(name: str, lc_root: Path,
     """A child interpreter that dies before its end gives no verdict: the check reports a crash (every
     contract test fails on one) rather than a violation that would count as catching the variant, and
     what it left under the root is removed all the same."""
-    import harness.contract.exit_probe as probe
 
-    monkeypatch.setattr(probe.sys, "executable", "/bin/false")  # the child exits 1 at once
+    monkeypatch.setattr(sys, "executable", "/bin/false")  # the child exits 1 at once
     (lc_root / "lastcall-tp-x-05b16a01").mkdir()
     (lc_root / "lastcall-tp-x-05b16a01" / "w0.sock").touch()
     outcome = run_check(next(c for c in CHECKS if c.name == name), VARIANTS["drop_registration_on_error"], lc_root)
@@ -87,13 +147,12 @@ def test_an_interpreter_that_aborts_after_its_exit_hooks_is_a_violation(name: st
     """A child whose main returned and whose hooks all ran, then died on SIGABRT while finalizing (torch's
     "terminate called without an active exception": a thread left running inside it, as
     teardown_while_alive leaves one), is a verdict on the listener, not a broken probe."""
-    import harness.contract.exit_probe as probe
 
     fake = tmp_path / "python"
     fake.write_text("#!/bin/sh\necho 'exiting 1'\necho 'hooks-done 2'\n"
                     "echo 'terminate called without an active exception' >&2\nkill -ABRT $$\n")
     fake.chmod(0o755)
-    monkeypatch.setattr(probe.sys, "executable", str(fake))
+    monkeypatch.setattr(sys, "executable", str(fake))
     outcome = run_check(next(c for c in CHECKS if c.name == name), REFERENCE, lc_root)
     assert not outcome.kept
     assert "check crashed" not in outcome.detail

@@ -1,8 +1,12 @@
-"""The stop contract of DESIGN.md as executable checks, and the table of what each catches.
+"""The stop contract (docs/stop-contract.md) as executable checks, each judged by the checkers.
 
-``CHECKS`` lists one or more checks per contract line; each names the planted-bug
-variants it must catch.  :func:`run_check` runs one check against one variant in
-a fresh private socket root and returns an :class:`Outcome`.
+``CHECKS`` lists one or more checks per contract line (:data:`harness.contract.table.LINES`).
+A check drives a :class:`~harness.contract.rig.Rig` (or a child interpreter), which
+records a history; :func:`run_check` judges that history with the registered
+checkers the check names (``checkers``) and adds the check's own assertions, the
+harness-side part that no checker judges yet.  ``by`` says, per planted bug the
+check names, which oracles must fire on it: checker names, or
+:data:`~harness.contract.table.HARNESS` (the default).
 """
 
 from __future__ import annotations
@@ -10,45 +14,68 @@ from __future__ import annotations
 import shutil
 import time
 import traceback
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
+from types import MappingProxyType
 
+from harness.checkers import RunRecord, Verdict, judge
 from harness.contract import lines
 from harness.contract.exit_probe import exit_hook_bounded, exit_hook_retries
-from harness.contract.rig import ContractViolation
+from harness.contract.rig import ContractViolation, recorded
+from harness.contract.table import HARNESS, LINES, ContractLine
 from harness.names import temp_root
 from harness.reference.variants import Variant
 from harness.reference.wire import PeerClosed
 
-__all__ = ["Check", "CHECKS", "Outcome", "run_check", "ContractViolation"]
+__all__ = ["Check", "CHECKS", "Outcome", "run_check", "ContractViolation", "LINES", "ContractLine", "HARNESS"]
 
 CheckFn = Callable[[Variant, Path], None]
 
 
 @dataclass(frozen=True)
 class Check:
-    """One executable check of contract line ``line``; ``catches`` names the variants it must fail on."""
+    """One executable check of contract line ``line``; ``catches`` names the variants it must fail on.
+
+    ``checkers``: the registered checkers that judge the history it records; ``by``: for a bug of
+    ``catches``, the oracles that must fire on it (checker names or HARNESS; HARNESS when not given).
+    """
 
     line: int
     name: str
     fn: CheckFn
     catches: tuple[str, ...]
+    checkers: tuple[str, ...] = ()
+    by: Mapping[str, tuple[str, ...]] = field(default_factory=lambda: MappingProxyType({}))
 
     @property
     def about(self) -> str:
         doc = (self.fn.__doc__ or "").strip()
         return doc.split(". ", 1)[-1] if doc[:1].isdigit() else doc
 
+    def oracles(self, bug: str) -> tuple[str, ...]:
+        """The oracles that must fire on ``bug``."""
+        return self.by.get(bug, (HARNESS,))
+
+
+def _by(**bugs: tuple[str, ...]) -> Mapping[str, tuple[str, ...]]:
+    return MappingProxyType(bugs)
+
 
 CHECKS: tuple[Check, ...] = (
-    Check(1, "no_dispatch_after_stop", lines.no_dispatch_after_stop, ("dispatch_after_stop", "cuts_drained_reply")),
-    Check(2, "reads_cancelled_at_once", lines.reads_cancelled_at_once, ("no_conn_tracking",)),
-    Check(3, "handler_drained", lines.handler_drained, ("teardown_while_alive",)),
+    Check(1, "no_late_dispatch", lines.no_late_dispatch, ("dispatch_after_stop", "cuts_drained_reply"),
+          ("no_late_dispatch",), _by(dispatch_after_stop=("no_late_dispatch", HARNESS))),
+    Check(2, "reads_cancelled", lines.reads_cancelled, ("no_conn_tracking",), ("reads_cancelled", "no_late_dispatch"),
+          _by(no_conn_tracking=("reads_cancelled", HARNESS))),
+    Check(3, "handler_drained", lines.handler_drained, ("teardown_while_alive",), ("handler_drained",),
+          _by(teardown_while_alive=("handler_drained", HARNESS))),
     Check(4, "teardown_keeps_other_ranks", lines.teardown_keeps_other_ranks, ("rmtree_dir",)),
     Check(4, "unlink_only_own_socket", lines.unlink_only_own_socket, ("unlink_by_path",)),
-    Check(5, "drain_timeout_keeps_everything", lines.drain_timeout_keeps_everything,
-          ("timed_join_teardown", "teardown_while_alive")),
+    Check(5, "retained_for_retry", lines.retained_for_retry,
+          ("timed_join_teardown", "teardown_while_alive", "teardown_then_false"),
+          ("retained_for_retry", "handler_drained"),
+          _by(timed_join_teardown=("handler_drained", HARNESS), teardown_while_alive=("handler_drained", HARNESS),
+              teardown_then_false=("retained_for_retry", HARNESS))),
     Check(6, "concurrent_stop_waits", lines.concurrent_stop_waits, ("concurrent_stop_true",)),
     Check(6, "stop_from_handler_returns", lines.stop_from_handler_returns, ("stop_from_handler_deadlocks",)),
     Check(6, "cleanup_error_keeps_registration", lines.cleanup_error_keeps_registration,
@@ -57,42 +84,67 @@ CHECKS: tuple[Check, ...] = (
     Check(8, "exit_hook_bounded", exit_hook_bounded, ("unbounded_exit_hook",)),
     Check(8, "exit_hook_retries", exit_hook_retries, ("drop_registration_on_error",)),
     Check(9, "restart_refused_while_draining", lines.restart_refused_while_draining, ("restart_drops_old",)),
-    Check(10, "teardown_deferred", lines.teardown_deferred, ("teardown_ignores_stop", "timed_join_teardown")),
+    Check(10, "teardown_deferred", lines.teardown_deferred,
+          ("teardown_ignores_stop", "timed_join_teardown", "drop_registration_on_error"),
+          ("teardown_deferred", "no_dispatch_after_teardown"),
+          _by(teardown_ignores_stop=("teardown_deferred", "no_dispatch_after_teardown", HARNESS),
+              timed_join_teardown=("no_dispatch_after_teardown", HARNESS),
+              drop_registration_on_error=("teardown_deferred",))),
     Check(11, "served_while_stalled", lines.served_while_stalled, ("head_of_line_blocking",)),
 )
 
 
 @dataclass(frozen=True)
 class Outcome:
-    """What one check said about one variant."""
+    """What one check said about one variant; ``fired``: the oracles that found a violation."""
 
     check: str
     variant: str
     kept: bool
     detail: str
     seconds: float
+    fired: tuple[str, ...] = ()
+    verdicts: tuple[Verdict, ...] = ()
 
 
 def run_check(check: Check, variant: Variant, root: Path | None = None) -> Outcome:
     """Run ``check`` against ``variant`` in ``root`` (a fresh temp dir if None, removed after).
 
-    A ContractViolation is a broken line (kept=False); any other exception is
-    reported as broken too, with its traceback, since a check must not crash.
+    Its assertions raising ContractViolation are its harness-side part (kept=False, HARNESS fired);
+    then every history it recorded is judged by each of ``check.checkers``: a violated verdict breaks
+    the line too.  Any other exception is a crash, reported as broken with its traceback, since a check
+    must not crash; so is a checker that cannot judge (unknown) a history the assertions passed on.
     """
     own = root is None
     base = temp_root() if root is None else root
     t0 = time.monotonic()
+    harness = ""
     try:
-        check.fn(variant, base)
-        return Outcome(check.name, variant.name, True, "", time.monotonic() - t0)
-    except ContractViolation as exc:
-        return Outcome(check.name, variant.name, False, str(exc), time.monotonic() - t0)
-    except PeerClosed as exc:  # a reply the check waited for never came: the listener dropped the connection
-        return Outcome(check.name, variant.name, False, f"a reply was lost: the listener closed the connection "
-                       f"under its request ({exc})", time.monotonic() - t0)
+        with recorded() as recorders:
+            try:
+                check.fn(variant, base)
+            except ContractViolation as exc:
+                harness = str(exc)
+            except PeerClosed as exc:  # a reply the check waited for never came: the listener dropped the connection
+                harness = f"a reply was lost: the listener closed the connection under its request ({exc})"
+        verdicts = tuple(judge(name, RunRecord(tuple(rec.events()))) for rec in recorders for name in check.checkers)
     except Exception as exc:
         detail = f"check crashed: {type(exc).__name__}: {exc}\n{traceback.format_exc()}"
         return Outcome(check.name, variant.name, False, detail, time.monotonic() - t0)
     finally:
         if own:
             shutil.rmtree(base, ignore_errors=True)
+    seconds = time.monotonic() - t0
+    if check.checkers and not recorders:
+        return Outcome(check.name, variant.name, False, "check crashed: it recorded no history for its checkers "
+                       f"({', '.join(check.checkers)})", seconds)
+    broken = [v for v in verdicts if v.status == "violated"]
+    fired = tuple(dict.fromkeys(v.checker for v in broken)) + ((HARNESS,) if harness else ())
+    details = [f"{v.checker}: {v.message}" for v in broken] + ([harness] if harness else [])
+    if not details:
+        blind = [v for v in verdicts if not v.passes]
+        if blind:
+            return Outcome(check.name, variant.name, False, "check crashed: " + "; ".join(
+                f"checker {v.checker} could not judge the history: {v.message}" for v in blind), seconds,
+                verdicts=verdicts)
+    return Outcome(check.name, variant.name, not details, "; ".join(details), seconds, fired, verdicts)

@@ -12,7 +12,8 @@ import os
 import select
 import socket
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -25,9 +26,21 @@ from harness.reference.variants import Variant
 from harness.reference.worker import ReferenceWorker, WorkerSpec
 from harness.timeouts import scaled
 
-__all__ = ["ContractViolation", "Rig", "Pending", "violated"]
+__all__ = ["ContractViolation", "Rig", "Pending", "violated", "recorded"]
 
 MiB = 1 << 20
+_COLLECTING: list[list[Recorder]] = []  # one list per open recorded(): the recorder of every Rig made inside
+
+
+@contextmanager
+def recorded() -> Iterator[list[Recorder]]:
+    """Collect the recorder of every :class:`Rig` made inside: the histories a check produced, for the checkers."""
+    recorders: list[Recorder] = []
+    _COLLECTING.append(recorders)
+    try:
+        yield recorders
+    finally:
+        _COLLECTING.remove(recorders)
 
 
 class ContractViolation(HarnessError, AssertionError):
@@ -76,6 +89,8 @@ class Rig:
         self.root = root
         self.ipc = ipc
         self.rec = Recorder(role="worker")
+        for recorders in _COLLECTING:
+            recorders.append(self.rec)
         self.registry = variant.registry(recorder=self.rec)
         self.config = ListenerConfig(drain_timeout=drain_timeout)
         self.workers: list[ReferenceWorker] = []

@@ -7,7 +7,7 @@ worker (rank 0, real Unix socket, real serving thread) of a planted-bug
 do: connect, send a header and withhold the body, send the body, park a handler
 inside the backend (a failpoint), release it, stop, stop concurrently, stop with
 a failing cleanup, integration shutdown, restart, remove or replace the socket
-file.  After every step the invariants of the stop contract (DESIGN.md) are
+file.  After every step the invariants of the stop contract (docs/stop-contract.md) are
 checked.
 
 Real threads make plain Hypothesis flaky, so every rule is taken only when it

@@ -48,7 +48,7 @@ ACTIVE_KINDS = frozenset({  # listener events worth showing in the recorded inte
 
 
 class Violation(ContractViolation):
-    """A broken line of the stop contract, seen by the explorer; ``line`` is its number in DESIGN.md."""
+    """A broken line of the stop contract, seen by the explorer; ``line`` is its number in docs/stop-contract.md."""
 
     def __init__(self, line: int, message: str) -> None:
         super().__init__(f"line {line}: {message}")

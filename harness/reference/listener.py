@@ -1,6 +1,6 @@
 """The reference worker listener: one Unix socket per (rank, pp), served by one thread.
 
-It keeps every line of the stop contract in DESIGN.md.  How:
+It keeps every line of the stop contract (docs/stop-contract.md).  How:
 
 * One serving thread multiplexes the server socket, every accepted connection
   and a self-pipe with epoll; reads are non-blocking and fed to a

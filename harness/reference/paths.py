@@ -1,6 +1,6 @@
 """Where a reference instance keeps its sockets, records and shared memory.
 
-The rule (DESIGN.md, wire protocol)::
+The rule (docs/stop-contract.md, wire protocol)::
 
     <root>/lastcall-tp-<ipc>-<hash8>/w<rank>.sock          pipeline stage 0
     <root>/lastcall-tp-<ipc>-<hash8>/pp<N>/w<rank>.sock    pipeline stage N > 0

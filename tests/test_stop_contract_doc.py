@@ -1,0 +1,49 @@
+"""docs/stop-contract.md is what python -m harness.contract.doc generates from the contract table and checks."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from harness.contract import CHECKS, LINES
+from harness.contract.doc import PAGE, render
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_the_committed_page_is_the_generated_one() -> None:
+    assert PAGE == ROOT / "docs" / "stop-contract.md"
+    assert PAGE.read_text() == render(), "docs/stop-contract.md is stale: run python -m harness.contract.doc"
+
+
+def test_the_page_has_every_line_in_full_and_every_check() -> None:
+    text = render()
+    for ln in LINES:
+        assert f"\n{ln.number}. {ln.text}\n" in text
+    rows = [r for r in text.splitlines() if r.startswith("| ") and r.split("|")[2].strip().startswith("`")]
+    assert [r.split("|")[2].strip().strip("`") for r in rows] == [c.name for c in CHECKS]
+    assert all(r.count("|") == 6 for r in rows)  # five cells: no stray | inside one
+    for c in CHECKS:
+        row = next(r for r in rows if r.split("|")[2].strip() == f"`{c.name}`")
+        for bug in c.catches:
+            assert f"`{bug}`: " in row
+
+
+def test_check_mode_says_when_the_page_differs(tmp_path: Path) -> None:
+    stale = tmp_path / "stop-contract.md"
+    stale.write_text(render().replace("eleven", "twelve"))
+    cmd = [sys.executable, "-m", "harness.contract.doc", "--check", "--out", str(stale)]
+    bad = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 1 and "differs from what python -m harness.contract.doc generates" in bad.stderr
+    subprocess.run([sys.executable, "-m", "harness.contract.doc", "--out", str(stale)], check=True, timeout=60)
+    assert subprocess.run(cmd, timeout=60).returncode == 0
+    assert stale.read_text() == PAGE.read_text()
+
+
+def test_no_file_cites_design_md() -> None:
+    """DESIGN.md is not in the repository: the stop contract is docs/stop-contract.md."""
+    tracked = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    citing = [p for p in tracked.split() if p.endswith((".py", ".md", ".yaml", ".toml"))
+              and (ROOT / p).is_file() and "DESIGN" + ".md" in (ROOT / p).read_text(errors="replace")]
+    assert citing == []
