@@ -42,3 +42,76 @@ def test_scenario_needing_a_missing_capability_is_skipped_with_the_reason(pytest
     result = pytester.runpytest("needs-handshake.yaml", "-rs", "-p", "no:cacheprovider", "--lastcall-reports=")
     result.assert_outcomes(skipped=2)
     result.stdout.fnmatch_lines(["*target no_conn_tracking lacks by design: hold_port (needs handshake_listener)*"])
+
+
+# ------------------------------------------------------------------ catches under a target that declares variants
+MINE = '''
+from dataclasses import dataclass, field, fields
+
+from harness.reference.variants import VARIANTS, Variant
+
+
+@dataclass(frozen=True)
+class WithVariants(Variant):
+    variants: dict[str, str] = field(default_factory=dict)
+
+
+TARGET = WithVariants(**{**{f.name: getattr(VARIANTS["reference"], f.name) for f in fields(Variant)},
+                         "name": "lc_mine_target:TARGET", "variants": {"my_untracked": "no_conn_tracking"}})
+'''
+OWN_BUGS = """
+name: own-bugs
+about: A target's own planted bug, named in catches, runs as the target's variant of that name.
+target: lc_mine_target:TARGET
+catches: {my_untracked: [reads_cancelled], lost_unmap: [reads_cancelled]}
+steps:
+  - start: cluster
+  - send: {to: {rank: 0}, cmd: map_to_kv_tensors, offsets: [4MiB], fault: stall_after_header, as: r1}
+  - wait: {event: frame_started, on: {rank: 0}}
+  - arm: {site: backend.map_to_kv_tensors, on: {rank: 0}, action: pause, count: 1, as: f1}
+  - call: {op: map, offsets: [0, 2MiB], as: m1}
+  - wait: {reached: f1}
+  - stop: {on: all, as: s1}
+  - wait: {event: stop_started, on: {rank: 0}}
+  - wait: {closed: r1, timeout: 1s}
+  - finish: r1
+  - release: f1
+  - wait: {returned: s1}
+  - wait: {returned: m1}
+expect:
+  - stop_result: {step: s1, returns: true}
+  - reads_cancelled: {within: 500ms}
+  - fault_fired: {faults: [f1]}
+"""
+
+
+def test_catches_resolve_to_the_targets_own_variants(pytester: pytest.Pytester) -> None:
+    """my_untracked runs as the target's variant of that name (no_conn_tracking) and is caught by
+    reads_cancelled; lost_unmap, which the target does not declare, is skipped with the reason."""
+    pytester.makepyfile(lc_mine_target=MINE)
+    pytester.syspathinsert()
+    pytester.makefile(".yaml", **{"own-bugs": OWN_BUGS})
+    result = pytester.runpytest("own-bugs.yaml", "-k", "catches", "-rs", "-v", "-p", "no:cacheprovider",
+                                "--lastcall-reports=")
+    result.assert_outcomes(passed=1, skipped=1)
+    result.stdout.fnmatch_lines(["*own-bugs?tp1-pp1-cpu-catches-my_untracked? PASSED*",
+                                 "*target lc_mine_target:TARGET declares no variant 'lost_unmap' (its variants: "
+                                 "my_untracked)*"])
+
+
+def test_an_override_that_declares_variants_runs_the_catches_as_its_own(pytester: pytest.Pytester) -> None:
+    """Under --lastcall-target naming a target with variants, a reference scenario's catches run as that
+    target's variants of those names (an override without variants runs no catches items, as before)."""
+    pytester.makepyfile(lc_mine_target=MINE.replace('{"my_untracked": "no_conn_tracking"}',
+                                                     '{"no_conn_tracking": "no_conn_tracking"}'))
+    pytester.syspathinsert()
+    text = OWN_BUGS.replace("target: lc_mine_target:TARGET\n", "").replace("my_untracked", "no_conn_tracking")
+    pytester.makefile(".yaml", **{"own-bugs": text})
+    args = ("own-bugs.yaml", "-k", "catches", "-rs", "-v", "-p", "no:cacheprovider", "--lastcall-reports=")
+    result = pytester.runpytest(*args, "--lastcall-target", "lc_mine_target:TARGET")
+    result.assert_outcomes(passed=1, skipped=1)
+    result.stdout.fnmatch_lines(["*own-bugs?tp1-pp1-cpu-catches-no_conn_tracking? PASSED*",
+                                 "*declares no variant 'lost_unmap'*"])
+    plain = pytester.runpytest("own-bugs.yaml", "--co", "-q", "-p", "no:cacheprovider", "--lastcall-target",
+                               "reference")
+    assert "catches" not in plain.stdout.str()
