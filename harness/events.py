@@ -211,6 +211,16 @@ _BUILTIN: tuple[EventKind, ...] = (
     _k("sigterm_sent", "harness", "a process was sent SIGTERM", {"label": "str", "pid": "int"}),
     _k("sigkill_sent", "harness", "processes were sent SIGKILL", {"labels": "list"}, {"reason": "str"}),
     _k("strays_killed", "harness", "processes of the run's group that outlived it were killed", {"pids": "list"}),
+    # a real engine's process tree (harness.scenario.engine_steps), launched and judged from outside
+    _k("engine_launched", "harness", "an engine command was launched in a session of its own",
+       {"pid": "int", "port": "int", "launch": "int"}),
+    _k("engine_ready", "harness", "the engine printed its ready line; members: its processes then",
+       {"pid": "int", "ready_s": "float", "members": "list"}, {"shm": "list"}),
+    _k("engine_start_failed", "harness", "the engine exited or printed its failure before it was ready, or was "
+       "not ready in time", {"error": "str"}),
+    _k("engine_stream_started", "harness", "a streaming request got its first event", _STEP),
+    _k("engine_closed", "harness", "the harness ended an engine tree; killed: what was still alive",
+       {"killed": "list"}),
 )
 
 KINDS: dict[str, EventKind] = {k.name: k for k in _BUILTIN}

@@ -22,7 +22,8 @@ polling, no sleeps.  Only the standard library: it starts in well under a second
 The planted-bug variants (``--variant``), each one defect of the kinds the engine checkers judge:
 ``ignores_sigterm`` (the API server ignores SIGTERM), ``leaves_socket_file`` (the engine core does not
 remove its socket file), ``keeps_child`` (the worker outlives its engine core: it ignores its parent's
-exit), ``exits_zero_after_engine_died`` (the API server exits 0 although its engine core died).
+exit, and holds the API server's listening socket, inherited: a restart cannot bind),
+``exits_zero_after_engine_died`` (the API server exits 0 although its engine core died).
 """
 
 from __future__ import annotations
@@ -215,6 +216,9 @@ def serve(port: int, variant: str, interval: float, drain: float) -> int:
     sigs = (signal.SIGINT,) if variant == "ignores_sigterm" else STOP_SIGNALS
     if variant == "ignores_sigterm":
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    st = _State(interval)
+    # keeps_child binds its port before it forks: the tree inherits the listening socket (the orphan keeps it)
+    httpd = _Server(port, st) if variant == "keeps_child" else None
     ctl_r, ctl_w = os.pipe()
     ready_r, ready_w = os.pipe()
     pid = os.fork()
@@ -229,8 +233,7 @@ def serve(port: int, variant: str, interval: float, drain: float) -> int:
     if not os.read(ready_r, 1):
         print("ERROR: the engine core died during start", flush=True)
         return 1
-    st = _State(interval)
-    httpd = _Server(port, st)
+    httpd = httpd or _Server(port, st)
     threading.Thread(target=httpd.serve_forever, args=(0.05,), name="standin-http", daemon=True).start()
     print(f"INFO:     Started server process [{os.getpid()}]", flush=True)
     print(READY_LINE, flush=True)

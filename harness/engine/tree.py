@@ -196,16 +196,19 @@ class EngineTree:
         with contextlib.suppress(ProcessLookupError):
             os.kill(target, sig)
 
-    def wait_gone(self, timeout: float) -> bool:
+    def wait_gone(self, timeout: float, seen: Callable[[list[Member]], None] | None = None) -> bool:
         """True once every process of the session has exited (the ones that are our children reaped).
 
         Waits on a pidfd per live member (readable when that process exits, whoever its parent is), so an
-        exit is seen as it happens; ``timeout`` is a safety net.
+        exit is seen as it happens; ``timeout`` is a safety net.  ``seen`` is called with the live members
+        each time one exits (and first): who was reparented to this subreaper, and when, is seen as it is.
         """
         deadline = time.monotonic() + timeout
         while True:
             self._reap()
             live = [m for m in self.members() if m.state != "Z"]
+            if seen is not None:
+                seen(live)
             if not live:
                 self._reap()
                 return True

@@ -198,6 +198,7 @@ class Cluster:
         self.parts: dict[str, list[Proc]] = {}  # part name -> its processes
         self._cleaned = False
         self.pgid = 0
+        self.host: Any = None  # a hosted cast's host (harness.launch.parts.Cast.host); None otherwise
 
     # ------------------------------------------------------------------ start
     def start(self) -> Cluster:
@@ -214,6 +215,12 @@ class Cluster:
         server.listen(64)
         self._server = server
         threading.Thread(target=self._accept, name="lastcall-control-accept", daemon=True).start()
+        if self.cast.host is not None:  # the harness starts this cast's processes itself, under the watchdog
+            self.host = self.cast.host(self)  # may extend deadline_s by the launches it needs
+            self._watchdog = threading.Thread(target=self._watch, name="lastcall-watchdog", daemon=True)
+            self._watchdog.start()
+            self.host.start()
+            return self
         specs = self._specs()
         self._watchdog = threading.Thread(target=self._watch, name="lastcall-watchdog", daemon=True)
         self._watchdog.start()
@@ -355,6 +362,8 @@ class Cluster:
             return "(no stacks)"
 
     def _kill_all(self) -> None:
+        if self.host is not None:
+            self.host.kill()
         if self.pgid:
             try:
                 os.killpg(self.pgid, signal.SIGKILL)
@@ -376,6 +385,8 @@ class Cluster:
         Error handling: never raises; a process that will not die is reported
             in ``outcome.detail``.
         """
+        if self.host is not None:  # before the probes' after snapshot: what it had to kill is in its events
+            self.host.close()
         procs = list(self._procs.values())
         if self.outcome.status != "hung":
             for proc in procs:

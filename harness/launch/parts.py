@@ -6,7 +6,9 @@ it runs (``worker_side``, ``engine_side``, ``handshake_listener``).  A :class:`C
 of run, the group leader (addressed as ``engine``) first:
 
 * ``worker``: an engine (the target's client) and tp x pp workers, each serving the target's worker listener;
-* ``handshake``: an engine owning the target's handshake listener, and a peer engine handshaking with it.
+* ``handshake``: an engine owning the target's handshake listener, and a peer engine handshaking with it;
+* ``engine``: a real engine's process tree, hosted: launched by the harness itself (harness.engine.host;
+  registered with its step kinds, harness.scenario.engine_steps).
 
 The cast of a scenario's run follows from its steps (each step kind names the cast whose listener it drives,
 harness.scenario.player); the target must provide what the cast's parts need (:func:`missing_parts`).  The
@@ -16,6 +18,7 @@ mains in harness.launch.roles and its step kinds in the player's registry: no se
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,6 +42,10 @@ class Cast:
     name: str
     parts: tuple[Part, ...]
     about: str = ""
+    # a hosted cast's processes are no forked roles: ``host(cluster)`` makes the object that starts them from
+    # the harness process (``start()``), kills them for the watchdog (``kill()``) and reaps them (``close()``);
+    # the cluster keeps it as ``cluster.host`` (the engine cast: a real engine's tree, harness.engine.host)
+    host: Callable[[Any], Any] | None = None
 
     def part(self, name: str) -> Part | None:
         return next((p for p in self.parts if p.name == name), None)
@@ -49,6 +56,7 @@ WORKER = Cast("worker", (Part("engine", "engine", needs="engine_side"),
               "an engine (the target's client) and tp x pp workers serving the target's worker listener")
 HANDSHAKE = Cast("handshake", (Part("engine", "hs_engine", needs="handshake_listener"), Part("peer", "hs_peer")),
                  "an engine owning the target's handshake listener, and a peer engine")
+
 CASTS: dict[str, Cast] = {}
 
 

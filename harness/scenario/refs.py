@@ -22,7 +22,14 @@ from harness.scenario.errors import KeyPath, Problem, format_path
 from harness.scenario.explain import did_you_mean, one_of
 from harness.scenario.fields import Worker
 from harness.scenario.schema import EXPECT_TYPES, Scenario
-from harness.scenario.steps import EVENT_KINDS, HANDSHAKE_STEPS, WITHHOLDING_FAULTS, WORKER_STEPS, StepBase
+from harness.scenario.steps import (
+    ENGINE_STEPS,
+    EVENT_KINDS,
+    HANDSHAKE_STEPS,
+    WITHHOLDING_FAULTS,
+    WORKER_STEPS,
+    StepBase,
+)
 
 __all__ = ["check"]
 
@@ -218,11 +225,13 @@ class _Refs:
         """Each planted bug: a variant of the listener this scenario drives, or module:attribute; under a
         module:attribute target (which may declare variants of its own) any name, resolved at collection."""
         # static names: the registry imports zmq and the listener
-        from harness.targets.names import HANDSHAKE_VARIANTS, check_target
+        from harness.targets.names import ENGINE_VARIANTS, HANDSHAKE_VARIANTS, check_target
 
         worker_bugs = [v for v in variants if v != "reference"]
         handshake_bugs = [v for v in HANDSHAKE_VARIANTS if v != "reference"]
         bugs, other = (handshake_bugs, worker_bugs) if self.handshake is not None else (worker_bugs, handshake_bugs)
+        if any(s.kind in ENGINE_STEPS for s in self.sc.steps):  # an engine run: the stand-in engine's variants
+            bugs, other = list(ENGINE_VARIANTS[1:]), [*worker_bugs, *handshake_bugs]
         listeners = ("the worker listener", "a handshake listener")
         this, that = listeners[::-1] if self.handshake is not None else listeners
         own = ":" in self.sc.target  # a module:attribute target may declare variants of its own

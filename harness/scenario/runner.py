@@ -14,6 +14,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+import harness.scenario.engine_steps
 import harness.scenario.handshake_steps
 import harness.scenario.worker_steps  # noqa: F401 - registers the worker run's step kinds
 from harness.checkers import RunRecord, judge

