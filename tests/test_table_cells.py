@@ -14,7 +14,7 @@ from harness.checkers.base import ok, violated
 from harness.history import Event
 from harness.launch.cluster import RunOutcome
 from harness.result import RunResult
-from harness.scenario import expand, loads
+from harness.scenario import expand, load, loads
 from harness.scenario.catches import judge_catch, resolve, waited_for
 from harness.scenario.player import StepError, wait
 from harness.scenario.table import Cell, judge_cell, load_cells, main, markdown
@@ -177,3 +177,16 @@ def test_a_catches_name_resolves_to_the_targets_variant() -> None:
     assert resolve(SimpleNamespace(name="plain"), "lost_unmap") == ("lost_unmap", "")  # no variants: the name
     odd = SimpleNamespace(name="odd", variants={"lost_unmap": 3})
     assert resolve(odd, "lost_unmap")[0] is None
+
+
+def test_a_run_that_never_started_or_crashed_the_harness_is_broken() -> None:
+    from harness.scenario.runner import _broken, run_item
+
+    assert _broken(KeyError("x"), True, "KeyError: 'x'") == "the harness crashed (KeyError: 'x')"
+    assert _broken(StepError("wait: ..."), True, "StepError: wait: ...") == ""  # a failed step: judged by the rule
+    assert _broken(ConnectionResetError(), True, "ConnectionResetError: ") == ""  # the system under test hung up
+    # a worker-listener variant cannot run a handshake scenario: the run never starts, and catches nothing
+    item = expand(load("scenarios/handshake-idle-shutdown-releases-the-port.yaml"))[0]
+    r = run_item(item, variant="no_conn_tracking")
+    assert r.broken.startswith("it did not start (StepError: target 'no_conn_tracking' has no ")
+    assert not judge_catch(r, ("port_released",)).counted

@@ -50,7 +50,6 @@ __all__ = ["Scenario", "Topology", "Config", "ExpectBase", "EXPECT_TYPES", "json
 MIB = 1 << 20  # bytes in a MiB
 MAX_STEPS = 1000  # the longest list of steps (and of expect entries, catches, marks)
 MAX_SEED = (1 << 63) - 1
-# the checkers one of which must fire for a bug (catches' mapping form); the names are checked in refs
 def _checker_list(value: object) -> object:
     if isinstance(value, str):
         raise ValueError(f"expected a list of checker names, e.g. [{value}], found {value!r}")
@@ -60,6 +59,7 @@ def _checker_list(value: object) -> object:
     return value
 
 
+# the checkers one of which must fire for a bug (catches' mapping form); the names are checked in refs
 CatchCheckers = Annotated[list[str], Field(min_length=1, max_length=MAX_STEPS), BeforeValidator(_checker_list)]
 CatchList = Annotated[list[TargetName], Field(min_length=1, max_length=MAX_STEPS)]
 CatchMap = Annotated[dict[TargetName, CatchCheckers], Field(min_length=1, max_length=MAX_STEPS)]
