@@ -1,7 +1,11 @@
 """Round-trip cost of the reference listener vs a bare listener with the same framing.
 
 Run:  .venv/bin/python benchmarks/ipc_roundtrip.py [--backend noop|allocator|both]
-          [--placement process thread] [--quick]
+          [--placement process thread] [--quick] [--write [--append]]
+
+``--write`` (a full run only) commits the figures: docs/data/ipc_roundtrip.json and its two tables in
+docs/benchmarks.md; with ``--append`` the run is added beside those already there (the tables show each
+run in a column of its own), else it replaces them.
 
 What it measures (the client always on this process's main thread; history
 recording off: the reference listener gets no recorder, i.e. a NullRecorder):
@@ -58,9 +62,10 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from harness.bench.bare import BareListener
 from harness.bench.interleave import Arm, Request, Step, format_result, format_rows, run_interleaved
@@ -79,6 +84,7 @@ RATIO_TARGET = 1.10  # reference / bare, per op, no-op backend
 STOP_TARGET_MS = 2.0  # median stop() with 256 parked connections
 LOADED_TARGET = 2.0  # loaded / unloaded request latency
 OPS = ("kv_tensors_created", "map 16", "unmap pair")
+NAME = "ipc-roundtrip"  # docs/data/ipc_roundtrip.json and the markers of its tables in docs/benchmarks.md
 
 
 # ----------------------------------------------------------------- client
@@ -176,7 +182,8 @@ def thread_cpu_ns(thread: threading.Thread | None) -> int:
     return time.clock_gettime_ns(time.pthread_getcpuclockid(thread.ident))
 
 
-def server_cpu(servers: dict[str, tuple[str, Callable[[], int]]], n: int, rounds: int) -> str:
+def server_cpu(servers: dict[str, tuple[str, Callable[[], int]]], n: int, rounds: int,
+               out: dict[str, Any] | None = None) -> str:
     """Serving-thread CPU per kv_tensors_created request, arms alternated per round; medians."""
     per: dict[str, list[float]] = {name: [] for name in servers}
     names = list(servers)
@@ -189,6 +196,9 @@ def server_cpu(servers: dict[str, tuple[str, Callable[[], int]]], n: int, rounds
             if r:
                 per[name].append((cpu_ns() - c0) / n)
     base = statistics.median(per[names[-1]])
+    if out is not None:
+        out.update({f"{name}_us": statistics.median(v) / 1e3 for name, v in per.items()},
+                   ratio=statistics.median(per[names[0]]) / base)
     rows = [[name, f"{statistics.median(v) / 1e3:.1f}", f"{statistics.median(v) / base:.3f}"]
             for name, v in per.items()]
     head = f"serving-thread CPU per kv_tensors_created request, {rounds} rounds x {n}, median"
@@ -227,11 +237,14 @@ def make_backend(kind: str) -> tuple[Backend, KVAllocator | None]:
 
 
 # ------------------------------------------------------------------ parts
-def part_ipc(root: Path, kind: str, windows: int, requests: int, placement: str) -> str:
+def part_ipc(root: Path, kind: str, windows: int, requests: int, placement: str,
+             figures: dict[str, Any] | None = None) -> str:
     """Reference vs bare round trips; ``placement``: "process" (each listener in its own child process,
     the client here: the deployment shape, which the target is judged on) or "thread" (both listeners on
-    threads of this process, the client too: one GIL serialises their work, informational)."""
+    threads of this process, the client too: one GIL serialises their work, informational).  ``figures``
+    gets the medians, ratios and CPU per request as data."""
     seq = itertools.count()
+    cpu_out: dict[str, Any] = {}
     if placement == "process":
         def served(make: Callable[[Backend], Served]) -> Callable[[], tuple[Served, Callable[[], str]]]:
             def factory() -> tuple[Served, Callable[[], str]]:  # runs in the child
@@ -245,7 +258,7 @@ def part_ipc(root: Path, kind: str, windows: int, requests: int, placement: str)
             arms = [Arm("reference", Client(ref.path, seq).ops()), Arm("bare", Client(base.path, seq).ops())]
             res = run_interleaved(arms, ops=OPS, windows=windows, requests=requests, baseline="bare")
             cpu = server_cpu({"reference": (ref.path, ref.cpu_ns), "bare": (base.path, base.cpu_ns)},
-                             requests, windows)
+                             requests, windows, cpu_out)
     else:
         backend, alloc = make_backend(kind)
         try:
@@ -255,7 +268,7 @@ def part_ipc(root: Path, kind: str, windows: int, requests: int, placement: str)
                 res = run_interleaved(arms, ops=OPS, windows=windows, requests=requests, baseline="bare")
                 cpu = server_cpu({"reference": (os.fspath(lref.path), functools.partial(thread_cpu_ns, lref.thread)),
                                   "bare": (os.fspath(lbase.path), functools.partial(thread_cpu_ns, lbase.thread))},
-                                 requests, windows)
+                                 requests, windows, cpu_out)
         finally:
             problem = allocator_check(alloc)
         if problem:
@@ -268,6 +281,13 @@ def part_ipc(root: Path, kind: str, windows: int, requests: int, placement: str)
     where = {"process": "each listener in its own process, the client in this one",
              "thread": "both listeners and the client in one process (one GIL)"}[placement]
     title = f"Round trip, one fresh connection per request, backend: {kind}; {where}"
+    if figures is not None:
+        figures.setdefault(placement, {})[kind] = {
+            "ops": {op: {"reference_us": res.median_ns(op, "reference") / 1e3,
+                         "bare_us": res.median_ns(op, "bare") / 1e3,
+                         "ratio": res.ratio(op, "reference")}
+                    for op in OPS},
+            "cpu": cpu_out}
     return format_result(res, targets=targets, title=title) + "\n\n" + cpu
 
 
@@ -280,7 +300,7 @@ def allocator_check(alloc: KVAllocator | None) -> str:
     return f"{leaked} bytes still mapped after the run: a map was not undone" if leaked else ""
 
 
-def part_stop(root: Path, parked: tuple[int, ...], reps: int) -> str:
+def part_stop(root: Path, parked: tuple[int, ...], reps: int, figures: dict[str, Any] | None = None) -> str:
     rows: list[list[str]] = []
     for n in parked:
         times: list[int] = []
@@ -303,6 +323,8 @@ def part_stop(root: Path, parked: tuple[int, ...], reps: int) -> str:
                 lst.stop()
         target = f"<= {STOP_TARGET_MS:.1f} ms {verdict(statistics.median(times) / 1e6 <= STOP_TARGET_MS)}" \
             if n == max(parked) else ""
+        if figures is not None:
+            figures.setdefault("stop_median_ms", {})[str(n)] = statistics.median(times) / 1e6
         rows.append([str(n), f"{statistics.median(times) / 1e6:.3f}", f"{min(times) / 1e6:.3f}",
                      f"{max(times) / 1e6:.3f}", f"{reps}/{reps}", target])
     head = f"stop() latency, reference listener, idle connections parked; {reps} fresh listeners per row"
@@ -310,7 +332,7 @@ def part_stop(root: Path, parked: tuple[int, ...], reps: int) -> str:
         ["parked", "median (ms)", "min (ms)", "max (ms)", "returned True", "target"], rows)
 
 
-def part_loaded(root: Path, parked: int, windows: int, requests: int) -> str:
+def part_loaded(root: Path, parked: int, windows: int, requests: int, figures: dict[str, Any] | None = None) -> str:
     backend = NoopBackend()
     seq = itertools.count()
     with reference(root, "unloaded", backend) as quiet, reference(root, "loaded", backend) as busy:
@@ -325,6 +347,8 @@ def part_loaded(root: Path, parked: int, windows: int, requests: int) -> str:
     if still < parked:
         raise RuntimeError(f"only {still} of {parked} parked connections survived the run")
     ok = res.ratio("kv_tensors_created", "loaded") <= LOADED_TARGET
+    if figures is not None:
+        figures["loaded_ratio"] = res.ratio("kv_tensors_created", "loaded")
     title = (f"Request latency with {parked} idle clients parked (loaded) vs none (unloaded); "
              "two reference listeners, no-op backend")
     return format_result(res, targets={"kv_tensors_created": f"<= {LOADED_TARGET:.1f} {verdict(ok)}"},
@@ -333,6 +357,55 @@ def part_loaded(root: Path, parked: int, windows: int, requests: int) -> str:
 
 def verdict(ok: bool) -> str:
     return "ok" if ok else "MISSED"
+
+
+# ------------------------------------------------------------------ the docs tables
+LABELS = {"kv_tensors_created": "kv_tensors_created", "map 16": "map, 16 offsets",
+          "unmap pair": "unmap prepare+commit pair"}  # the docs table's words for each op
+
+
+def tables(result: Mapping[str, Any]) -> str:
+    """docs/benchmarks.md's two tables of a result (``--write``'s JSON): a column per run."""
+    runs = result["runs"]
+    ipc = [r["ipc"] for r in runs]
+
+    def met(ok: bool) -> str:
+        return "met" if ok else "missed"
+
+    def ratios(i: Mapping[str, Any]) -> str:
+        return " / ".join(f"{i['ops'][op]['ratio']:.3f}" for op in OPS)
+
+    def cpu(c: Mapping[str, Any], unit: str = " us") -> str:
+        return f"{c['reference_us']:.1f} / {c['bare_us']:.1f}{unit} ({c['ratio']:.3f})"
+
+    head = "| op (no-op backend), own processes | " + " | ".join(
+        f"run {n}: reference / bare (us) | ratio" for n in range(1, len(runs) + 1)) + " | target |"
+    one = [head, "|---|" + "---|---|" * len(runs) + "---|"]
+    for op in OPS:
+        figs = [i["process"]["noop"]["ops"][op] for i in ipc]
+        cells = [f"{f['reference_us']:.1f} / {f['bare_us']:.1f} | {f['ratio']:.3f}" for f in figs]
+        ok = all(f["ratio"] <= RATIO_TARGET for f in figs)
+        one.append(f"| {LABELS[op]} | " + " | ".join(cells) + f" | <= {RATIO_TARGET:.2f}: {met(ok)} |")
+    stop_ok = all(r["stop_median_ms"]["256"] <= STOP_TARGET_MS for r in runs)
+    loaded_ok = all(r["loaded_ratio"] <= LOADED_TARGET for r in runs)
+    rows = [("serving-thread CPU per request, reference / bare, own processes",
+             [cpu(i["process"]["noop"]["cpu"]) for i in ipc], ""),
+            ("one process (one GIL): ratio kv_tensors_created / map 16 / unmap pair",
+             [ratios(i["thread"]["noop"]) for i in ipc], "informational"),
+            ("one process: serving-thread CPU per request, reference / bare",
+             [cpu(i["thread"]["noop"]["cpu"]) for i in ipc], "informational"),
+            ("real allocator, own processes: ratio kv_tensors_created / map 16 / unmap pair",
+             [ratios(i["process"]["allocator"]) for i in ipc], "informational"),
+            ("stop() median with 0 / 16 / 256 idle connections parked",
+             [" / ".join(f"{r['stop_median_ms'][n]:.2f}" for n in ("0", "16", "256")) + " ms" for r in runs],
+             f"<= {STOP_TARGET_MS:g} ms at 256: {met(stop_ok)}"),
+            ("a request while 16 idle clients are parked vs none", [f"{r['loaded_ratio']:.3f}" for r in runs],
+             f"<= {LOADED_TARGET:g}x: {met(loaded_ok)}")]
+    two = ["| measure | " + " | ".join(f"run {n}" for n in range(1, len(runs) + 1)) + " | target |",
+           "|---|" + "---|" * len(runs) + "---|"]
+    two += [f"| {label} | " + " | ".join(cells) + (f" | {target} |" if target else " | |")
+            for label, cells, target in rows]
+    return "\n".join(one) + "\n\n" + "\n".join(two)
 
 
 def raise_fd_limit(need: int) -> str:
@@ -355,7 +428,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--placement", nargs="+", choices=["process", "thread"], default=["process", "thread"],
                    help="where the listeners of the round-trip part run (default: both, process first)")
     p.add_argument("--skip", nargs="*", default=[], choices=["ipc", "stop", "loaded"], help="parts to leave out")
+    p.add_argument("--write", action="store_true", help="commit the figures to docs/ (data and tables; a full run)")
+    p.add_argument("--append", action="store_true", help="with --write: add this run beside those already there")
     args = p.parse_args(argv)
+    if args.write and (args.quick or args.skip or args.backend != "both" or len(set(args.placement)) < 2):
+        p.error("--write needs a full run: every part, both backends, both placements, no --quick")
     if args.quick:
         args.windows, args.requests, args.stop_reps = 3, 50, 3
     parked = (0, 16, 256)
@@ -366,13 +443,17 @@ def main(argv: list[str] | None = None) -> int:
     print(f"# argv: {' '.join(sys.argv[1:]) or '(defaults)'}\n", flush=True)
     root = Path(tempfile.mkdtemp(prefix="lc-", dir="/tmp"))
     sections: list[Callable[[], str]] = []
+    ipc: dict[str, Any] = {}
+    run: dict[str, Any] = {"date": datetime.date.today().isoformat(), "python": platform.python_version(),
+                           "machine": f"{platform.machine()}, {os.cpu_count()} CPUs", "windows": args.windows,
+                           "requests": args.requests, "stop_reps": args.stop_reps, "ipc": ipc}
     if "ipc" not in args.skip:
-        sections += [functools.partial(part_ipc, root, k, args.windows, args.requests, where)
+        sections += [functools.partial(part_ipc, root, k, args.windows, args.requests, where, ipc)
                      for where in args.placement for k in kinds]
     if "stop" not in args.skip:
-        sections.append(lambda: part_stop(root, parked, args.stop_reps))
+        sections.append(lambda: part_stop(root, parked, args.stop_reps, run))
     if "loaded" not in args.skip:
-        sections.append(lambda: part_loaded(root, 16, args.windows, args.requests))
+        sections.append(lambda: part_loaded(root, 16, args.windows, args.requests, run))
     try:
         for section in sections:
             print(section() + "\n", flush=True)
@@ -382,6 +463,14 @@ def main(argv: list[str] | None = None) -> int:
     if leftovers:
         print(f"WARNING: left behind under the temp root: {leftovers}")
         return 1
+    if args.write:
+        import json
+
+        import docpage
+
+        before = json.loads(docpage.data_path(NAME).read_text())["runs"] if args.append else []
+        result: dict[str, Any] = {"runs": [*before, run]}
+        docpage.write(NAME, result, tables(result))
     return 0
 
 
