@@ -140,6 +140,24 @@ def test_the_readme_example_scenario_loads(tmp_path: Path) -> None:
         assert scn.catches, "the tour's scenario names no planted bug it catches"
 
 
+def names_in_table(page: str, section: str) -> set[str]:
+    """The backticked names in the first column of the table in ``section`` (a "## " heading) of a page."""
+    text = (ROOT / page).read_text().split(f"## {section}\n", 1)[1].split("\n## ", 1)[0]
+    return set(re.findall(r"^\| `(\w+)` \|", text, re.M))
+
+
+def test_the_checker_table_lists_every_registered_checker() -> None:
+    from harness.checkers import CHECKERS
+
+    assert names_in_table("docs/invariants.md", "Checkers") == set(CHECKERS)
+
+
+def test_the_variant_table_lists_every_planted_bug_of_the_worker_listener() -> None:
+    from harness.reference.variants import VARIANTS
+
+    assert names_in_table("docs/reference-listener.md", "Planted-bug variants") == set(VARIANTS) - {"reference"}
+
+
 LINK = re.compile(r"\]\(([^)#\s]+)(?:#[^)]*)?\)")
 
 
