@@ -17,7 +17,12 @@ from hypothesis import HealthCheck, Phase, settings
 from hypothesis.errors import FlakyFailure
 from hypothesis.stateful import run_state_machine_as_test
 
+from harness.checkers import CHECKERS
+from harness.contract import line_of
 from harness.explore import (
+    CATCHES,
+    HISTORY_CHECKERS,
+    NOT_JUDGED_HERE,
     REACHABLE,
     REPLAY_GAPS,
     UNREACHABLE,
@@ -83,8 +88,19 @@ def _failures(exc: BaseException) -> list[ExplorationFailure]:
 def test_every_planted_bug_is_reachable_or_explained() -> None:
     assert set(REACHABLE) | set(UNREACHABLE) == set(VARIANTS) - {"reference"}
     assert not set(REACHABLE) & set(UNREACHABLE)
-    assert set(MINIMAL) == set(REACHABLE)
+    assert set(MINIMAL) == set(REACHABLE) == set(CATCHES)
     assert set(REPLAY_GAPS) <= set(REACHABLE)
+
+
+def test_the_explorer_judges_with_the_contract_tables_checkers() -> None:
+    """Every checker the explorer runs over its history is registered and named by a line of the contract table
+    (which gives the line its violation breaks); those it leaves to others say why."""
+    for name in [*HISTORY_CHECKERS, *NOT_JUDGED_HERE]:
+        assert name in CHECKERS
+        assert 1 <= line_of(name) <= 11
+    assert not set(HISTORY_CHECKERS) & set(NOT_JUDGED_HERE)
+    for line, checkers in CATCHES.values():
+        assert 1 <= line <= 11 and set(checkers) <= set(HISTORY_CHECKERS)
 
 
 def test_the_reference_survives_every_rule() -> None:
@@ -100,6 +116,9 @@ def test_the_minimal_interleaving_passes_on_the_reference(variant: str) -> None:
 def test_the_minimal_interleaving_breaks_the_planted_bug(variant: str, tmp_path: Path) -> None:
     with pytest.raises(ExplorationFailure) as info:
         run_steps(machine_for(VARIANTS[variant]), MINIMAL[variant])
+    assert (info.value.line, info.value.checkers) == CATCHES[variant]  # the oracles of the catalogue, exactly
+    for name in info.value.checkers:
+        assert f"checker {name} (line {line_of(name)}) over the history: " in str(info.value)
     scenario = _loads(str(info.value), tmp_path)
     assert scenario.catches == [variant]
     assert scenario.steps[0].kind == "start"
@@ -196,3 +215,20 @@ def test_the_rendered_scenario_replays_on_real_processes(variant: str, tmp_path:
     assert on_reference.passed, (on_reference.step_error, [v.message for v in on_reference.verdicts if not v.ok])
     on_bug = run_item(item, variant=variant)
     assert on_bug.violated, f"the replay did not catch {variant}: step error {on_bug.step_error!r}"
+
+
+def test_a_checker_violated_over_the_history_breaks_the_line_the_table_gives_it() -> None:
+    """The explorer's history invariant is the checkers': a dispatch recorded after stop began (planted in the
+    history) fails the example on line 1, named by no_late_dispatch, with the replayable scenario."""
+    m = machine_for(VARIANTS["reference"])()
+    try:
+        label = m.listener.label
+        m.rig.rec.emit("stop_started", listener=label)
+        m.rig.rec.emit("dispatch_started", listener=label, conn=99, cmd="map_to_kv_tensors", id="late")
+        with pytest.raises(ExplorationFailure) as info:
+            m.stop_contract()
+    finally:
+        m.teardown()
+    assert (info.value.line, info.value.checkers) == (1, ("no_late_dispatch",))
+    assert "Violation: line 1: no_late_dispatch: 1 request(s) dispatched after stop began" in str(info.value)
+    assert scenario_in(str(info.value))

@@ -42,7 +42,7 @@ def test_check_mode_says_when_the_page_differs(tmp_path: Path) -> None:
 
 
 def test_no_file_cites_design_md() -> None:
-    """DESIGN.md is not in the repository: the stop contract is docs/stop-contract.md."""
+    """The design notes are not in the repository, so nothing cites them: the stop contract is docs/stop-contract.md."""
     tracked = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
     citing = [p for p in tracked.split() if p.endswith((".py", ".md", ".yaml", ".toml"))
               and (ROOT / p).is_file() and "DESIGN" + ".md" in (ROOT / p).read_text(errors="replace")]

@@ -28,7 +28,8 @@ from harness.names import temp_root
 from harness.reference.variants import Variant
 from harness.reference.wire import PeerClosed
 
-__all__ = ["Check", "CHECKS", "Outcome", "run_check", "ContractViolation", "LINES", "ContractLine", "HARNESS"]
+__all__ = ["Check", "CHECKS", "Outcome", "run_check", "ContractViolation", "LINES", "ContractLine", "HARNESS",
+           "checkers_of", "line_of"]
 
 CheckFn = Callable[[Variant, Path], None]
 
@@ -92,6 +93,23 @@ CHECKS: tuple[Check, ...] = (
               drop_registration_on_error=("teardown_deferred",))),
     Check(11, "served_while_stalled", lines.served_while_stalled, ("head_of_line_blocking",)),
 )
+
+
+def checkers_of(number: int) -> tuple[str, ...]:
+    """The checkers that prove contract line ``number``: its checks' (judged here), then the scenarios'."""
+    named = [n for c in CHECKS if c.line == number for n in c.checkers]
+    return tuple(dict.fromkeys([*named, *LINES[number - 1].also]))
+
+
+def line_of(checker: str) -> int:
+    """The contract line a checker's violation breaks: the first line whose checks (else scenarios) name it."""
+    for number in range(1, len(LINES) + 1):
+        if checker in [n for c in CHECKS if c.line == number for n in c.checkers]:
+            return number
+    for ln in LINES:
+        if checker in ln.also:
+            return ln.number
+    raise KeyError(f"no line of the stop contract names the checker {checker!r}")
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from harness.contract import CHECKS, HARNESS, LINES
+from harness.contract import CHECKS, HARNESS, LINES, line_of
+from harness.explore.catalogue import CATCHES, HISTORY_CHECKERS, NOT_JUDGED_HERE
 from harness.reference.variants import VARIANTS
 
 __all__ = ["render", "PAGE", "main"]
@@ -38,6 +39,17 @@ that no checker judges yet is its own, harness-side assertion (*own assertion* b
 bug the check must catch, the oracles that fire on it (tests/test_contract.py proves each: quiet on the
 reference, firing on the bug). The last column names the checkers that judge the line in the scenario
 library, on real processes.
+"""
+
+EXPLORER = """\
+## The lifecycle explorer
+
+`harness/explore/` runs Hypothesis over one real listener's lifecycle (connect, stall, park a handler,
+stop, stop concurrently, shut down, restart, remove or replace the socket file) and checks the contract
+after every step: with the registered checkers over the recorded history, and with its own invariants
+(the socket path, the registry, what a client sees). A failure names the line and the checkers that the
+history violates, and carries a replayable scenario. On the shortest interleaving of each planted bug it
+reaches (tests/test_stateful.py holds each row):
 """
 
 WIRE = """\
@@ -93,7 +105,14 @@ def render() -> str:
             "only: " + _code(c.name for c in harness_only) + ".", ""]
     out += ["The planted bugs: " + "; ".join(f"`{n}` ({v.about})" for n, v in VARIANTS.items()
                                             if n != "reference" and any(n in c.catches for c in CHECKS)) + ".", ""]
-    out += [WIRE]
+    out += [EXPLORER, "Judged over its history after every step: " + "; ".join(
+        f"`{n}` (line {line_of(n)})" for n in HISTORY_CHECKERS) + ". Not run there: " + "; ".join(
+        f"`{n}` ({why})" for n, why in NOT_JUDGED_HERE.items()) + ".", "",
+        "| planted bug | line its own invariant finds broken | checkers violated over the history then |",
+        "|---|---|---|"]
+    out += [f"| `{bug}` | {line} | {_code(checkers) or 'none: its own invariant alone'} |"
+            for bug, (line, checkers) in CATCHES.items()]
+    out += ["", WIRE]
     return "\n".join(out).rstrip("\n") + "\n"
 
 

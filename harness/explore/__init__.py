@@ -35,7 +35,16 @@ steps cannot say what the explorer did, :data:`REPLAY_GAPS`, a comment says so).
 
 from __future__ import annotations
 
-from harness.explore.catalogue import LINE_SUSPECTS, REACHABLE, REFERENCE_GAPS, REPLAY_GAPS, UNREACHABLE
+from harness.explore.catalogue import (
+    CATCHES,
+    HISTORY_CHECKERS,
+    LINE_SUSPECTS,
+    NOT_JUDGED_HERE,
+    REACHABLE,
+    REFERENCE_GAPS,
+    REPLAY_GAPS,
+    UNREACHABLE,
+)
 from harness.explore.machine import ListenerMachine, Violation, machine_for, run_steps
 from harness.explore.render import (
     SCENARIO_BEGIN,
@@ -49,5 +58,5 @@ from harness.explore.render import (
 __all__ = [
     "ExplorationFailure", "ListenerMachine", "TraceStep", "Violation", "machine_for", "render_scenario", "run_steps",
     "scenario_in", "SCENARIO_BEGIN", "SCENARIO_END", "REACHABLE", "UNREACHABLE", "REFERENCE_GAPS", "REPLAY_GAPS",
-    "LINE_SUSPECTS",
+    "LINE_SUSPECTS", "HISTORY_CHECKERS", "NOT_JUDGED_HERE", "CATCHES",
 ]

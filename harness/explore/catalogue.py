@@ -2,7 +2,20 @@
 
 from __future__ import annotations
 
-__all__ = ["REACHABLE", "UNREACHABLE", "REPLAY_GAPS", "REFERENCE_GAPS", "LINE_SUSPECTS"]
+__all__ = ["REACHABLE", "UNREACHABLE", "REPLAY_GAPS", "REFERENCE_GAPS", "LINE_SUSPECTS", "HISTORY_CHECKERS",
+           "NOT_JUDGED_HERE", "CATCHES"]
+
+# The registered checkers that judge the explorer's history after every step (the line each breaks is the
+# contract table's, harness.contract.line_of); the explorer's own invariants judge the rest.
+HISTORY_CHECKERS: tuple[str, ...] = ("no_late_dispatch", "handler_drained", "teardown_deferred",
+                                     "no_dispatch_after_teardown")
+# Checkers of the contract's checks that the explorer does not run after every step, and why.
+NOT_JUDGED_HERE: dict[str, str] = {
+    "reads_cancelled": "the explorer's own line-2 invariant reads each connection to EOF within a bound tighter "
+                       "than the checker's default",
+    "retained_for_retry": "stop_cleanup_fails tears part of the listener down on purpose before its stop returns "
+                          "False",
+}
 
 # Which planted bugs the explorer finds, and why it cannot reach the others (tests/test_stateful.py proves the first).
 REACHABLE: dict[str, str] = {
@@ -17,6 +30,22 @@ REACHABLE: dict[str, str] = {
     "drop_registration_on_error": "stop_cleanup_fails: the failed stop drops the registration",
     "concurrent_stop_true": "park, concurrent_stop: the second stop reports True while the first drains",
     "teardown_ignores_stop": "park, shutdown: the allocator is torn down although the stop returned False",
+}
+# How the explorer catches each reachable bug on its shortest interleaving (tests/test_stateful.py MINIMAL): the
+# contract line its own invariant finds broken first, and the checkers of HISTORY_CHECKERS that the history
+# recorded until then violates (none: the explorer's invariant alone sees it).
+CATCHES: dict[str, tuple[int, tuple[str, ...]]] = {
+    "no_conn_tracking": (2, ()),
+    "teardown_while_alive": (5, ("handler_drained",)),
+    "timed_join_teardown": (5, ("handler_drained",)),
+    "wake_by_connect": (7, ()),
+    "dispatch_after_stop": (1, ("no_late_dispatch",)),
+    "head_of_line_blocking": (11, ()),
+    "restart_drops_old": (9, ()),
+    "unlink_by_path": (4, ()),
+    "drop_registration_on_error": (6, ()),
+    "concurrent_stop_true": (6, ()),
+    "teardown_ignores_stop": (10, ("teardown_deferred", "no_dispatch_after_teardown")),
 }
 UNREACHABLE: dict[str, str] = {
     "rmtree_dir": "needs a second rank sharing the socket directory; the explorer runs one worker",

@@ -19,9 +19,11 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from harness import failpoints
-from harness.checkers import RunRecord, judge
+from harness.checkers import RunRecord, Verdict, judge
+from harness.contract import line_of
 from harness.contract.rig import ContractViolation, Pending, Rig, _force_down
 from harness.errors import ListenerBusy
+from harness.explore.catalogue import HISTORY_CHECKERS
 from harness.explore.model import MAP, MiB, Phase, _Conn, _describe, _is_eof, _map, _Parked, _read_replies
 from harness.explore.render import AT_ONCE_S, DRAIN_S, ExplorationFailure, TraceStep, render_scenario
 from harness.faults import env
@@ -48,11 +50,16 @@ ACTIVE_KINDS = frozenset({  # listener events worth showing in the recorded inte
 
 
 class Violation(ContractViolation):
-    """A broken line of the stop contract, seen by the explorer; ``line`` is its number in docs/stop-contract.md."""
+    """A broken line of the stop contract, seen by the explorer; ``line`` is its number in docs/stop-contract.md.
 
-    def __init__(self, line: int, message: str) -> None:
+    ``checker``: the registered checker that found it over the history, or None where one of the explorer's
+    own invariants did (its harness-side part: what happens at the socket path, in the registry, to a client).
+    """
+
+    def __init__(self, line: int, message: str, *, checker: str | None = None) -> None:
         super().__init__(f"line {line}: {message}")
         self.line = line
+        self.checker = checker
 
 
 class ListenerMachine(RuleBasedStateMachine):
@@ -121,8 +128,11 @@ class ListenerMachine(RuleBasedStateMachine):
             raise
         except Exception as exc:
             line = exc.line if isinstance(exc, Violation) else None
-            message = f"{where} on {self.variant.name}: {type(exc).__name__}: {exc}"
-            raise ExplorationFailure(message, self.scenario(f"{where}: {exc}", line), line) from exc
+            fired = self._violated()
+            message = f"{where} on {self.variant.name}: {type(exc).__name__}: {exc}" + "".join(
+                f"\n  checker {v.checker} (line {line_of(v.checker)}) over the history: {v.message}" for v in fired)
+            raise ExplorationFailure(message, self.scenario(f"{where}: {exc}", line), line,
+                                     checkers=tuple(v.checker for v in fired)) from exc
 
     # ---------------------------------------------------------------- helpers
     def _wait(self, match: Callable[[Event], bool], after: int, what: str, bound: float | None = None,
@@ -431,14 +441,25 @@ class ListenerMachine(RuleBasedStateMachine):
                 conn.sock.close()
 
     def _history(self) -> None:
-        """Lines 1, 3 and 10 as the checkers judge the recorded history."""
-        run = RunRecord(tuple(self.rig.rec.events()))
-        for name, line in (("no_late_dispatch", 1), ("handler_drained", 3), ("teardown_deferred", 10)):
-            verdict = judge(name, run)
+        """The checkers of HISTORY_CHECKERS judge the recorded history; a violation breaks the line the
+        contract table (harness.contract) gives the checker."""
+        for verdict in self._verdicts():
             if verdict.status == "violated":
-                raise Violation(line, f"{name}: {verdict.message}")
+                raise Violation(line_of(verdict.checker), f"{verdict.checker}: {verdict.message}",
+                                checker=verdict.checker)
             if verdict.status == "unknown" and "crashed" in verdict.message:
-                raise ContractViolation(f"checker {name}: {verdict.message}")
+                raise ContractViolation(f"checker {verdict.checker}: {verdict.message}")
+
+    def _verdicts(self) -> list[Verdict]:
+        run = RunRecord(tuple(self.rig.rec.events()))
+        return [judge(name, run) for name in HISTORY_CHECKERS]
+
+    def _violated(self) -> list[Verdict]:
+        """The checkers of HISTORY_CHECKERS violated over the history so far (none if judging itself fails)."""
+        try:
+            return [v for v in self._verdicts() if v.status == "violated"]
+        except Exception:
+            return []
 
     def _serving(self) -> None:
         thread = self.listener.thread

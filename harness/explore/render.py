@@ -33,10 +33,11 @@ SCENARIO_END = "----- end of scenario -----"
 class ExplorationFailure(ContractViolation):
     """An example broke the contract (or a step could not complete); the message has the replayable scenario."""
 
-    def __init__(self, message: str, scenario: str, line: int | None) -> None:
+    def __init__(self, message: str, scenario: str, line: int | None, *, checkers: tuple[str, ...] = ()) -> None:
         super().__init__(f"{message}\n\n{SCENARIO_BEGIN}\n{scenario}{SCENARIO_END}")
         self.scenario = scenario
         self.line = line
+        self.checkers = checkers  # the registered checkers violated over the history when it failed
 
 
 def scenario_in(text: str) -> str | None:
