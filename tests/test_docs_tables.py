@@ -158,6 +158,15 @@ def test_the_variant_table_lists_every_planted_bug_of_the_worker_listener() -> N
     assert names_in_table("docs/reference-listener.md", "Planted-bug variants") == set(VARIANTS) - {"reference"}
 
 
+def test_the_readme_opens_with_the_two_commands_and_links_every_docs_page() -> None:
+    text = (ROOT / "README.md").read_text()
+    first = re.search(r"```\w*\n(.*?)```", text, re.S)
+    assert first is not None and first.group(1) == "./dev run\n./dev test\n", "CI runs the README's first code block"
+    linked = set(LINK.findall(text))
+    unlinked = [p.name for p in sorted((ROOT / "docs").glob("*.md")) if f"docs/{p.name}" not in linked]
+    assert not unlinked, f"docs pages the README does not link: {unlinked}"
+
+
 LINK = re.compile(r"\]\(([^)#\s]+)(?:#[^)]*)?\)")
 
 
