@@ -176,3 +176,15 @@ def test_every_relative_link_resolves(page: Path) -> None:
     missing = [target for target in LINK.findall(text)
                if "://" not in target and not (page.parent / target).exists()]
     assert not missing, f"{page.relative_to(ROOT)} links to what is not there: {missing}"
+
+
+REPO_PATH = re.compile(r"(?<![\w/.~-])((?:harness|tests|benchmarks|scenarios|fixtures|docs)/[\w./-]*)")
+
+
+@pytest.mark.parametrize("page", PAGES, ids=[str(p.relative_to(ROOT)) for p in PAGES])
+def test_every_path_of_the_repository_a_page_names_exists(page: Path) -> None:
+    """A file or folder named in the text (``harness/explore/``, ``benchmarks/ipc_roundtrip.py``) is there:
+    moved or split code leaves no stale path behind.  A placeholder (``reports/<run id>/``) ends the match."""
+    named = {m.rstrip(".") for m in REPO_PATH.findall(page.read_text())}
+    missing = sorted(p for p in named if not (ROOT / p).exists())
+    assert not missing, f"{page.relative_to(ROOT)} names paths that are not there: {missing}"
