@@ -21,7 +21,7 @@ from harness.scenario import load
 from harness.scenario.loader import expand
 from harness.scenario.player import StepError, cast_for
 from harness.scenario.runner import STEP_KINDS, run_item
-from harness.scenario.steps import HANDSHAKE_STEPS, STEP_TYPES, WORKER_STEPS
+from harness.scenario.steps import ENGINE_STEPS, HANDSHAKE_STEPS, STEP_TYPES, WORKER_STEPS
 from harness.targets import load_target
 
 SCENARIOS = Path(__file__).resolve().parent.parent / "scenarios"
@@ -45,7 +45,8 @@ def test_every_step_kind_has_one_player_and_a_known_category() -> None:
 
 def test_each_listener_s_steps_name_its_cast_and_the_rest_any() -> None:
     for kind, sk in STEP_KINDS.items():
-        want = "handshake" if kind in HANDSHAKE_STEPS else "worker" if kind in WORKER_STEPS else None
+        want = ("handshake" if kind in HANDSHAKE_STEPS else "worker" if kind in WORKER_STEPS
+                else "engine" if kind in ENGINE_STEPS else None)
         assert sk.cast == want, kind
         assert sk.cast is None or sk.cast in CASTS
 
@@ -53,7 +54,9 @@ def test_each_listener_s_steps_name_its_cast_and_the_rest_any() -> None:
 def test_the_cast_of_every_scenario_follows_from_its_steps() -> None:
     for path in sorted(SCENARIOS.glob("*.yaml")):
         scn = load(str(path))
-        assert cast_for(scn.steps) == ("handshake" if path.name.startswith("handshake-") else "worker"), path.name
+        engine = any(s.kind in ENGINE_STEPS for s in scn.steps)  # engine-*.yaml: a worker run or a real engine's
+        want = "handshake" if path.name.startswith("handshake-") else "engine" if engine else "worker"
+        assert cast_for(scn.steps) == want, path.name
 
 
 def test_steps_of_two_casts_are_refused() -> None:

@@ -48,6 +48,8 @@ CAPABILITIES: dict[str, str] = {
     "listener_events": "its listener emits the listener party's events (harness.events)",
     "worker_events": "its worker side emits the worker party's events (registry, exit hook, allocator)",
     "engine_events": "its engine side emits the engine party's events",
+    "engine_tree": "is a real engine's process tree the harness launches (engine_command): the engine_* steps, "
+                   "wait_gone (harness.scenario.engine_steps)",
 }
 PART_CAPABILITIES: dict[str, str] = {"worker_listener": "worker_side", "handshake_listener": "handshake_listener"}
 EVENT_CAPABILITIES: tuple[str, ...] = ("listener_events", "worker_events", "engine_events")  # harness.events
