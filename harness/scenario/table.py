@@ -147,10 +147,14 @@ def between_markers(text: str, begin: str, end: str) -> str:
 def write(cells: list[Cell], variants: Sequence[str], source: str, root: str = ".") -> None:
     """Commit a table: its cells to :data:`DATA`, its Markdown into :data:`PAGE` between the markers."""
     import json
+    from dataclasses import asdict
     from pathlib import Path
 
     data, page = Path(root) / DATA, Path(root) / PAGE
-    data.write_text(json.dumps(to_data(cells, variants, source), indent=1) + "\n")
+    d = to_data(cells, variants, source)
+    body = ",\n".join(f" {json.dumps(k)}: {json.dumps(v)}" for k, v in d.items() if k != "cells")
+    rows = ",\n".join(json.dumps(asdict(c)) for c in cells)  # one cell a line: a rerun's diff shows the cells
+    data.write_text(f"{{\n{body},\n \"cells\": [\n{rows}\n]}}\n")
     text = page.read_text()
     start, stop = text.index(BEGIN) + len(BEGIN), text.index(END)
     page.write_text(text[:start] + "\n" + markdown(cells, variants) + "\n" + text[stop:])
