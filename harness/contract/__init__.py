@@ -18,6 +18,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
+from typing import Any
 
 from harness.checkers import RunRecord, Verdict, judge
 from harness.contract import lines
@@ -32,27 +33,40 @@ __all__ = ["Check", "CHECKS", "Outcome", "run_check", "ContractViolation", "LINE
            "checkers_of", "line_of"]
 
 CheckFn = Callable[[Variant, Path], None]
+Judged = str | tuple[str, Mapping[str, Any]]  # a checker's name, or its name and parameters
 
 
 @dataclass(frozen=True)
 class Check:
     """One executable check of contract line ``line``; ``catches`` names the variants it must fail on.
 
-    ``checkers``: the registered checkers that judge the history it records; ``by``: for a bug of
-    ``catches``, the oracles that must fire on it (checker names or HARNESS; HARNESS when not given).
+    ``checkers``: the registered checkers that judge the history it records (a name, or a name and its
+    parameters); ``by``: for a bug of ``catches``, the oracles that must fire on it (checker names or
+    HARNESS; HARNESS when not given); ``own``: whether it asserts anything itself.
     """
 
     line: int
     name: str
     fn: CheckFn
     catches: tuple[str, ...]
-    checkers: tuple[str, ...] = ()
+    checkers: tuple[Judged, ...] = ()
     by: Mapping[str, tuple[str, ...]] = field(default_factory=lambda: MappingProxyType({}))
+    own: bool = True  # it asserts something itself (False: its checkers are the whole check)
 
     @property
     def about(self) -> str:
         doc = (self.fn.__doc__ or "").strip()
         return doc.split(". ", 1)[-1] if doc[:1].isdigit() else doc
+
+    @property
+    def judged(self) -> tuple[tuple[str, dict[str, Any]], ...]:
+        """Each checker with its parameters."""
+        return tuple((j, {}) if isinstance(j, str) else (j[0], dict(j[1])) for j in self.checkers)
+
+    @property
+    def checker_names(self) -> tuple[str, ...]:
+        """The names of its checkers, each once."""
+        return tuple(dict.fromkeys(name for name, _ in self.judged))
 
     def oracles(self, bug: str) -> tuple[str, ...]:
         """The oracles that must fire on ``bug``."""
@@ -74,14 +88,16 @@ CHECKS: tuple[Check, ...] = (
     Check(4, "unlink_only_own_socket", lines.unlink_only_own_socket, ("unlink_by_path",)),
     Check(5, "retained_for_retry", lines.retained_for_retry,
           ("timed_join_teardown", "teardown_while_alive", "teardown_then_false"),
-          ("retained_for_retry", "handler_drained"),
-          _by(timed_join_teardown=("handler_drained", HARNESS), teardown_while_alive=("handler_drained", HARNESS),
-              teardown_then_false=("retained_for_retry", HARNESS))),
+          ("retained_for_retry", "handler_drained", ("stop_result", {"step": "s1", "returns": False}),
+           ("stop_result", {"step": "s2", "returns": True})),
+          _by(timed_join_teardown=("handler_drained", "stop_result"), teardown_while_alive=("handler_drained",
+              "stop_result"), teardown_then_false=("retained_for_retry", HARNESS))),
     Check(6, "concurrent_stop_waits", lines.concurrent_stop_waits, ("concurrent_stop_true",)),
     Check(6, "stop_from_handler_returns", lines.stop_from_handler_returns, ("stop_from_handler_deadlocks",)),
     Check(6, "cleanup_error_keeps_registration", lines.cleanup_error_keeps_registration,
           ("drop_registration_on_error",)),
-    Check(7, "stop_without_socket_path", lines.stop_without_socket_path, ("wake_by_connect",)),
+    Check(7, "stop_without_socket_path", lines.stop_without_socket_path, ("wake_by_connect",),
+          (("stop_result", {"returns": True}),), _by(wake_by_connect=("stop_result",)), own=False),
     Check(8, "exit_hook_bounded", exit_hook_bounded, ("unbounded_exit_hook",)),
     Check(8, "exit_hook_retries", exit_hook_retries, ("drop_registration_on_error",)),
     Check(9, "restart_refused_while_draining", lines.restart_refused_while_draining, ("restart_drops_old",)),
@@ -97,14 +113,14 @@ CHECKS: tuple[Check, ...] = (
 
 def checkers_of(number: int) -> tuple[str, ...]:
     """The checkers that prove contract line ``number``: its checks' (judged here), then the scenarios'."""
-    named = [n for c in CHECKS if c.line == number for n in c.checkers]
+    named = [n for c in CHECKS if c.line == number for n in c.checker_names]
     return tuple(dict.fromkeys([*named, *LINES[number - 1].also]))
 
 
 def line_of(checker: str) -> int:
     """The contract line a checker's violation breaks: the first line whose checks (else scenarios) name it."""
     for number in range(1, len(LINES) + 1):
-        if checker in [n for c in CHECKS if c.line == number for n in c.checkers]:
+        if checker in [n for c in CHECKS if c.line == number for n in c.checker_names]:
             return number
     for ln in LINES:
         if checker in ln.also:
@@ -145,7 +161,8 @@ def run_check(check: Check, variant: Variant, root: Path | None = None) -> Outco
                 harness = str(exc)
             except PeerClosed as exc:  # a reply the check waited for never came: the listener dropped the connection
                 harness = f"a reply was lost: the listener closed the connection under its request ({exc})"
-        verdicts = tuple(judge(name, RunRecord(tuple(rec.events()))) for rec in recorders for name in check.checkers)
+        verdicts = tuple(judge(name, RunRecord(tuple(rec.events())), params) for rec in recorders
+                         for name, params in check.judged)
     except Exception as exc:
         detail = f"check crashed: {type(exc).__name__}: {exc}\n{traceback.format_exc()}"
         return Outcome(check.name, variant.name, False, detail, time.monotonic() - t0)
@@ -155,7 +172,7 @@ def run_check(check: Check, variant: Variant, root: Path | None = None) -> Outco
     seconds = time.monotonic() - t0
     if check.checkers and not recorders:
         return Outcome(check.name, variant.name, False, "check crashed: it recorded no history for its checkers "
-                       f"({', '.join(check.checkers)})", seconds)
+                       f"({', '.join(check.checker_names)})", seconds)
     broken = [v for v in verdicts if v.status == "violated"]
     fired = tuple(dict.fromkeys(v.checker for v in broken)) + ((HARNESS,) if harness else ())
     details = [f"{v.checker}: {v.message}" for v in broken] + ([harness] if harness else [])

@@ -85,6 +85,11 @@ def _code(names: object) -> str:
     return ", ".join(f"`{n}`" for n in names)  # type: ignore[attr-defined]
 
 
+def _judged(name: str, params: dict[str, object]) -> str:
+    shown = ", ".join(f"{k}: {str(v).lower() if isinstance(v, bool) else v}" for k, v in params.items())
+    return f"`{name}`" + (f" ({shown})" if shown else "")
+
+
 def render() -> str:
     """The page, as docs/stop-contract.md holds it."""
     out = [INTRO, "## The eleven lines", ""]
@@ -94,7 +99,8 @@ def render() -> str:
     for ln in LINES:
         checks = [c for c in CHECKS if c.line == ln.number]
         for i, c in enumerate(checks):
-            judged = _code(c.checkers) + (" + " if c.checkers else "") + "its own assertions"
+            judged = ", ".join([*(_judged(name, params) for name, params in c.judged),
+                                *(["its own assertions"] if c.own else [])])
             bugs = "; ".join(f"`{b}`: " + ", ".join("*own assertion*" if o == HARNESS else f"`{o}`"
                                                       for o in c.oracles(b)) for b in c.catches)
             first = i == 0

@@ -137,6 +137,19 @@ class Rig:
         self._pending.append(p)
         return p
 
+    def step(self, kind: str, name: str, fn: Callable[[], Any], category: str = "stop") -> Any:
+        """Run ``fn`` as the harness step ``name``, recorded as the scenario Player records one (step_started,
+        step_returned with its value and category), so the checkers of steps (stop_result) judge it."""
+        self.rec.emit("step_started", step=name, kind=kind, category=category)
+        try:
+            value = fn()
+        except Exception as exc:
+            self.rec.emit("step_returned", step=name, kind=kind, category=category, ok=False, value=None,
+                          error=str(exc), error_class=type(exc).__name__)
+            raise
+        self.rec.emit("step_returned", step=name, kind=kind, category=category, ok=True, value=value)
+        return value
+
     def mark(self) -> int:
         """The index of the next event: pass as ``after=`` to wait for what happens next."""
         return len(self.rec.events())
