@@ -103,9 +103,10 @@ CHECKS: tuple[Check, ...] = (
     Check(9, "restart_refused_while_draining", lines.restart_refused_while_draining, ("restart_drops_old",)),
     Check(10, "teardown_deferred", lines.teardown_deferred,
           ("teardown_ignores_stop", "timed_join_teardown", "drop_registration_on_error"),
-          ("teardown_deferred", "no_dispatch_after_teardown"),
-          _by(teardown_ignores_stop=("teardown_deferred", "no_dispatch_after_teardown", HARNESS),
-              timed_join_teardown=("no_dispatch_after_teardown", HARNESS),
+          ("teardown_deferred", "no_dispatch_after_teardown", ("stop_result", {"step": "x1", "returns": False}),
+           ("stop_result", {"step": "x2", "returns": True}), ("stop_result", {"step": "x3", "returns": True})),
+          _by(teardown_ignores_stop=("teardown_deferred", "no_dispatch_after_teardown", "stop_result", HARNESS),
+              timed_join_teardown=("no_dispatch_after_teardown", "stop_result", HARNESS),
               drop_registration_on_error=("teardown_deferred",))),
     Check(11, "served_while_stalled", lines.served_while_stalled, ("head_of_line_blocking",)),
 )

@@ -295,16 +295,17 @@ def restart_refused_while_draining(variant: Variant, root: Path) -> None:
 def teardown_deferred(variant: Variant, root: Path) -> None:
     """10. Integration shutdown defers allocator teardown while stop is False; no backend call after it.
 
-    Checkers teardown_deferred and no_dispatch_after_teardown judge the history; asserted here: what
-    shutdown returned, the allocator kept while parked, one teardown over the retries."""
+    Checkers teardown_deferred, no_dispatch_after_teardown and stop_result (x1 False, x2 and x3 True) judge
+    the history; asserted here too: what shutdown returned, the allocator kept while parked, one teardown
+    over the retries."""
     with Rig(variant, root, drain_timeout=SHORT_DRAIN_S) as rig:
         w = rig.worker()
         fp, parked = _park_map(rig, w)
-        first = w.shutdown()
+        first = rig.step("shutdown", "x1", w.shutdown)  # stop_result judges the three: False, True, True
         torn_early = w.allocator.torn_down
         fp.release()
         reply = parked.result()
-        second, third = w.shutdown(), w.shutdown()
+        second, third = rig.step("shutdown", "x2", w.shutdown), rig.step("shutdown", "x3", w.shutdown)
         if first is not False or torn_early:
             raise violated(f"shutdown returned {first} and tore the allocator down while a handler was parked")
         if reply.status != "success":
