@@ -7,8 +7,14 @@ worker (rank 0, real Unix socket, real serving thread) of a planted-bug
 do: connect, send a header and withhold the body, send the body, park a handler
 inside the backend (a failpoint), release it, stop, stop concurrently, stop with
 a failing cleanup, integration shutdown, restart, remove or replace the socket
-file.  After every step the invariants of the stop contract (docs/stop-contract.md) are
-checked.
+file.  After every step the stop contract (docs/stop-contract.md) is checked: the
+registered checkers of :data:`HISTORY_CHECKERS` judge the recorded history (a
+violation breaks the line the contract table gives the checker,
+:func:`harness.contract.line_of`), and the explorer's own invariants judge what no
+checker sees (the socket path, the registry, what a client reads); a failure lists
+every checker its history violates, and :data:`CATCHES` says which fire on each
+reachable planted bug.  The package: ``machine`` (the state machine), ``model``
+(its state), ``render`` (trace and scenario), ``catalogue`` (what it reaches).
 
 Real threads make plain Hypothesis flaky, so every rule is taken only when it
 can complete deterministically (its precondition says when) and returns only
