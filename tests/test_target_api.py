@@ -268,3 +268,23 @@ def test_check_target_object_names_every_missing_or_mistyped_attribute() -> None
     assert len(problems) == 3
     for name in ("reference", "no_conn_tracking", "never_stopped", "kvcached"):
         assert check_target_object(load_target(name)) == [], name
+
+
+# ---------------------------------------------------------------- docs/targets.md
+DOC = ROOT / "docs" / "targets.md"
+
+
+def test_the_capability_table_is_the_apis() -> None:
+    rows = [line for line in DOC.read_text().splitlines() if line.startswith("| `")]
+    assert rows == [f"| `{name}` | {about} |" for name, about in CAPABILITIES.items()]
+
+
+def test_the_worked_examples_excerpts_are_its_code() -> None:
+    import re
+
+    source = (ROOT / "tests" / "thirdparty" / "target.py").read_text()
+    blocks = re.findall(r"```python\n(.*?)```", DOC.read_text(), re.S)
+    excerpts = [b for b in blocks if "ThirdPartyTarget(" in b or "class Worker:" in b]
+    assert len(excerpts) == 2
+    for block in excerpts:
+        assert block in source, block
