@@ -108,7 +108,9 @@ CHECKS: tuple[Check, ...] = (
           _by(teardown_ignores_stop=("teardown_deferred", "no_dispatch_after_teardown", "stop_result", HARNESS),
               timed_join_teardown=("no_dispatch_after_teardown", "stop_result", HARNESS),
               drop_registration_on_error=("teardown_deferred",))),
-    Check(11, "served_while_stalled", lines.served_while_stalled, ("head_of_line_blocking",)),
+    Check(11, "served_while_stalled", lines.served_while_stalled, ("head_of_line_blocking",),
+          ("served_while_stalled", "requests_served"),
+          _by(head_of_line_blocking=("served_while_stalled", "requests_served", HARNESS))),
 )
 
 

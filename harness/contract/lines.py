@@ -317,16 +317,23 @@ def teardown_deferred(variant: Variant, root: Path) -> None:
 
 # -------------------------------------------------------------------------- 11
 def served_while_stalled(variant: Variant, root: Path) -> None:
-    """11. While one client sits idle and another stalls mid-frame, a third is still served."""
+    """11. While one client sits idle and another stalls mid-frame, a third is still served.
+
+    The idle and stalled clients and the request are recorded as the Player records them (peer_idle,
+    peer_stalled, a request step), so checkers served_while_stalled and requests_served judge the
+    history; asserted here too: the request was answered, with success."""
     with Rig(variant, root) as rig:
         w = rig.worker()
         mark = rig.mark()
         rig.connect(w)  # idle
         rig.wait("accepted", after=mark)
+        rig.rec.emit("peer_idle", step="idle", count=1)
         stalled = rig.connect(w)
         stalled.sendall(wire.encode_request(_map(1))[:6])
+        rig.rec.emit("peer_stalled", step="stalled", fault="stall_mid_header")
         try:
-            reply = rig.request(w, wire.Request(cmd="kv_tensors_created"), timeout=scaled(AT_ONCE_S))
+            reply = rig.step("send", "probe", lambda: rig.request(w, wire.Request(cmd="kv_tensors_created"),
+                                                                   timeout=scaled(AT_ONCE_S)), category="request")
         except (TimeoutError, OSError) as exc:
             raise violated(f"a request was not served while another client was idle: {exc}") from None
         if reply.status != "success":
