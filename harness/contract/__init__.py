@@ -28,6 +28,7 @@ from harness.contract.table import HARNESS, LINES, ContractLine
 from harness.names import temp_root
 from harness.reference.variants import Variant
 from harness.reference.wire import PeerClosed
+from harness.timeouts import scale
 
 __all__ = ["Check", "CHECKS", "Outcome", "run_check", "ContractViolation", "LINES", "ContractLine", "HARNESS",
            "checkers_of", "line_of"]
@@ -93,7 +94,9 @@ CHECKS: tuple[Check, ...] = (
           _by(timed_join_teardown=("handler_drained", "stop_result"), teardown_while_alive=("handler_drained",
               "stop_result"), teardown_then_false=("retained_for_retry", HARNESS))),
     Check(6, "concurrent_stop_waits", lines.concurrent_stop_waits, ("concurrent_stop_true",)),
-    Check(6, "stop_from_handler_returns", lines.stop_from_handler_returns, ("stop_from_handler_deadlocks",)),
+    Check(6, "stop_from_handler_returns", lines.stop_from_handler_returns, ("stop_from_handler_deadlocks",),
+          (("stop_result", {"step": "inner", "returns": False}), ("stop_latency", {"step": "inner", "within": 0.5})),
+          _by(stop_from_handler_deadlocks=("stop_latency", HARNESS))),
     Check(6, "cleanup_error_keeps_registration", lines.cleanup_error_keeps_registration,
           ("drop_registration_on_error",)),
     Check(7, "stop_without_socket_path", lines.stop_without_socket_path, ("wake_by_connect",),
@@ -164,7 +167,7 @@ def run_check(check: Check, variant: Variant, root: Path | None = None) -> Outco
                 harness = str(exc)
             except PeerClosed as exc:  # a reply the check waited for never came: the listener dropped the connection
                 harness = f"a reply was lost: the listener closed the connection under its request ({exc})"
-        verdicts = tuple(judge(name, RunRecord(tuple(rec.events())), params) for rec in recorders
+        verdicts = tuple(judge(name, RunRecord(tuple(rec.events()), scale=scale()), params) for rec in recorders
                          for name, params in check.judged)
     except Exception as exc:
         detail = f"check crashed: {type(exc).__name__}: {exc}\n{traceback.format_exc()}"

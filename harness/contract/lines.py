@@ -208,18 +208,24 @@ def concurrent_stop_waits(variant: Variant, root: Path) -> None:
 
 
 def stop_from_handler_returns(variant: Variant, root: Path) -> None:
-    """6. stop() called from a handler returns False at once instead of waiting for itself."""
+    """6. stop() called from a handler returns False at once instead of waiting for itself.
+
+    The stop inside the handler is recorded as a harness step: checkers stop_result (False) and
+    stop_latency (within 0.5 s) judge it; asserted here too: what it returned, how long it took, and
+    that a stop after the handler finishes the stop."""
     seen: dict[str, object] = {}
 
     class StopInside:
         def handle(self, req: wire.Request) -> wire.Reply:
             t0 = _now()
-            seen["ok"] = listener_ref[0].stop()
+            seen["ok"] = rigs[0].step("stop", "inner", listener_ref[0].stop)
             seen["s"] = _now() - t0
             return wire.Reply(status="success")
 
     listener_ref: list[WorkerListener] = []
+    rigs: list[Rig] = []
     with Rig(variant, root, drain_timeout=1.0) as rig:
+        rigs.append(rig)
         w = rig.worker(backend=StopInside())
         listener_ref.append(rig.listener(w))
         rig.request(w, wire.Request(cmd="kv_tensors_created"))
