@@ -155,6 +155,8 @@ class ScenarioFile(pytest.File):
                                 catch=(bug, scn.catch_checkers(bug)))
                 if spec is None:
                     it.add_marker(pytest.mark.skip(reason=why))
+                elif (unjudged := _unjudgeable(scn, spec, scn.catch_checkers(bug))) is not None:
+                    it.add_marker(pytest.mark.skip(reason=f"target {spec} cannot show {bug} caught: {unjudged}"))
                 yield it
 
     def _item(self, item: MatrixItem, ident: str, variant: str | None, *,
@@ -192,6 +194,31 @@ def _catch_runs(scn: Any, override: str | None) -> list[tuple[str, str | None, s
     if override is not None and declared_variants(target) is None:
         return []  # the override is not what the planted bugs are variants of
     return [(bug, *resolve(target, bug)) for bug in scn.catch_names()]
+
+
+def _unjudgeable(scn: Any, spec: str, checkers: tuple[str, ...]) -> str | None:
+    """Why no checker of ``checkers`` can be judged on the target ``spec`` (each needs the events of a party
+    the target declares absent, so each would be not_judged), or None when one can."""
+    from harness.checkers import CHECKERS
+    from harness.events import PARTY_CAPABILITIES, absent_parties
+    from harness.targets import capabilities_of, load_target
+
+    try:
+        absent = absent_parties(capabilities_of(load_target(spec)))
+    except ConfigError:
+        return None  # the run says why it cannot start
+    params = {e.checker: e.params for e in scn.expect}
+    needs: dict[str, list[str]] = {}
+    for name in checkers:
+        chk = CHECKERS.get(name)
+        if chk is None:
+            return None
+        gone = [p for p in chk.evidence_for(params.get(name, chk.params.model_construct())) if p in absent]
+        if not gone:
+            return None
+        needs[name] = gone
+    return "; ".join(f"{name} needs {' and '.join(gone)} events, which it declares absent (no "
+                     f"{', '.join(PARTY_CAPABILITIES[p] for p in gone)})" for name, gone in needs.items())
 
 
 def _missing(scenario: Any, variant: str | None) -> tuple[list[str], str | None]:
