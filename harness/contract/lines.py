@@ -119,21 +119,30 @@ def handler_drained(variant: Variant, root: Path) -> None:
 
 # --------------------------------------------------------------------------- 4
 def teardown_keeps_other_ranks(variant: Variant, root: Path) -> None:
-    """4. Teardown removes only what is ours: a directory stays while another rank's socket is in it."""
+    """4. Teardown removes only what is ours: a directory stays while another rank's socket is in it.
+
+    The stops and rank 1's request after rank 0 stopped are recorded as harness steps: checkers
+    stop_result (every stop True) and requests_served judge them; asserted here too: which sockets and
+    directories are left at each point."""
     with Rig(variant, root) as rig:
         w0, w1, p1 = rig.worker(0), rig.worker(1), rig.worker(0, pp=1)
-        if rig.listener(w0).stop() is not True:
+        if rig.step("stop", "rank0", rig.listener(w0).stop) is not True:
             raise violated("stop of rank 0 did not return True")
-        if os.path.exists(w0.path) or not os.path.exists(w1.path):
-            raise violated(f"after stopping rank 0: w0 exists={os.path.exists(w0.path)}, "
-                           f"w1 exists={os.path.exists(w1.path)}")
-        if rig.request(w1, wire.Request(cmd="kv_tensors_created")).status != "success":
+        exists = os.path.exists(w0.path), os.path.exists(w1.path)
+        try:
+            reply = rig.step("send", "rank1", lambda: rig.request(w1, wire.Request(cmd="kv_tensors_created")),
+                             category="request")
+        except OSError:
+            reply = None
+        if exists != (False, True):
+            raise violated(f"after stopping rank 0: w0 exists={exists[0]}, w1 exists={exists[1]}")
+        if reply is None or reply.status != "success":
             raise violated("rank 1 no longer serves after rank 0 stopped")
-        rig.listener(w1).stop()
+        rig.step("stop", "rank1", rig.listener(w1).stop)
         ppdir = Path(p1.path).parent
         if not ppdir.exists():
             raise violated("the pp1 directory was removed while pp1/rank0 still serves")
-        rig.listener(p1).stop()
+        rig.step("stop", "pp1", rig.listener(p1).stop)
         left = sorted(str(p.relative_to(root)) for p in root.rglob("*"))
         if left:
             raise violated(f"left behind after every rank stopped: {left}")
@@ -185,20 +194,18 @@ def retained_for_retry(variant: Variant, root: Path) -> None:
 
 # --------------------------------------------------------------------------- 6
 def concurrent_stop_waits(variant: Variant, root: Path) -> None:
-    """6. A concurrent stop never reports True while another is still draining."""
+    """6. A concurrent stop never reports True while another is still draining.
+
+    Both stops are recorded as harness steps: checker handler_drained judges that neither reported True
+    while the parked handler was inside the backend; asserted here too: the second's value then."""
     with Rig(variant, root) as rig:
         w = rig.worker()
         fp, parked = _park_map(rig, w)
-        first = rig.call_async(rig.registry.stop_all, "stop-1")
+        first = rig.call_async(lambda: rig.step("stop", "s1", rig.registry.stop_all), "stop-1")
         rig.wait("drain_started")
-        def second_stop() -> bool:
-            ok = rig.registry.stop_all()
-            rig.rec.emit("second_stop_returned", ok=ok)
-            return ok
-
-        second = rig.call_async(second_stop, "stop-2")
+        second = rig.call_async(lambda: rig.step("stop", "s2", rig.registry.stop_all), "stop-2")
         rig.rec.wait_until(lambda evs: sum(e.kind == "drain_started" for e in evs) >= 2
-                           or any(e.kind == "second_stop_returned" for e in evs), scaled())
+                           or any(e.kind == "step_returned" and e.data.get("step") == "s2" for e in evs), scaled())
         early = second.done and second.result() is True and not parked.done
         fp.release()
         first.result()
