@@ -219,8 +219,9 @@ _BUILTIN: tuple[EventKind, ...] = (
     _k("engine_start_failed", "harness", "the engine exited or printed its failure before it was ready, or was "
        "not ready in time", {"error": "str"}),
     _k("engine_stream_started", "harness", "a streaming request got its first event", _STEP),
-    _k("engine_closed", "harness", "the harness ended an engine tree; killed: what was still alive",
-       {"killed": "list"}),
+    _k("engine_closed", "harness", "the harness ended an engine tree: terminated (SIGTERM), then killed (SIGKILL) "
+       "what was still alive, and removed the /dev/shm segments it held that outlived it",
+       {"killed": "list"}, {"terminated": "list", "removed": "list"}),
 )
 
 KINDS: dict[str, EventKind] = {k.name: k for k in _BUILTIN}

@@ -44,7 +44,8 @@ def sig(step: str = "term", to: str = "api_server", s: str = "SIGTERM", t: int =
 
 
 def gone(*, ok: bool = True, seconds: float = 0.1, survivors: list[dict[str, Any]] | None = None,
-         orphaned: list[dict[str, Any]] | None = None, status: int | None = 0, left: list[str] | None = None,
+         orphaned: list[dict[str, Any]] | None = None, status: int | None = 0,
+         left: list[dict[str, str]] | None = None,
          after: str = "term", t: int = 20) -> list[Event]:
     value = {"gone": ok, "seconds": seconds, "survivors": survivors or [], "orphaned": orphaned or [],
              "status": status, "left": left or [], "after": after}
@@ -84,8 +85,10 @@ def test_engine_nothing_left_ok() -> None:
 
 
 def test_engine_nothing_left_violated() -> None:
-    v = check("engine_nothing_left", [*sig(), *gone(left=["/tmp/lc-x/r/e0/tmp/abc-ipc", "/dev/shm/psm_1"])])
-    assert v.status == "violated" and "2 left (1 socket-like): abc-ipc, psm_1" in v.message
+    left = [{"path": "/tmp/lc-x/r/e0/tmp/abc", "kind": "socket"}, {"path": "/tmp/lc-x/r/e0/tmp/d", "kind": "socket"},
+            {"path": "/dev/shm/psm_1", "kind": "shm"}]
+    v = check("engine_nothing_left", [*sig(), *gone(left=left)])
+    assert v.status == "violated" and "3 left (2 sockets, 1 shm): abc, d, psm_1" in v.message
     assert check("engine_nothing_left", sig()).status == "unknown"
 
 
@@ -177,7 +180,8 @@ def test_a_real_run_leaves_no_process_and_records_the_tree() -> None:
         "VLLM::EngineCor", "VLLM::Worker"]
     closed = [e for e in result.events if e.kind == "engine_closed"]
     assert len(closed) == 2  # the first tree and the restart (which failed: the orphan holds the port)
-    assert [m["name"] for m in closed[0].data["killed"]] == ["VLLM::Worker"]  # the orphan, killed by close
+    assert [m["name"] for m in closed[0].data["terminated"]] == ["VLLM::Worker"]  # the orphan, stopped by close
+    assert closed[0].data["killed"] == []  # (it obeys SIGTERM)
     assert "before_kill" in result.snapshots and "engine_ready0" in result.snapshots
     for e in result.events:
         for m in e.data.get("members", ()) if e.kind == "engine_ready" else ():

@@ -76,3 +76,24 @@ def test_vllm_serve_becomes_ready_answers_and_leaves_nothing_running(tmp_path: P
     finally:
         tree.close()
     assert tree.members() == []
+
+
+FINDINGS = ROOT / "docs" / "findings" / "vllm-0.32-cpu"
+ON_VLLM = ["engine-sigterm-idle", "engine-sigkill-api-server"]  # two launches each (a start, a restart)
+
+
+@pytest.mark.parametrize("scenario", ON_VLLM)
+def test_engine_scenario_on_vllm_gives_its_expected_outcome(scenario: str) -> None:
+    """The engine scenario on real vLLM: each checker gives the status docs/findings/.../expected.yaml holds, so
+    a finding that goes away (or a new one) fails here instead of passing silently."""
+    from harness.engine.expected import differences, load_expected
+    from harness.scenario import load
+    from harness.scenario.loader import expand
+    from harness.scenario.runner import run_item
+
+    want = load_expected(FINDINGS / "expected.yaml")[scenario]
+    result = run_item(expand(load(str(ROOT / "scenarios" / f"{scenario}.yaml")))[0], variant="vllm_engine")
+    _observe(scenario, {"step_error": result.step_error, "outcome": result.outcome.status,
+                        "verdicts": {v.checker: [v.status, v.message] for v in result.verdicts}})
+    assert result.step_error == ""
+    assert differences({v.checker: v.status for v in result.verdicts}, want) == []

@@ -82,10 +82,13 @@ def engine_nothing_left(run: RunRecord, p: Params) -> Verdict:
     if bad:
         msgs = []
         for e in bad:
-            left = list(e.data["value"]["left"])
-            socks = sum(1 for x in left if x.endswith(".sock") or "ipc" in x.rsplit("/", 1)[-1])
-            msgs.append(f"{e.data['step']}: {len(left)} left ({socks} socket-like): "
-                        + ", ".join(x.rsplit("/", 1)[-1] for x in left[:8]) + (" ..." if len(left) > 8 else ""))
+            left = [x if isinstance(x, dict) else {"path": str(x), "kind": "unrecorded"}  # a path alone: 1st format
+                    for x in e.data["value"]["left"]]
+            kinds = {k: sum(1 for x in left if x["kind"] == k) for k in ("socket", "file", "shm", "unrecorded")}
+            msgs.append(f"{e.data['step']}: {len(left)} left ("
+                        + ", ".join(f"{n} of unrecorded kind" if k == "unrecorded" else f"{n} {k}{'s' if n > 1 else ''}"
+                                    for k, n in kinds.items() if n) + "): "
+                        + ", ".join(x["path"].rsplit("/", 1)[-1] for x in left[:8]) + (" ..." if len(left) > 8 else ""))
         return violated(name, "; ".join(msgs), bad)
     return ok(name, f"{len(waits)} end(s), nothing left")
 

@@ -10,10 +10,11 @@ port; a restart launches again on the same port.  Every launch is recorded (``en
 with the pids, what is left later is attributable to the process that held it).
 
 ``kill()`` (the watchdog) SIGKILLs every tree's session; ``close()`` (the cluster's close, before the probes'
-after snapshot) kills and reaps whatever is left of every tree (``engine_closed`` names it) and releases the
-engine lock.  A target that is ``exclusive`` (real vLLM: its /tmp and /dev/shm names cannot be told apart
-between two live engines) holds a lock file under the cache directory for the whole run: one such engine on
-the machine at a time.
+after snapshot) sends SIGTERM to whatever of every tree is still alive, SIGKILLs and reaps what is left after a
+grace, removes the /dev/shm segments the tree held when ready that outlived it (``engine_closed`` names all of
+it) and releases the engine lock.  A target that is ``exclusive`` (real vLLM: its /tmp and /dev/shm names
+cannot be told apart between two live engines) holds a lock file under the cache directory for the whole
+run: one such engine on the machine at a time.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ __all__ = ["EngineHost", "LAUNCHES", "members_data", "free_port"]
 
 LAUNCHES = 2  # launches the run's deadline allows for beyond the scenario's own (the first, one restart)
 LOCK_NAME = "engine.lock"
+CLOSE_GRACE_S = 5.0  # seconds a tree still alive at the run's end gets after SIGTERM, before SIGKILL
 
 
 def free_port() -> int:
@@ -122,6 +124,18 @@ class EngineHost:
                         shm=shm)
         return tree
 
+    def _remove_segments(self, tree: EngineTree) -> list[str]:
+        """Remove the /dev/shm segments the tree's processes held when ready that outlived it (a killed engine
+        cannot remove them): nothing a run starts outlives it.  The checkers judged them before (wait_gone)."""
+        held = {fd.target for label, snap in self.snaps.items() if label == f"engine_ready{self.trees.index(tree)}"
+                for p in snap.procs for fd in p.fds if fd.target.startswith("/dev/shm/")}
+        removed = []
+        for path in sorted(held):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
+                removed.append(path)
+        return removed
+
     def kill(self) -> None:
         for tree in self.trees:
             if tree.sid is not None:
@@ -137,8 +151,15 @@ class EngineHost:
         self._closed = True
         try:
             for tree in self.trees:
+                live = [m for m in tree.members() if m.state != "Z"]
+                for m in live:  # a stop first: a real engine then removes its segments itself
+                    tree.signal(signal.SIGTERM, m.pid)
+                if live:
+                    tree.wait_gone(scaled(CLOSE_GRACE_S))
                 killed = tree.close()
-                self.c.rec.emit("engine_closed", killed=members_data(killed))
+                removed = self._remove_segments(tree)
+                self.c.rec.emit("engine_closed", killed=members_data(killed), terminated=members_data(live),
+                                removed=removed)
         finally:
             if self._lock is not None:
                 os.close(self._lock)  # releases the flock

@@ -22,11 +22,13 @@ Registered in harness.scenario.player's registry on import (harness.scenario.run
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import json
 import os
 import signal
 import socket
+import stat
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -154,10 +156,16 @@ def engine_signal(pl: Player, s: Any, name: str) -> None:
 
 
 # ----------------------------------------------------------------- the end
-def _left(pl: Player, tree: EngineTree) -> list[str]:
-    files = sorted(str(p) for p in tree.tmp.rglob("*") if not p.is_dir()) if tree.tmp.exists() else []
+def _left(pl: Player, tree: EngineTree) -> list[dict[str, str]]:
+    """What is left of the tree: files under its TMPDIR (socket or file), and shm segments it held when ready."""
+    out = []
+    for p in sorted(tree.tmp.rglob("*")) if tree.tmp.exists() else ():
+        with contextlib.suppress(OSError):
+            mode = p.lstat().st_mode
+            if not stat.S_ISDIR(mode):
+                out.append({"path": str(p), "kind": "socket" if stat.S_ISSOCK(mode) else "file"})
     held = {str(x) for e in pl.c.rec.events("engine_ready") for x in e.data.get("shm", ())}
-    return files + sorted(p for p in held if os.path.exists(p))
+    return out + [{"path": p, "kind": "shm"} for p in sorted(held) if os.path.exists(p)]
 
 
 @step_kind("wait_gone", "sync", cast=E)
