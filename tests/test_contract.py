@@ -59,6 +59,9 @@ def test_the_table_names_registered_checkers_and_planted_bugs() -> None:
 
     for c in CHECKS:
         assert set(c.checker_names) <= set(CHECKERS), c.name
+        for name, params in c.judged:
+            CHECKERS[name].params(**params)  # valid parameters, or pydantic says which
+        assert c.about and "\n\n" not in c.about and not c.about[:1].isdigit(), c.name
         assert set(c.by) <= set(c.catches), c.name
         assert set(c.catches) <= set(VARIANTS) - {"reference"}, c.name
         for bug in c.catches:

@@ -56,7 +56,7 @@ class Check:
 
     @property
     def about(self) -> str:
-        doc = (self.fn.__doc__ or "").strip()
+        doc = (self.fn.__doc__ or "").strip().split("\n\n")[0]  # the first paragraph: what the line asks
         return doc.split(". ", 1)[-1] if doc[:1].isdigit() else doc
 
     @property
