@@ -25,7 +25,7 @@ def _run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]
 @pytest.mark.parametrize(("argv", "message"), [
     ([], "lastcall: error: the following arguments are required: COMMAND (see lastcall --help)"),
     (["nope"], "lastcall: error: argument COMMAND: invalid choice: 'nope' (choose from 'contract', 'serve', "
-               "'ctl', 'run', 'fetch', 'replay', 'list', 'validate', 'schema', 'report', 'bench') "
+               "'ctl', 'run', 'fetch', 'replay', 'list', 'targets', 'validate', 'schema', 'report', 'bench') "
                "(see lastcall --help)"),
     (["serve"], "lastcall serve: error: the following arguments are required: --ipc (see lastcall serve --help)"),
     (["serve", "--ipc", "x", "--rank", "-1"],
@@ -156,7 +156,7 @@ def test_run_validates_every_file_and_imports_every_target_before_starting(tmp_p
     assert lines[1] == f"{tmp_path / 'missing.yaml'}: cannot read: No such file or directory"
     assert lines[2] == (f"{attr}:{_line_of(attr, 'target: harness.targets.names:NOPE')}:9: target: cannot load "
                         f"target 'harness.targets.names:NOPE': module 'harness.targets.names' has no attribute "
-                        f"'NOPE'; give module:attribute naming a target (see harness.targets.Target) or a "
+                        f"'NOPE'; give module:attribute naming a target (see harness.targets.api.Target) or a "
                         f"harness.reference.variants.Variant")
     assert lines[3:] == ["lastcall run: 3 errors; nothing was started"]
     assert not reports.exists()
