@@ -243,7 +243,8 @@ def check_target_object(obj: Any) -> list[str]:
         for meth in ("encode_request", "decode_reply"):
             if not callable(getattr(codec, meth, None)):
                 out.append(f"codec.{meth} is missing or not callable")
-    if all(getattr(obj, p, None) is None for p in _PARTS) and not out:
+    engine_tree = callable(getattr(obj, "engine_command", None))  # an engine target (harness.targets.vllm_engine)
+    if all(getattr(obj, p, None) is None for p in _PARTS) and not engine_tree and not out:
         out.append("worker_side, engine_side and handshake_listener are all None: nothing to run")
     unavailable = getattr(obj, "unavailable", None)
     if unavailable is not None and not callable(unavailable):

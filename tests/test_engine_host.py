@@ -1,0 +1,80 @@
+"""The engine host (harness.engine.host): the run's watchdog covers the engine tree; exclusive engines take turns.
+
+The watchdog test runs a stand-in engine that ignores SIGTERM with a short launch allowance, and a wait_gone
+longer than the run's deadline: the watchdog must fire, kill the whole tree and make the run ``hung``.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from harness.engine.host import EngineHost
+from harness.history import Recorder
+from harness.scenario.loader import expand, loads
+from harness.scenario.runner import run_item
+from harness.targets.vllm_engine import EngineTarget
+
+# a stand-in that ignores SIGTERM, allowed 2 s per launch: the run's deadline is 0.5 s + 2 x 2 s
+STUBBORN = EngineTarget("stubborn", "ignores SIGTERM, short launch allowance", "standin", variant="ignores_sigterm",
+                        launch_s=2.0)
+
+HUNG = """\
+name: engine-watchdog-kills-the-tree
+about: a tree that ignores SIGTERM outlives the run's deadline; the watchdog kills it
+target: tests.test_engine_host:STUBBORN
+catches: [engine_ignores_sigterm]
+config: {deadline: 500ms}
+steps:
+  - start: engine
+  - engine_signal: {to: api_server, sig: SIGTERM, as: term}
+  - wait_gone: {timeout: 60s, as: gone}
+expect:
+  - engine_tree_exits: {within: 1s}
+"""
+
+
+def test_the_watchdog_kills_an_engine_tree_that_outlives_the_deadline() -> None:
+    result = run_item(expand(loads(HUNG, "<hung>"))[0])
+    assert result.outcome.status == "hung"
+    kinds = [e.kind for e in result.events]
+    assert "watchdog_fired" in kinds
+    ready = next(e for e in result.events if e.kind == "engine_ready")
+    gone = next(e for e in result.events if e.kind == "step_returned" and e.data.get("step") == "gone")
+    assert gone.data["value"]["gone"] is True  # killed by the watchdog, long before the step's 60 s
+    assert gone.data["value"]["seconds"] < 30
+    assert gone.data["value"]["status"] == -9
+    for m in ready.data["members"]:
+        with pytest.raises(ProcessLookupError):
+            os.kill(m["pid"], 0)
+
+
+def _host(tmp: Path, variant: str) -> EngineHost:
+    cluster = SimpleNamespace(variant=variant, root=tmp, rec=Recorder(role="harness"), deadline_s=1.0)
+    return EngineHost(cluster)
+
+
+def test_an_exclusive_engine_waits_for_the_lock_of_the_one_running(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LASTCALL_CACHE", str(tmp_path / "cache"))
+    first, second = _host(tmp_path / "a", "vllm_engine"), _host(tmp_path / "b", "vllm_engine")
+    assert first.target.exclusive and first.c.deadline_s > 1.0  # the launches are added to the deadline
+    first._take_lock()
+    took = threading.Event()
+
+    def take() -> None:
+        second._take_lock()
+        took.set()
+
+    t = threading.Thread(target=take, daemon=True)
+    t.start()
+    assert not took.wait(0.3)  # held by the first engine's run
+    first.close()  # releases it
+    assert took.wait(10)
+    second.close()
+    t.join(10)
+    assert (tmp_path / "cache" / "engine.lock").exists()
