@@ -136,7 +136,7 @@ def _installed(tmp_path: Path) -> dict[str, str]:
     (site / "lcbroken.py").write_text("import no_such_dependency_xyz\nTARGET = None\n")
     (site / "lcplug-0.1.dist-info" / "METADATA").write_text("Metadata-Version: 2.1\nName: lcplug\nVersion: 0.1\n")
     (site / "lcplug-0.1.dist-info" / "entry_points.txt").write_text(
-        "[lastcall.checkers]\nlcplug = lcplug\n\n"
+        "[lastcall.checkers]\nlcplug = lcplug\nlcbroken = lcbroken\n\n"
         "[lastcall.targets]\ntiny = lcplug:TINY\nbroken = lcbroken:TARGET\nnot_one = lcplug:Most\n")
     (tmp_path / "uses.yaml").write_text(SCENARIO)
     return {**os.environ, "PYTHONPATH": f"{site}{os.pathsep}{ROOT}"}
@@ -156,9 +156,13 @@ def test_a_plugin_checker_is_registered_by_its_entry_point(tmp_path: Path) -> No
         entry = sc.expect[0]
         print(entry.checker, entry.params, CHECKER_PARAMS['few_events'].__name__)
         print(judge('few_events', RunRecord(()), {{'most': -1}}).status, judge('few_events', RunRecord(())).status)
+        print(judge('broken_one', RunRecord(())).message)
     """, env)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split("\n")[:2] == ["few_events most=5 Most", "violated ok"]
+    assert out.stdout.split("\n")[2] == (  # a plug-in that fails to load is named, not a crash of every import
+        "no checker named 'broken_one' (entry point lastcall.checkers:lcbroken = 'lcbroken' (from lcplug) cannot be "
+        "loaded: ModuleNotFoundError: No module named 'no_such_dependency_xyz')")
     bad = tmp_path / "bad.yaml"
     bad.write_text(SCENARIO.replace("most: 5", "least: 5"))
     val = subprocess.run([PY, "-m", "harness.cli", "validate", str(bad)], env=env, capture_output=True, text=True,

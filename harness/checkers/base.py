@@ -173,7 +173,8 @@ def load_plugins() -> dict[str, str]:
 
     Eager, as pytest loads ``pytest11``: the schema of an expect entry is built from the registry, so a
     plug-in checker must be registered before a scenario is read (keep such modules light: no torch).
-    Returns the entry points that failed, name -> the one-line reason; ``judge`` names it for their checkers.
+    Returns the entry points that failed, name -> the one-line reason; ``judge`` names them when asked for a
+    checker it does not know.
     """
     from harness import entrypoints
 
@@ -213,8 +214,8 @@ def judge(name: str, run: RunRecord, params: dict[str, Any] | Params | None = No
 def _judge(name: str, run: RunRecord, params: dict[str, Any] | Params | None) -> Verdict:
     chk = CHECKERS.get(name)
     if chk is None:
-        why = PLUGIN_ERRORS.get(name)
-        return Verdict(name, UNKNOWN, f"no checker named {name!r}" + (f" ({why})" if why else ""))
+        broken = "; ".join(PLUGIN_ERRORS.values())  # the checker may be one of a plug-in that failed to load
+        return Verdict(name, UNKNOWN, f"no checker named {name!r}" + (f" ({broken})" if broken else ""))
     try:
         p = params if isinstance(params, Params) else chk.params(**(params or {}))
     except ValidationError as exc:
