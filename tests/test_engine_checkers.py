@@ -64,6 +64,9 @@ WORKER = {"pid": 7, "ppid": 100, "name": "VLLM::Worker"}
 def test_engine_tree_exits_ok() -> None:
     v = check("engine_tree_exits", [*sig(), *gone(seconds=0.6)], {"within": 5})
     assert v.status == "ok" and "0.60s after term" in v.message
+    late = check("engine_tree_exits", [*sig(), *gone(seconds=0.6, orphaned=[{"pid": 7, "name": "VLLM::Worker"}])])
+    assert late.status == "ok"  # in time; the order is noted, not judged
+    assert "reparented to the harness on the way out (its parent exited first): VLLM::Worker (pid 7)" in late.notes[-1]
 
 
 def test_engine_tree_exits_violated() -> None:

@@ -52,7 +52,9 @@ def engine_tree_exits(run: RunRecord, p: Within) -> Verdict:
     if not waits:
         return unknown(name, "no wait_gone step returned: nothing saw the tree end")
     bound = p.within * run.scale
-    bad, notes = [], []
+    bad: list[tuple[Event, str]] = []
+    notes: list[str] = []
+    order: list[str] = []
     for e in waits:
         v = e.data["value"]
         after = v.get("after") or "the start"
@@ -66,9 +68,12 @@ def engine_tree_exits(run: RunRecord, p: Within) -> Verdict:
                            f"(bound {bound:g}s)"))
         else:
             notes.append(f"{e.data['step']}: gone {v['seconds']:.2f}s after {after}")
+        if v["gone"] and v.get("orphaned"):  # exited in time, but after its parent: not a children-first stop
+            order.append(f"{e.data['step']}: reparented to the harness on the way out (its parent exited first): "
+                         + _who(v["orphaned"]))
     if bad:
-        return violated(name, "; ".join(m for _, m in bad), [e for e, _ in bad], tuple(notes))
-    return ok(name, "; ".join(notes))
+        return violated(name, "; ".join(m for _, m in bad), [e for e, _ in bad], (*notes, *order))
+    return ok(name, "; ".join(notes), tuple(order))
 
 
 @checker("engine_nothing_left", "nothing the engine's tree created is left once it exited: no file or socket "
