@@ -381,3 +381,25 @@ def test_a_group_spawned_after_spawn_group_gave_up_is_killed(monkeypatch: pytest
     fs._handle({"op": "spawned", "req": 99, "pids": [301, 302]})
     assert killed == [(301, signal.SIGKILL)]
     assert fs._spawned == {} and fs._exit_callbacks == {}
+
+
+def test_a_fork_server_started_from_another_cwd_imports_what_the_harness_imports(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # a pytester test may have chdir'd into its temp dir when the worker's fork server starts: a
+    # module:attribute target from the rootdir (tests.lc_events_target here) must still import in the children
+    from harness.launch.spawn import ForkServer
+    from harness.scenario.loader import expand, loads
+    from harness.scenario.runner import run_item
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(ForkServer, "_shared", None)
+    try:
+        sc = loads("name: from-elsewhere\nabout: a target from the rootdir\ncatches: [no_conn_tracking]\n"
+                   "steps:\n  - start: cluster\n  - stop: {as: s1}\n  - wait: {returned: s1}\n"
+                   "expect:\n  - stop_result: {step: s1}\n", "<elsewhere>")
+        result = run_item(expand(sc)[0], variant="tests.lc_events_target:BLACK_BOX")
+    finally:
+        if ForkServer._shared is not None:
+            ForkServer._shared.stop()
+    assert result.step_error in (None, ""), result.step_error
+    assert {v.checker: v.status for v in result.verdicts} == {"stop_result": "ok"}

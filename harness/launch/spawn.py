@@ -57,11 +57,16 @@ class ForkServer:
     def __init__(self) -> None:
         ours, theirs = socket.socketpair()
         fd, self.log_path = tempfile.mkstemp(prefix="lastcall-forkserver-", suffix=".log")
+        # The server imports what this process imports (a module:attribute target from the rootdir, say),
+        # whatever the cwd is when it starts: a pytester test may have chdir'd into its temp dir by then.
+        here = [p for p in sys.path if p and os.path.isabs(p) and os.path.isdir(p)]
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(dict.fromkeys(
+            [*here, *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]))}
         with os.fdopen(fd, "w") as log:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "harness.launch.forkserver", str(theirs.fileno())],
                 pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL, stdout=log, stderr=log,
-                start_new_session=True)
+                start_new_session=True, env=env)
         theirs.close()
         self.chan = Channel(ours)
         self._init_state()
