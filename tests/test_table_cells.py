@@ -190,3 +190,11 @@ def test_a_run_that_never_started_or_crashed_the_harness_is_broken() -> None:
     r = run_item(item, variant="no_conn_tracking")
     assert r.broken.startswith("it did not start (StepError: target 'no_conn_tracking' has no ")
     assert not judge_catch(r, ("port_released",)).counted
+
+
+def test_the_table_runs_planted_bugs_not_real_targets() -> None:
+    from harness.scenario.table import table_variants
+
+    columns = table_variants()
+    assert "reference" in columns and "engine_standin" in columns and "engine_keeps_child" in columns
+    assert not {"kvcached", "vllm_nixl", "vllm_engine"} & set(columns)  # a real vLLM launch per cell, else

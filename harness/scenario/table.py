@@ -53,12 +53,15 @@ def judge_cell(scn: Scenario, variant: str, r: RunResult) -> Cell:
     return Cell(scn.name, variant, catch.counted, variant in scn.catches, catch.by, detail)
 
 
+REAL_TARGETS = ("kvcached", "vllm_nixl", "vllm_engine")  # real code, not planted bugs: their own findings pages
+
+
 def table_variants() -> list[str]:
     """The table's columns: the reference and every planted-bug variant (worker and handshake), not the
     real targets."""
     from harness.targets import target_names
 
-    return [v for v in target_names() if v not in ("kvcached", "vllm_nixl")]
+    return [v for v in target_names() if v not in REAL_TARGETS]
 
 
 def build(paths: Sequence[str], variants: Sequence[str],
