@@ -39,6 +39,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -69,6 +70,21 @@ def _read_signals(fd: int) -> list[int]:
 
 
 # --------------------------------------------------------------------- the worker
+def _fork_child(child: Callable[[int, int, str], int], variant: str) -> tuple[int, int, int]:
+    """Fork ``child(ctl_r, ready_w, variant)``; in the parent (pid, ctl_w, ready_r): closing ctl_w stops the
+    child, ready_r gets a byte once it is ready (EOF if it died first)."""
+    ctl_r, ctl_w = os.pipe()
+    ready_r, ready_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(ctl_w)
+        os.close(ready_r)
+        os._exit(child(ctl_r, ready_w, variant))
+    os.close(ctl_r)
+    os.close(ready_w)
+    return pid, ctl_w, ready_r
+
+
 def _worker(parent_r: int, ready_w: int, variant: str) -> int:
     _rename("VLLM::Worker")
     sig_r = _signal_pipe(STOP_SIGNALS)
@@ -91,15 +107,8 @@ def _engine_core(ctl_r: int, ready_w: int, variant: str) -> int:
     sock.listen()
     with open(state_path, "w") as f:
         f.write(f"{os.getpid()}\n")
-    wr_r, wr_w = os.pipe()  # the worker's parent pipe: closed (by exit or on purpose) stops the worker
-    wready_r, wready_w = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        os.close(wr_w)
-        os.close(wready_r)
-        os._exit(_worker(wr_r, wready_w, variant))
-    os.close(wr_r)
-    os.close(wready_w)
+    # the worker's parent pipe: closed (by exit or on purpose) stops the worker
+    pid, wr_w, wready_r = _fork_child(_worker, variant)
     os.read(wready_r, 1)
     os.write(ready_w, b"e")
     os.close(ready_w)
@@ -219,15 +228,7 @@ def serve(port: int, variant: str, interval: float, drain: float) -> int:
     st = _State(interval)
     # keeps_child binds its port before it forks: the tree inherits the listening socket (the orphan keeps it)
     httpd = _Server(port, st) if variant == "keeps_child" else None
-    ctl_r, ctl_w = os.pipe()
-    ready_r, ready_w = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        os.close(ctl_w)
-        os.close(ready_r)
-        os._exit(_engine_core(ctl_r, ready_w, variant))
-    os.close(ctl_r)
-    os.close(ready_w)
+    pid, ctl_w, ready_r = _fork_child(_engine_core, variant)
     sig_r = _signal_pipe(sigs)
     core_fd = os.pidfd_open(pid)
     if not os.read(ready_r, 1):
