@@ -1,29 +1,53 @@
 """A well-behaved stand-in for ``vllm serve``: the engine scenarios' negative control, and its planted bugs.
 
-``python -m harness.engine.standin serve --port P [--variant V]`` starts a tree shaped like vLLM's:
+``python -m harness.engine.standin serve --port P [--variant V] [vLLM's flags]`` starts a tree shaped like
+vLLM's:
 
 * the **API server** (this process, the session leader) answers ``GET /health`` (200; 503 once shutdown
   began) and ``POST /v1/completions`` (OpenAI's completion object, or with ``"stream": true`` server-sent
   events ending ``data: [DONE]``; a request once shutdown began is refused with 503 ``shutting down``);
 * it forks the **engine core** (renamed ``VLLM::EngineCore``, truncated by the kernel as vLLM's is), which
   binds a Unix socket under ``VLLM_RPC_BASE_PATH`` (else TMPDIR), writes a state file in TMPDIR and forks
-  the **worker** (``VLLM::Worker``);
+  its **workers** (``VLLM::Worker``; ``VLLM::Worker_TP<i>`` with ``--tensor-parallel-size`` N > 1);
 * once the tree is whole and the port bound it prints vLLM's ready line ``Application startup complete``.
 
-Stopping, correctly: SIGTERM or SIGINT to the API server refuses new requests, ends streams in flight with
-``finish_reason: "abort"``, then stops its engine core (closing its control pipe), which stops its worker
-(closing the worker's pipe), waits for it, removes its socket and file and exits 0; the API server exits 0
-once its engine core is reaped: children first, nothing left.  A signal to the engine core or the worker
-stops that part the same way, and the API server, finding its engine core gone unasked, exits 1.  SIGKILL of
-the API server: the engine core sees its control pipe close and stops as above (a parent-death watch, as
-vLLM's engine core has).  Everything waits on file descriptors (a signal wake-up pipe, pipes, pidfds): no
-polling, no sleeps.  Only the standard library: it starts in well under a second.
+vLLM's own flags, with vLLM 0.32's meaning:
+
+* ``--tensor-parallel-size N``: N worker processes under the engine core;
+* ``--shutdown-timeout S`` (whole seconds, default 0): on SIGTERM or SIGINT requests in flight may finish for
+  up to S seconds while new ones are refused (the HTTP server stays up meanwhile, as vLLM's does); then, or at
+  once with 0, they are aborted (``finish_reason: "abort"``);
+* ``--kv-transfer-config '{"kv_connector": "NixlConnector", ...}'``: the engine core listens on NIXL's TCP
+  side channel, ``VLLM_NIXL_SIDE_CHANNEL_HOST:VLLM_NIXL_SIDE_CHANNEL_PORT`` (default localhost:5600); a port
+  that cannot be bound fails the start with one ``ERROR:`` line and a non-zero exit, nothing left; the
+  listener is closed at shutdown.
+
+Stopping, correctly: SIGTERM or SIGINT to the API server prints vLLM's ``[shutdown] API server: shutdown
+triggered`` once admission is closed, drains or aborts the requests in flight (a connection whose client
+stopped reading is closed after a grace: a stalled reader cannot hold the stop), then stops its engine core
+(a stop byte on its control pipe), which stops its workers, waits for them, removes its socket and file, closes
+its side channel and exits 0; the API server exits 0 once its engine core is reaped: children first, nothing
+left.  A signal to the engine core or a worker stops that part the same way, and the API server, finding its
+engine core gone unasked, exits 1.  SIGKILL of the API server: the engine core sees its control pipe close
+without a stop byte and stops as above (a parent-death watch, as vLLM's engine core has).  A stop signal
+during the start stops the tree before it is ready.  Everything waits on file descriptors (a signal wake-up
+pipe, pipes, pidfds): no polling, no sleeps.  Only the standard library: it starts in well under a second.
+
+The start gate (the harness's ``engine_start`` step): when the run directory (the tree's cwd) holds a Unix
+socket ``start-gate.sock``, the engine core connects to it while it "loads the model", and goes on only once
+the harness closes it, so a signal can land while the engine is still starting.  Real vLLM has no gate (its
+start takes tens of seconds on its own).
 
 The planted-bug variants (``--variant``), each one defect of the kinds the engine checkers judge:
 ``ignores_sigterm`` (the API server ignores SIGTERM), ``leaves_socket_file`` (the engine core does not
 remove its socket file), ``keeps_child`` (the worker outlives its engine core: it ignores its parent's
 exit, and holds the API server's listening socket, inherited: a restart cannot bind),
-``exits_zero_after_engine_died`` (the API server exits 0 although its engine core died).
+``exits_zero_after_engine_died`` (the API server exits 0 although its engine core died), ``hangs_stream``
+(a stream in flight at SIGTERM never ends and never errors: the stop waits for it forever),
+``loses_signal_during_start`` (SIGTERM is ignored until the tree is ready: one sent during the start is
+lost and the tree keeps running), ``keeps_port`` (the engine core inherits the API server's listening socket
+and has no parent-death watch: after the API server dies it lives on holding the port), ``late_generation``
+(a request that arrives after shutdown began is admitted and generated).
 """
 
 from __future__ import annotations
@@ -40,14 +64,29 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-__all__ = ["VARIANTS", "READY_LINE", "main"]
+__all__ = ["VARIANTS", "READY_LINE", "SHUTDOWN_LINE", "GATE", "main"]
 
-VARIANTS = ("standin", "ignores_sigterm", "leaves_socket_file", "keeps_child", "exits_zero_after_engine_died")
+VARIANTS = ("standin", "ignores_sigterm", "leaves_socket_file", "keeps_child", "exits_zero_after_engine_died",
+            "hangs_stream", "loses_signal_during_start", "keeps_port", "late_generation")
 READY_LINE = "INFO:     Application startup complete."
+SHUTDOWN_LINE = "INFO:     [shutdown] API server: shutdown triggered"  # vLLM's own words (its launcher)
+GATE = "start-gate.sock"  # in the tree's cwd (the run directory): the harness's start gate
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+ABORT_GRACE_S = 2.0  # seconds aborted requests get to write their end before their connections are closed
+MAX_TP = 16
+
+
+@dataclass(frozen=True)
+class Options:
+    variant: str = "standin"
+    interval: float = 0.01  # seconds per generated token
+    tp: int = 1  # --tensor-parallel-size
+    shutdown_timeout: int = 0  # --shutdown-timeout
+    side_channel: tuple[str, int] | None = None  # NIXL's side channel (host, port), with NixlConnector
 
 
 def _rename(name: str) -> None:
@@ -65,75 +104,151 @@ def _signal_pipe(sigs: tuple[int, ...]) -> int:
     return r
 
 
-def _read_signals(fd: int) -> list[int]:
-    return list(os.read(fd, 64))
-
-
-# --------------------------------------------------------------------- the worker
-def _fork_child(child: Callable[[int, int, str], int], variant: str) -> tuple[int, int, int]:
-    """Fork ``child(ctl_r, ready_w, variant)``; in the parent (pid, ctl_w, ready_r): closing ctl_w stops the
-    child, ready_r gets a byte once it is ready (EOF if it died first)."""
+def _fork_child(child: Callable[[int, int], int]) -> tuple[int, int, int]:
+    """Fork ``child(ctl_r, ready_w)``; in the parent (pid, ctl_w, ready_r): a byte on ctl_w (then its close)
+    stops the child, its close alone is the parent's death; ready_r gets a byte once the child is ready (EOF if
+    it died first)."""
     ctl_r, ctl_w = os.pipe()
     ready_r, ready_w = os.pipe()
     pid = os.fork()
     if pid == 0:
         os.close(ctl_w)
         os.close(ready_r)
-        os._exit(child(ctl_r, ready_w, variant))
+        code = 1
+        try:
+            code = child(ctl_r, ready_w)
+        finally:
+            os._exit(code)
     os.close(ctl_r)
     os.close(ready_w)
     return pid, ctl_w, ready_r
 
 
-def _worker(parent_r: int, ready_w: int, variant: str) -> int:
-    _rename("VLLM::Worker")
-    sig_r = _signal_pipe(STOP_SIGNALS)
-    os.write(ready_w, b"w")
-    os.close(ready_w)
-    watch = [sig_r] if variant == "keeps_child" else [sig_r, parent_r]  # keeps_child: blind to its parent
-    select.select(watch, [], [])
-    return 0
+def _stop(ctl_w: int) -> None:
+    """Ask a child to stop (a stop byte, then the close); a child gone already is no error."""
+    try:
+        os.write(ctl_w, b"s")
+    except OSError:
+        pass
+    os.close(ctl_w)
+
+
+# --------------------------------------------------------------------- the workers
+def _worker(o: Options, rank: int) -> Callable[[int, int], int]:
+    def run(parent_r: int, ready_w: int) -> int:
+        _rename("VLLM::Worker" if o.tp == 1 else f"VLLM::Worker_TP{rank}")
+        sig_r = _signal_pipe(STOP_SIGNALS)
+        os.write(ready_w, b"w")
+        os.close(ready_w)
+        watch = [sig_r] if o.variant == "keeps_child" else [sig_r, parent_r]  # keeps_child: blind to its parent
+        select.select(watch, [], [])
+        return 0
+    return run
 
 
 # ---------------------------------------------------------------- the engine core
-def _engine_core(ctl_r: int, ready_w: int, variant: str) -> int:
-    _rename("VLLM::EngineCore")
-    sig_r = _signal_pipe(STOP_SIGNALS)
-    base = os.environ.get("VLLM_RPC_BASE_PATH") or tempfile.gettempdir()
-    sock_path = os.path.join(base, f"standin-engine-{os.getpid()}.sock")
-    state_path = os.path.join(tempfile.gettempdir(), f"standin-engine-{os.getpid()}.state")
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    sock.bind(sock_path)
-    sock.listen()
-    with open(state_path, "w") as f:
-        f.write(f"{os.getpid()}\n")
-    # the worker's parent pipe: closed (by exit or on purpose) stops the worker
-    pid, wr_w, wready_r = _fork_child(_worker, variant)
-    os.read(wready_r, 1)
-    os.write(ready_w, b"e")
-    os.close(ready_w)
-    worker_fd = os.pidfd_open(pid)
-    readable, _, _ = select.select([sig_r, ctl_r, worker_fd], [], [])
-    worker_died = worker_fd in readable
-    os.close(wr_w)  # stop the worker (keeps_child: it does not listen)
-    if variant != "keeps_child":
-        os.waitpid(pid, 0)
-    sock.close()
-    if variant != "leaves_socket_file":
-        os.unlink(sock_path)
-    os.unlink(state_path)
-    return 1 if worker_died else 0
+def _wait_gate(sig_r: int, ctl_r: int) -> bool:
+    """The start gate, if the run directory holds one: connect, say so, and wait until the harness closes it;
+    False when a stop (a signal, the control pipe) came first."""
+    if not os.path.exists(GATE):
+        return True
+    gate = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        gate.connect(GATE)
+    except OSError:
+        gate.close()
+        return True
+    print("INFO:     EngineCore: loading the model (the harness holds the start gate)", flush=True)
+    with gate:
+        readable, _, _ = select.select([sig_r, ctl_r, gate.fileno()], [], [])
+    return sig_r not in readable and ctl_r not in readable
+
+
+def _engine_core(o: Options) -> Callable[[int, int], int]:
+    def run(ctl_r: int, ready_w: int) -> int:
+        _rename("VLLM::EngineCore")
+        sig_r = _signal_pipe(STOP_SIGNALS)
+        made: list[str] = []
+        held: list[socket.socket] = []
+        workers: list[tuple[int, int, int]] = []
+        try:
+            if o.side_channel is not None:
+                side = socket.socket()
+                try:
+                    side.bind(o.side_channel)
+                except OSError as exc:
+                    side.close()
+                    print(f"ERROR: EngineCore: NIXL side channel: cannot listen on {o.side_channel[0]}:"
+                          f"{o.side_channel[1]}: {exc.strerror or exc}", flush=True)
+                    return 1
+                side.listen()
+                held.append(side)
+            base = os.environ.get("VLLM_RPC_BASE_PATH") or tempfile.gettempdir()
+            sock_path = os.path.join(base, f"standin-engine-{os.getpid()}.sock")
+            state_path = os.path.join(tempfile.gettempdir(), f"standin-engine-{os.getpid()}.state")
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            held.append(sock)
+            sock.bind(sock_path)
+            if o.variant != "leaves_socket_file":
+                made.append(sock_path)
+            sock.listen()
+            with open(state_path, "w") as f:
+                f.write(f"{os.getpid()}\n")
+            made.append(state_path)
+            if not _wait_gate(sig_r, ctl_r):
+                print("INFO:     EngineCore: stopped during its start", flush=True)
+                return 0
+            for rank in range(o.tp):
+                pid, w_w, w_ready = _fork_child(_worker(o, rank))
+                workers.append((pid, w_w, os.pidfd_open(pid)))
+                if not os.read(w_ready, 1):
+                    print(f"ERROR: EngineCore: worker {rank} died during start", flush=True)
+                    return 1
+                os.close(w_ready)
+            os.write(ready_w, b"e")
+            os.close(ready_w)
+            watch = [sig_r, ctl_r, *(fd for _, _, fd in workers)]
+            while True:
+                readable, _, _ = select.select(watch, [], [])
+                if ctl_r in readable and not os.read(ctl_r, 1) and o.variant == "keeps_port":
+                    watch.remove(ctl_r)  # keeps_port: its parent died; it does not care
+                    continue
+                return 1 if any(fd in readable for _, _, fd in workers) else 0
+        finally:
+            for _, w_w, _ in workers:
+                _stop(w_w)  # keeps_child: its workers do not listen
+            if o.variant != "keeps_child":
+                for pid, _, _ in workers:
+                    os.waitpid(pid, 0)
+            for s in held:
+                s.close()
+            for path in made:
+                os.unlink(path)
+    return run
 
 
 # ------------------------------------------------------------------ the API server
 class _State:
-    def __init__(self, interval: float) -> None:
-        self.shutting_down = threading.Event()
+    def __init__(self, o: Options) -> None:
+        self.o = o
+        self.shutting_down = threading.Event()  # admission closed (health 503, new requests refused)
+        self.abort = threading.Event()  # requests in flight end now
         self.engine_dead = threading.Event()
-        self.interval = interval
+        self.never = threading.Event()  # hangs_stream: what a hung stream waits for
         self.lock = threading.Lock()
-        self.in_flight = 0
+        self.in_flight: set[socket.socket] = set()  # the connections of the requests in flight
         self.idle = threading.Condition(self.lock)
+
+    def drained(self, timeout: float | None) -> bool:
+        """Wait until no request is in flight (``timeout`` None: however long); True if none is."""
+        end = None if timeout is None else time.monotonic() + timeout
+        with self.lock:
+            while self.in_flight:
+                left = None if end is None else end - time.monotonic()
+                if left is not None and left <= 0:
+                    return False
+                self.idle.wait(left)
+            return True
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -166,27 +281,34 @@ class _Handler(BaseHTTPRequestHandler):
         if self.path != "/v1/completions":
             self._answer(404, {"error": "not found"})
             return
-        with st.lock:
-            refused = st.shutting_down.is_set() or st.engine_dead.is_set()
+        with st.lock:  # the admission decision and the count of requests in flight, under one lock
+            late = st.shutting_down.is_set() and st.o.variant == "late_generation"  # admitted anyway
+            refused = (st.shutting_down.is_set() and not late) or st.engine_dead.is_set()
             if not refused:
-                st.in_flight += 1
+                st.in_flight.add(self.connection)
         if refused:
             self._answer(503, {"error": "shutting down"})
             return
         try:
-            self._complete(body)
+            self._complete(body, late)
+        except OSError:  # the client went away (a disconnect), or the stop closed a stalled connection
+            self.close_connection = True
         finally:
             with st.lock:
-                st.in_flight -= 1
+                st.in_flight.discard(self.connection)
                 st.idle.notify_all()
 
-    def _complete(self, body: dict[str, Any]) -> None:
+    def _complete(self, body: dict[str, Any], late: bool) -> None:
         st = self.server.st
         n = int(body.get("max_tokens", 16))
         rid = f"cmpl-standin-{threading.get_ident()}"
+        stop = st.never if late else st.abort  # late_generation: a late request runs to its end
         if not body.get("stream"):
-            if st.shutting_down.wait(st.interval * n):  # the time n tokens take; a stop aborts them
-                self._answer(503, {"error": "aborted: shutting down"})
+            if stop.wait(st.o.interval * n):  # the time n tokens take; an abort ends them
+                self._hang_if_planted()
+                self._answer(200, {"id": rid, "object": "text_completion", "model": "standin",
+                                   "choices": [{"index": 0, "text": "", "finish_reason": "abort"}],
+                                   "usage": {"completion_tokens": 0}})
                 return
             self._answer(200, {"id": rid, "object": "text_completion", "model": "standin",
                                "choices": [{"index": 0, "text": " tok" * n, "finish_reason": "length"}],
@@ -196,16 +318,21 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Type", "text/event-stream")
         self.send_header("Connection", "close")
         self.end_headers()
+        self.close_connection = True
         reason = "length"
         for i in range(n):
-            if st.shutting_down.wait(st.interval if i else 0):
+            if stop.wait(st.o.interval if i else 0):
                 reason = "abort"
+                self._hang_if_planted()
                 break
             self._event({"id": rid, "choices": [{"index": 0, "text": " tok", "finish_reason": None}]})
         self._event({"id": rid, "choices": [{"index": 0, "text": "", "finish_reason": reason}]})
         self.wfile.write(b"data: [DONE]\n\n")
         self.wfile.flush()
-        self.close_connection = True
+
+    def _hang_if_planted(self) -> None:
+        if self.server.st.o.variant == "hangs_stream":  # never ends, never errors
+            self.server.st.never.wait()
 
     def _event(self, obj: dict[str, Any]) -> None:
         self.wfile.write(b"data: " + json.dumps(obj).encode() + b"\n\n")
@@ -221,19 +348,50 @@ class _Server(ThreadingHTTPServer):
         self.st = st
 
 
-def serve(port: int, variant: str, interval: float, drain: float) -> int:
-    sigs = (signal.SIGINT,) if variant == "ignores_sigterm" else STOP_SIGNALS
-    if variant == "ignores_sigterm":
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    st = _State(interval)
-    # keeps_child binds its port before it forks: the tree inherits the listening socket (the orphan keeps it)
-    httpd = _Server(port, st) if variant == "keeps_child" else None
-    pid, ctl_w, ready_r = _fork_child(_engine_core, variant)
+def _drain(st: _State) -> None:
+    """Shutdown's handling of the requests in flight: up to --shutdown-timeout to finish, then abort; a
+    connection that still has not ended after the abort's grace (its client stopped reading) is closed."""
+    o = st.o
+    if o.shutdown_timeout > 0 and not st.engine_dead.is_set():
+        st.drained(o.shutdown_timeout)
+    st.abort.set()
+    if o.variant == "hangs_stream":
+        st.drained(None)  # waits for a stream that never ends
+        return
+    if not st.drained(ABORT_GRACE_S):
+        with st.lock:
+            stalled = list(st.in_flight)
+        for conn in stalled:
+            try:
+                conn.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+        st.drained(ABORT_GRACE_S)
+
+
+def serve(port: int, o: Options) -> int:
+    sigs = (signal.SIGINT,) if o.variant == "ignores_sigterm" else STOP_SIGNALS
+    st = _State(o)
     sig_r = _signal_pipe(sigs)
+    if o.variant in ("ignores_sigterm", "loses_signal_during_start"):
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # loses_signal_during_start: until it is ready
+    print(f"INFO:     vLLM API server version standin ({o.variant})", flush=True)
+    # keeps_child / keeps_port bind their port before they fork: the tree inherits the listening socket
+    httpd = _Server(port, st) if o.variant in ("keeps_child", "keeps_port") else None
+    pid, ctl_w, ready_r = _fork_child(_engine_core(o))
     core_fd = os.pidfd_open(pid)
+    readable, _, _ = select.select([sig_r, ready_r], [], [])
+    if sig_r in readable:
+        print("INFO:     Shutdown requested during start: stopping the engine core", flush=True)
+        _stop(ctl_w)
+        os.waitpid(pid, 0)
+        return 0
     if not os.read(ready_r, 1):
-        print("ERROR: the engine core died during start", flush=True)
+        _, status = os.waitpid(pid, 0)
+        print(f"ERROR: the engine core died during start (status {os.waitstatus_to_exitcode(status)})", flush=True)
         return 1
+    if o.variant == "loses_signal_during_start":
+        signal.signal(signal.SIGTERM, lambda *_: None)  # the handler comes now: a SIGTERM before it was lost
     httpd = httpd or _Server(port, st)
     threading.Thread(target=httpd.serve_forever, args=(0.05,), name="standin-http", daemon=True).start()
     print(f"INFO:     Started server process [{os.getpid()}]", flush=True)
@@ -243,19 +401,53 @@ def serve(port: int, variant: str, interval: float, drain: float) -> int:
     if died:
         st.engine_dead.set()
         print("ERROR: the engine core died unexpectedly", flush=True)
-    st.shutting_down.set()
-    with st.lock:  # let the requests in flight end (each stops at once: shutting_down aborts it)
-        end = time.monotonic() + drain
-        while st.in_flight and (left := end - time.monotonic()) > 0:
-            st.idle.wait(left)
+    with st.lock:
+        st.shutting_down.set()  # admission is closed before the line says so
+    print(SHUTDOWN_LINE, flush=True)
+    _drain(st)
     httpd.shutdown()
     httpd.server_close()
-    os.close(ctl_w)  # stop the engine core; it stops its worker first
+    _stop(ctl_w)  # stop the engine core; it stops its workers first
     _, status = os.waitpid(pid, 0)
     print(f"INFO:     Shutting down: engine core exited with {os.waitstatus_to_exitcode(status)}", flush=True)
-    if died and variant != "exits_zero_after_engine_died":
+    if died and o.variant != "exits_zero_after_engine_died":
         return 1
     return 0
+
+
+def _side_channel(kv_config: str | None) -> tuple[str, int] | None:
+    """NIXL's side channel when --kv-transfer-config names NixlConnector, from vLLM's variables.
+
+    Error handling: ValueError with a one-line message for bad JSON or a bad port."""
+    if kv_config is None:
+        return None
+    try:
+        cfg = json.loads(kv_config)
+    except ValueError as exc:
+        raise ValueError(f"--kv-transfer-config is not JSON: {exc}") from None
+    if not isinstance(cfg, dict):
+        raise ValueError(f"--kv-transfer-config is a JSON object, found {kv_config!r}")
+    if cfg.get("kv_connector") != "NixlConnector":
+        return None
+    host = os.environ.get("VLLM_NIXL_SIDE_CHANNEL_HOST", "localhost")
+    raw = os.environ.get("VLLM_NIXL_SIDE_CHANNEL_PORT", "5600")
+    try:
+        port = int(raw)
+    except ValueError:
+        raise ValueError(f"VLLM_NIXL_SIDE_CHANNEL_PORT={raw!r} is not a port number") from None
+    if not 0 < port < 65536:
+        raise ValueError(f"VLLM_NIXL_SIDE_CHANNEL_PORT={raw!r} is not a port number (1 to 65535)")
+    return host, port
+
+
+def _bounded(low: int, high: int) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        value = int(text)
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"{value} is not from {low} to {high}")
+        return value
+    parse.__name__ = "int"
+    return parse
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -266,11 +458,17 @@ def main(argv: list[str] | None = None) -> int:
     sv.add_argument("--port", type=int, required=True)
     sv.add_argument("--variant", choices=VARIANTS, default="standin")
     sv.add_argument("--token-interval", type=float, default=0.01, help="seconds per generated token")
-    sv.add_argument("--drain", type=float, default=5.0, help="seconds in-flight requests get at shutdown")
+    sv.add_argument("--tensor-parallel-size", "-tp", type=_bounded(1, MAX_TP), default=1,
+                    help="worker processes under the engine core (vLLM's flag)")
+    sv.add_argument("--shutdown-timeout", type=_bounded(0, 3600), default=0,
+                    help="seconds requests in flight may finish after SIGTERM; 0: abort (vLLM's flag)")
+    sv.add_argument("--kv-transfer-config", default=None, help="vLLM's KV connector config (JSON)")
     a, _ = ap.parse_known_args(argv)  # vLLM's other options (--dtype, ...) are accepted and ignored
     try:
-        return serve(a.port, a.variant, a.token_interval, a.drain)
-    except OSError as exc:
+        o = Options(a.variant, a.token_interval, a.tensor_parallel_size, a.shutdown_timeout,
+                    _side_channel(a.kv_transfer_config))
+        return serve(a.port, o)
+    except (OSError, ValueError) as exc:
         print(f"ERROR: {exc}", flush=True)
         return 2
 
