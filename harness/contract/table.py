@@ -43,7 +43,9 @@ LINES: tuple[ContractLine, ...] = (
                  ("reads_cancelled", "stop_latency")),
     ContractLine(3, "a handler inside the backend is drained",
                  "A handler already inside a backend call is drained: stop() waits for it, up to drain_timeout, "
-                 "and its reply is still delivered to its client (cancel reads, not writes).",
+                 "and its reply is still delivered to its client (cancel reads, not writes). A reply its client "
+                 "does not read is waited for up to drain_timeout too; then its connection is closed and the stop "
+                 "goes on (nothing of the listener is in use by it).",
                  ("handler_drained", "calls_answered")),
     ContractLine(4, "drained: the thread exits, then only what is ours is torn down",
                  "Drained: the serving thread has exited; then, and only then, the server socket is closed, the "
@@ -78,7 +80,9 @@ LINES: tuple[ContractLine, ...] = (
                  "the retry; no backend call ever runs after the allocator is torn down.",
                  ("teardown_deferred", "no_dispatch_after_teardown")),
     ContractLine(11, "others are served while one client stalls",
-                 "While one client stalls (or sits idle), other clients are still served.",
+                 "While one client stalls (or sits idle, or does not read its reply), other clients are still "
+                 "served: a reply is written without blocking, and what its client has not read yet waits on that "
+                 "client's connection alone.",
                  ("served_while_stalled", "requests_served")),
 )
 

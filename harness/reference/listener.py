@@ -6,7 +6,10 @@ It keeps every line of the stop contract (docs/stop-contract.md).  How:
   and a self-pipe with epoll; reads are non-blocking and fed to a
   :class:`~harness.reference.wire.FrameReader`, so an idle or stalled client
   never delays another (no head-of-line blocking).  Backend calls run on that
-  thread, one at a time (serialised per listener).
+  thread, one at a time (serialised per listener).  Replies are written without
+  blocking either: what the socket does not take at once waits on its connection
+  (harness.reference.conn) and is written as its client reads, so a client that
+  does not read its reply stalls only itself.
 * ``stop()`` takes the listener lock, sets the stop flag and records
   ``stop_started``; every dispatch decision is taken under the same lock, so
   the history orders them exactly.  Under that lock it shuts down every tracked
@@ -15,7 +18,9 @@ It keeps every line of the stop contract (docs/stop-contract.md).  How:
   removed or replaced socket file cannot make stop hang.
 * The thread finishes the backend call it is in (its reply is still written:
   cancel reads, not writes), answers requests that completed but were not yet
-  dispatched with ``shutting_down``, closes every connection and exits.  Only
+  dispatched with ``shutting_down``, delivers the replies their clients have
+  not read yet (stop gives up on them once its drain timeout has passed: the
+  listener has nothing in use by them), closes every connection and exits.  Only
   then does stop tear down: close the server socket, unlink the socket file if
   it is still the one bound (same device and inode), remove the owner record
   and any directory left empty.
@@ -26,9 +31,7 @@ Hooks a planted-bug variant overrides are the ``_``-prefixed methods between
 
 from __future__ import annotations
 
-import errno
 import os
-import re
 import select
 import socket
 import struct
@@ -44,15 +47,18 @@ from harness.events import label
 from harness.history import Emitter, NullRecorder
 from harness.osthread import name_os_thread
 from harness.reference import wire
-from harness.reference.paths import DIR_PREFIX, OwnerRecord, owner_path
+from harness.reference.conn import Conn, State, deliver
+from harness.reference.dirs import remove_empty_dirs
+from harness.reference.paths import OwnerRecord, owner_path
 
 __all__ = ["Backend", "ListenerConfig", "WorkerListener", "DEFAULT_DRAIN_TIMEOUT"]
 
 DEFAULT_DRAIN_TIMEOUT = 5.0  # seconds stop() waits for a handler inside the backend (kvcached's figure)
-WRITE_TIMEOUT = 5.0  # seconds a reply write may block before the connection is dropped
+GIVE_UP_S = 1.0  # seconds stop waits for the thread to exit once it gave up on unread replies (a safety net)
+_Conn = Conn  # the names planted-bug variants and benchmark arms import from here
+_State = State
 RECV_CHUNK = 65536  # bytes read per readable event
 _PEERCRED = struct.Struct("3i")  # struct ucred: pid, uid, gid
-_PP_DIR = re.compile(r"pp[0-9]+")  # a pipeline-stage subdirectory of the path rule
 
 
 class Backend(Protocol):
@@ -81,28 +87,6 @@ class ListenerConfig:
             raise ConfigError(f"max_frame must be between 1 and 2**31 bytes, got {self.max_frame!r}")
 
 
-class _State:
-    """A connection's state.  Plain string constants, not an Enum: an Enum member lookup costs about
-    five times a class attribute's, and the request path and stop() test states per connection."""
-
-    IDLE = "idle"  # no byte of a frame yet
-    READING = "reading"  # part of a frame has arrived
-    QUEUED = "queued"  # a whole frame waits for the backend
-    DISPATCHING = "dispatching"  # inside the backend call, or writing its reply
-    CANCELLED = "cancelled"  # shut down by stop(); only closing is left
-
-
-class _Conn:
-    __slots__ = ("bodies", "cid", "reader", "sock", "state")
-
-    def __init__(self, sock: socket.socket, cid: int, max_frame: int) -> None:
-        self.sock = sock
-        self.cid = cid  # connection number, unique per listener: names it in the history
-        self.reader = wire.FrameReader(max_frame)
-        self.state = _State.IDLE
-        self.bodies: deque[bytes] = deque()  # completed frames not yet answered
-
-
 class WorkerListener:
     """Serves one worker rank's socket until stopped.
 
@@ -125,6 +109,8 @@ class WorkerListener:
         self._stop_lock = threading.Lock()  # serialises teardown between concurrent stops
         self._stopping = False  # set once, under _lock, by the first stop
         self._in_poll = False  # the serving thread waits in epoll (nothing in hand): stop may leave it the closing
+        self._writes_only = False  # stopping, the thread only delivers unread replies: no handler can run any more
+        self._give_up = False  # set by a stop whose drain timed out while only unread replies were left
         self._torn_down = False  # teardown finished: stop() is then a no-op returning True
         self._conns: dict[int, _Conn] = {}  # tracked connections by fileno
         self._next_cid = 0
@@ -259,7 +245,9 @@ class WorkerListener:
             self.rec.emit("stop_started", listener=self.label)
             conns = list(self._conns.values())
             victims = [c for c in conns if c.state in (_State.IDLE, _State.READING)]
-            busy = not self._in_poll or any(c.state in (_State.QUEUED, _State.DISPATCHING) for c in conns)
+            busy = not self._in_poll or any(c.state in (_State.QUEUED, _State.DISPATCHING, _State.WRITING)
+                                            for c in conns)
+            failpoints.hit("listener.stop_snapshot")  # a racing point: the flag is set, the snapshot taken
             if busy:
                 self._cancel_reads(victims)
             else:  # the thread waits in epoll with nothing to answer: woken below, it closes them all at once
@@ -292,9 +280,17 @@ class WorkerListener:
         return not self._stopping
 
     def _wait_drained(self, timeout: float) -> bool:
-        """Wait until the serving thread has exited; False if ``timeout`` passed first."""
+        """Wait until the serving thread has exited; False if ``timeout`` passed first.
+
+        When the time is up and all the thread has left is replies its clients do not read, it is told to
+        give up on them (their connections are closed): nothing of the listener is in use by them.
+        """
         self.rec.emit("drain_started", listener=self.label, timeout=timeout)
         ok = self._exited.wait(timeout)
+        if not ok and self._writes_only:
+            self._give_up = True
+            self._wake()
+            ok = self._exited.wait(GIVE_UP_S)
         self.rec.emit("drain_finished", listener=self.label, ok=ok)
         return ok
 
@@ -345,22 +341,7 @@ class WorkerListener:
         self.rec.emit("teardown_step", listener=self.label, step=step)
 
     def _remove_empty_dirs(self) -> None:
-        """rmdir the socket's ``pp<N>`` directory, then the instance directory, while empty.
-
-        Only directories of the path rule are touched (never a parent we did not
-        create).  Another rank's socket left in one (ENOTEMPTY) or its concurrent
-        removal (ENOENT) is normal.
-        """
-        d = self.path.parent
-        while d.name.startswith(DIR_PREFIX) or _PP_DIR.fullmatch(d.name):
-            try:
-                d.rmdir()
-            except OSError as exc:
-                if exc.errno not in (errno.ENOTEMPTY, errno.ENOENT, errno.EEXIST):
-                    raise
-                if exc.errno != errno.ENOENT:
-                    return
-            d = d.parent
+        remove_empty_dirs(self.path)
 
     # ----------------------------------------------------------- serving side
     # The request path.  Events are built only when a recorder listens (``self._on``).
@@ -385,11 +366,16 @@ class WorkerListener:
                         self._drain_pipe()
                     else:
                         conn = self._conns.get(fd)
-                        if conn is not None and conn.state is not _State.CANCELLED:
+                        if conn is None or conn.state is _State.CANCELLED:
+                            continue
+                        if conn.out:  # registered for EPOLLOUT only while part of a reply waits
+                            self._on_writable(conn)
+                        else:
                             self._on_readable(conn)
                 if self._ready:
                     self._dispatch_ready()
             self._dispatch_ready()  # everything left answers shutting_down
+            self._deliver_unread(ep, server_fd)
         except BaseException as exc:
             self.rec.emit("thread_crashed", listener=self.label, error=f"{type(exc).__name__}: {exc}")
             raise
@@ -435,13 +421,14 @@ class WorkerListener:
                 sock.close()
                 return
         sock.setblocking(False)
-        with self._lock:
+        with self._lock:  # the accept decision
             self._next_cid += 1
             cid = self._next_cid
             if self._stopping:
                 self.rec.emit("accepted_after_stop", listener=self.label, conn=cid)
                 sock.close()
                 return
+            failpoints.hit("listener.accept_decided")  # a racing point (harness.scenario.stress)
             conn = _Conn(sock, cid, self.config.max_frame)
             self._conns[sock.fileno()] = conn
             if self._on:
@@ -488,6 +475,7 @@ class WorkerListener:
                     self.rec.emit("frame_completed", listener=self.label, conn=conn.cid, after_stop=self._stopping)
             if conn.state is _State.CANCELLED:
                 return  # stop shut this one down: its frame is never dispatched
+            failpoints.hit("listener.frame_completing")  # a racing point (harness.scenario.stress)
             conn.bodies.extend(bodies)
             if conn.state is not _State.QUEUED:
                 conn.state = _State.QUEUED
@@ -507,6 +495,7 @@ class WorkerListener:
                 failpoints.hit("listener.before_dispatch")
                 with self._lock:  # the dispatch decision
                     go = self._may_dispatch()
+                    failpoints.hit("listener.dispatch_decided")  # a racing point (harness.scenario.stress)
                     if go:
                         conn.state = _State.DISPATCHING
                         if self._on:
@@ -526,7 +515,7 @@ class WorkerListener:
             if conn.sock.fileno() != -1:
                 with self._lock:
                     if conn.state is _State.QUEUED or conn.state is _State.DISPATCHING:
-                        conn.state = _State.IDLE
+                        conn.state = _State.WRITING if conn.out else _State.IDLE
                     if self._stopping and conn.state is _State.IDLE:
                         # answered, and no further read may be dispatched: cancel it now
                         conn.state = _State.CANCELLED
@@ -549,33 +538,54 @@ class WorkerListener:
                               message=f"{type(exc).__name__}: {exc}")
 
     def _send(self, conn: _Conn, reply: wire.Reply) -> None:
-        """Write a whole reply; a vanished or stuck peer only loses its own connection.
-
-        A reply fits the socket buffer almost always: one non-blocking send.  Only
-        a short write falls back to a blocking write bounded by WRITE_TIMEOUT.
-        """
-        data = wire.encode_reply(reply)
-        sock = conn.sock
+        """Write a reply without blocking: what the socket does not take now waits on the connection, which
+        is then watched for EPOLLOUT instead of EPOLLIN (harness.reference.conn); a vanished peer only loses
+        its own connection."""
         try:
-            try:
-                sent = sock.send(data)
-            except BlockingIOError:
-                sent = 0
-            if sent < len(data):
-                sock.settimeout(WRITE_TIMEOUT)
-                sock.sendall(data[sent:])
-                sock.setblocking(False)
+            if conn.write(wire.encode_reply(reply)):
+                return
         except OSError as exc:
-            self.rec.emit("reply_failed", listener=self.label, conn=conn.cid, error=str(exc))
-            try:
-                sock.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
+            self._reply_failed(conn, exc)
+            return
+        self._ep.modify(conn.sock.fileno(), select.EPOLLOUT)
+
+    def _on_writable(self, conn: _Conn) -> None:
+        """The client read some of its reply: write more; once all is written, read the connection again."""
+        try:
+            if not conn.flush():
+                return
+        except OSError as exc:
+            self._reply_failed(conn, exc)
+            return
+        self._ep.modify(conn.sock.fileno(), select.EPOLLIN)
+        with self._lock:
+            if conn.state is _State.WRITING:
+                conn.state = _State.READING if conn.reader.in_frame else _State.IDLE
+
+    def _deliver_unread(self, ep: select.epoll, server_fd: int) -> None:
+        """Stopping, every request answered: write what clients have not read yet, until they read it or a
+        stop whose drain timed out gives up on them (their connections are closed)."""
+        writers = {fd: c for fd, c in self._conns.items() if c.out}  # only this thread changes _conns
+        if not writers:
+            return
+        for fd in [server_fd, *(fd for fd in self._conns if fd not in writers)]:
+            ep.unregister(fd)  # nothing more is accepted or read; the rest are closed at exit
+        self._writes_only = True
+        left = deliver(ep, writers, lambda: self._give_up, self._drain_pipe, self._reply_failed)
+        for conn in left:
+            self._close(conn, why="reply not read before the drain timeout")
+
+    def _reply_failed(self, conn: _Conn, exc: OSError) -> None:
+        self.rec.emit("reply_failed", listener=self.label, conn=conn.cid, error=str(exc))
+        self._close(conn, why=f"reply failed: {exc}")
 
     def _close(self, conn: _Conn, *, why: str) -> None:
+        if conn.sock.fileno() == -1:
+            return  # already closed (a failed reply, then the close of a lost framing)
         with self._lock:
             self._conns.pop(conn.sock.fileno(), None)
         conn.sock.close()  # closing the only descriptor also takes it out of the epoll set
         conn.bodies.clear()
+        conn.out.clear()
         if self._on:
             self.rec.emit("connection_closed", listener=self.label, conn=conn.cid, why=why)

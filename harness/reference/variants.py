@@ -24,6 +24,8 @@ from harness.reference.worker import ReferenceWorker
 
 __all__ = ["Variant", "VARIANTS", "get_variant"]
 
+WRITE_TIMEOUT = 5.0  # seconds blocking_write's reply write may block (the reference's bound before issue 16)
+
 
 # ----------------------------------------------------------------- listeners
 class TimedJoinTeardown(WorkerListener):
@@ -193,6 +195,32 @@ class HeadOfLineBlocking(WorkerListener):
                 conn.sock.setblocking(False)
             except OSError:
                 pass
+
+
+class BlockingWrite(WorkerListener):
+    """The reference before issue 16: a short write falls back to a blocking write bounded by WRITE_TIMEOUT, so a
+    client that does not read its reply holds the serving thread, and every other client waits."""
+
+    def _send(self, conn: _Conn, reply: wire.Reply) -> None:
+        try:
+            conn.sock.settimeout(WRITE_TIMEOUT)
+            conn.sock.sendall(wire.encode_reply(reply))
+            conn.sock.setblocking(False)
+        except OSError as exc:
+            self._reply_failed(conn, exc)
+
+
+class ShortWriteLost(WorkerListener):
+    """One send() per reply: what the socket did not take at once is dropped, so a reply larger than the
+    socket buffer arrives cut short and its client waits for the rest."""
+
+    def _send(self, conn: _Conn, reply: wire.Reply) -> None:
+        try:
+            conn.sock.send(wire.encode_reply(reply))
+        except BlockingIOError:
+            pass
+        except OSError as exc:
+            self._reply_failed(conn, exc)
 
 
 # ---------------------------------------------------------------- registries
@@ -366,6 +394,10 @@ VARIANTS: dict[str, Variant] = _variants(
             registry=UnboundedExitHook),
     Variant("teardown_ignores_stop", "integration shutdown tears the allocator down after a failed stop",
             worker=TeardownIgnoresStop),
+    Variant("blocking_write", "a reply its client does not read blocks the serving thread (up to 5 s): every "
+            "other client waits", listener=BlockingWrite),
+    Variant("short_write_lost", "a reply larger than the socket buffer is cut short: one send, the rest dropped",
+            listener=ShortWriteLost),
 )
 
 

@@ -1,0 +1,131 @@
+"""The reference's write path: a reply its client does not read never blocks the serving thread (stop contract
+lines 3 and 11), proven on the reference and on the planted bugs blocking_write and short_write_lost."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from harness.history import Recorder
+from harness.reference import wire
+from harness.reference.backend import NoopBackend
+from harness.reference.listener import ListenerConfig, WorkerListener
+from harness.reference.paths import socket_path
+from harness.reference.variants import VARIANTS
+
+BIG = 900_000  # bytes of request id its reply echoes: over four times the socket buffer (wmem_default 208 KiB)
+
+
+def big(n: int = 0) -> wire.Request:
+    return wire.Request(cmd="kv_tensors_created", id=f"{n:06d}" + "x" * BIG)
+
+
+def connect(path: Path, timeout: float = 10.0) -> socket.socket:
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.settimeout(timeout)
+    s.connect(str(path))
+    return s
+
+
+def ask(path: Path, req: wire.Request, timeout: float = 10.0) -> wire.Reply:
+    with connect(path, timeout) as s:
+        s.sendall(wire.encode_request(req))
+        return wire.decode_reply(wire.recv_frame(s))
+
+
+def start(cls: type[WorkerListener], root: Path, rec: Recorder, drain: float = 5.0) -> WorkerListener:
+    listener = cls(socket_path("w", 0, 0, root), NoopBackend(), ipc="w", recorder=rec,
+                   config=ListenerConfig(drain_timeout=drain))
+    listener.start()
+    return listener
+
+
+@pytest.fixture
+def lst(lc_root: Path, lastcall_recorder: Recorder, no_thread_leak: None) -> Iterator[list[WorkerListener]]:
+    made: list[WorkerListener] = []
+    yield made
+    for listener in made:
+        assert listener.stop()
+    assert not any(lc_root.iterdir())
+
+
+def test_a_reply_larger_than_the_socket_buffer_arrives_whole(lc_root: Path, lastcall_recorder: Recorder,
+                                                               lst: list[WorkerListener]) -> None:
+    listener = start(WorkerListener, lc_root, lastcall_recorder)
+    lst.append(listener)
+    with connect(listener.path) as s:  # three pipelined while the replies are read: each whole, in order
+        sender = threading.Thread(target=s.sendall, args=(b"".join(wire.encode_request(big(n)) for n in range(3)),))
+        sender.start()  # (not read, the first reply would hold the rest back: the listener reads no more meanwhile)
+        ids = [wire.decode_reply(wire.recv_frame(s)).id for _ in range(3)]
+        sender.join(10)
+    assert ids == [big(n).id for n in range(3)]
+
+
+def test_short_write_lost_cuts_a_large_reply(lc_root: Path, lastcall_recorder: Recorder,
+                                            lst: list[WorkerListener]) -> None:
+    listener = start(VARIANTS["short_write_lost"].listener, lc_root, lastcall_recorder)
+    lst.append(listener)
+    with pytest.raises(TimeoutError):
+        ask(listener.path, big(), timeout=0.5)
+
+
+@pytest.mark.parametrize("variant", ["reference", "blocking_write"])
+def test_an_unread_reply_does_not_block_other_clients(lc_root: Path, lastcall_recorder: Recorder,
+                                                      lst: list[WorkerListener], variant: str) -> None:
+    listener = start(VARIANTS[variant].listener, lc_root, lastcall_recorder)
+    lst.append(listener)
+    unread = connect(listener.path)
+    try:
+        unread.sendall(wire.encode_request(big()))
+        assert lastcall_recorder.wait_for("dispatch_finished") is not None
+        if variant == "reference":
+            assert ask(listener.path, wire.Request(cmd="kv_tensors_created"), timeout=2.0).created is True
+        else:  # the serving thread is held in its write: the next client is not served
+            with pytest.raises(TimeoutError):
+                ask(listener.path, wire.Request(cmd="kv_tensors_created"), timeout=0.5)
+    finally:
+        unread.close()  # the blocked write then fails at once (EPIPE): the variant serves again
+
+
+def test_stop_gives_up_on_an_unread_reply_after_the_drain_timeout(lc_root: Path, lastcall_recorder: Recorder,
+                                                                  lst: list[WorkerListener]) -> None:
+    listener = start(WorkerListener, lc_root, lastcall_recorder, drain=0.3)
+    with connect(listener.path) as unread:
+        unread.sendall(wire.encode_request(big()))
+        assert lastcall_recorder.wait_for("dispatch_finished") is not None
+        t0 = time.monotonic()
+        assert listener.stop() is True
+        took = time.monotonic() - t0
+        got = bytearray()
+        while chunk := unread.recv(1 << 16):  # what the socket buffer held, then EOF: the rest was given up
+            got += chunk
+    assert 0.3 <= took < 0.3 + 1.0, took
+    assert 0 < len(got) < len(wire.encode_reply(wire.Reply(status="success", id=big().id)))
+    closes = [e.data["why"] for e in lastcall_recorder.events("connection_closed")]
+    assert "reply not read before the drain timeout" in closes
+    assert not any(lc_root.iterdir())
+
+
+def test_a_slow_reader_gets_its_whole_reply_during_a_drain(lc_root: Path, lastcall_recorder: Recorder,
+                                                           lst: list[WorkerListener]) -> None:
+    listener = start(WorkerListener, lc_root, lastcall_recorder, drain=30.0)
+    with connect(listener.path) as slow:
+        slow.sendall(wire.encode_request(big()))
+        assert lastcall_recorder.wait_for("dispatch_finished") is not None
+        result: list[bool] = []
+        stopper = threading.Thread(target=lambda: result.append(listener.stop()))
+        stopper.start()
+        assert lastcall_recorder.wait_for("drain_started") is not None
+        data = bytearray()
+        while len(data) < wire.HEADER.size or len(data) < wire.HEADER.size + wire.parse_length(
+                bytes(data[:wire.HEADER.size])):
+            data += slow.recv(4096)  # small reads: the listener writes as the client takes it
+        stopper.join(10)
+    assert result == [True]
+    assert wire.decode_reply(bytes(data[wire.HEADER.size:])).id == big().id
+    assert not lastcall_recorder.events("reply_failed")
