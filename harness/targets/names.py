@@ -38,7 +38,8 @@ HANDSHAKE_VARIANTS: tuple[str, ...] = (
 # harness.targets.vllm_engine.ENGINE_TARGETS' stand-in engine and its planted bugs (the well-behaved one first)
 ENGINE_VARIANTS: tuple[str, ...] = (
     "engine_standin", "engine_ignores_sigterm", "engine_leaves_socket_file", "engine_keeps_child",
-    "engine_exits_zero_after_engine_died",
+    "engine_exits_zero_after_engine_died", "engine_hangs_stream", "engine_loses_signal_during_start",
+    "engine_keeps_port", "engine_late_generation",
 )
 NAMED: dict[str, str] = {  # lazily imported targets beside the reference's variants
     "kvcached": "harness.targets.kvcached:TARGET",

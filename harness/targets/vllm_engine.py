@@ -13,7 +13,8 @@ ready and failure lines, the environment, how long a launch may take and whether
   under the cache directory.
 * ``engine_standin``: ``python -m harness.engine.standin serve`` (stdlib only, ready in ~0.2 s), and its
   planted-bug variants ``engine_ignores_sigterm``, ``engine_leaves_socket_file``, ``engine_keeps_child``,
-  ``engine_exits_zero_after_engine_died`` (harness.engine.standin says what each does wrong).
+  ``engine_exits_zero_after_engine_died``, ``engine_hangs_stream``, ``engine_loses_signal_during_start``,
+  ``engine_keeps_port``, ``engine_late_generation`` (harness.engine.standin says what each does wrong).
 
 This module imports neither vLLM nor the engine package: validation and collection load target names
 everywhere.
@@ -103,6 +104,10 @@ _BUGS = {
     "leaves_socket_file": "the engine core does not remove its Unix socket file on a clean stop",
     "keeps_child": "the worker outlives its engine core (orphaned), holding the API server's port",
     "exits_zero_after_engine_died": "the API server exits 0 although its engine core died",
+    "hangs_stream": "a stream in flight at SIGTERM never ends and never errors (the stop waits for it forever)",
+    "loses_signal_during_start": "a SIGTERM during the start is ignored: the tree keeps running after ready",
+    "keeps_port": "the engine core outlives a killed API server, holding its listening port (inherited)",
+    "late_generation": "a request that arrives after shutdown began is admitted and generated",
 }
 STANDIN_VARIANTS: dict[str, EngineTarget] = {
     f"engine_{v}": EngineTarget(f"engine_{v}", about, "standin", variant=v) for v, about in _BUGS.items()}
@@ -110,4 +115,8 @@ ENGINE_IGNORES_SIGTERM = STANDIN_VARIANTS["engine_ignores_sigterm"]
 ENGINE_LEAVES_SOCKET_FILE = STANDIN_VARIANTS["engine_leaves_socket_file"]
 ENGINE_KEEPS_CHILD = STANDIN_VARIANTS["engine_keeps_child"]
 ENGINE_EXITS_ZERO_AFTER_ENGINE_DIED = STANDIN_VARIANTS["engine_exits_zero_after_engine_died"]
+ENGINE_HANGS_STREAM = STANDIN_VARIANTS["engine_hangs_stream"]
+ENGINE_LOSES_SIGNAL_DURING_START = STANDIN_VARIANTS["engine_loses_signal_during_start"]
+ENGINE_KEEPS_PORT = STANDIN_VARIANTS["engine_keeps_port"]
+ENGINE_LATE_GENERATION = STANDIN_VARIANTS["engine_late_generation"]
 ENGINE_TARGETS: dict[str, EngineTarget] = {"vllm_engine": TARGET, "engine_standin": STANDIN, **STANDIN_VARIANTS}
