@@ -68,14 +68,14 @@ def resources(pid: int, when: str, t: int, threads: list[str], fds: list[list[An
 
 
 def test_every_checker_is_registered_with_its_parameters() -> None:
-    assert len(CHECKERS) == 28
+    assert len(CHECKERS) == 29
     assert set(CHECKERS) == set(CHECKER_PARAMS)
 
 
 def test_every_checker_is_proven_both_ways() -> None:
     names = {n for n in globals() if n.startswith("test_")}
-    engine_tests = Path(__file__).with_name("test_engine_checkers.py").read_text()  # the engine checkers' proofs
-    names |= set(re.findall(r"^def (test_\w+)\(", engine_tests, re.MULTILINE))
+    for other in ("test_engine_checkers.py", "test_contract_checkers.py"):  # the engine and contract checkers' proofs
+        names |= set(re.findall(r"^def (test_\w+)\(", Path(__file__).with_name(other).read_text(), re.MULTILINE))
     for c in CHECKERS:
         assert f"test_{c}_ok" in names, c
         assert f"test_{c}_violated" in names, c

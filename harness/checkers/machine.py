@@ -10,6 +10,7 @@ from collections import Counter
 
 from harness.checkers.base import RunRecord, Verdict, checker, ok, unknown, violated
 from harness.checkers.params import Params, PortReleased
+from harness.history import Event
 from harness.probes.model import Snapshot
 
 TRANSIENT_THREADS = ("lastcall-cmd-",)  # command threads of the control channel come and go
@@ -26,15 +27,76 @@ def _new(before: list[tuple[str, int]], after: list[tuple[str, int]]) -> list[st
     return [name for name, ino in after if (name, ino) not in had]
 
 
-@checker("no_leftover_paths", "no socket file, owner record or directory of the run is left under its root")
+def _replacements(run: RunRecord) -> list[tuple[Event, str, int]]:
+    """The files the harness put at a listener's path (``path_replaced`` with the replacement's inode)."""
+    return [(e, str(e.data["path"]), int(e.data["ino"])) for e in run.of("path_replaced")
+            if isinstance(e.data.get("ino"), int)]
+
+
+@checker("no_leftover_paths", "no socket file, owner record or directory of the run is left under its root",
+         judges=("path_replaced",))
 def no_leftover_paths(run: RunRecord, p: Params) -> Verdict:
     snaps = _pair(run)
     if snaps is None:
         return unknown("no_leftover_paths", "no before/after snapshots")
-    left = _new([(e.path, e.ino) for e in snaps[0].paths], [(e.path, e.ino) for e in snaps[1].paths])
+    # the harness's own replacement of a socket file, and the directories kept because it is in them (a listener
+    # removes its directory only once empty): the harness removes those itself
+    after = {(e.path, e.ino) for e in snaps[1].paths}
+    ours = {(path, ino) for _, path, ino in _replacements(run) if (path, ino) in after}
+    holding = {e.path for e in snaps[1].paths if e.kind == "dir" and any(path.startswith(e.path + "/")
+                                                                         for path, _ in ours)}
+    left = _new([(e.path, e.ino) for e in snaps[0].paths],
+                [(e.path, e.ino) for e in snaps[1].paths if (e.path, e.ino) not in ours and e.path not in holding])
+    notes = tuple(f"{path}: the harness's own replacement (inode {ino}), left with its directories for the harness "
+                  "to remove" for path, ino in sorted(ours))
     if left:
-        return violated("no_leftover_paths", f"left behind: {left}")
-    return ok("no_leftover_paths")
+        return violated("no_leftover_paths", f"left behind: {left}", notes=notes)
+    return ok("no_leftover_paths", notes=notes)
+
+
+@checker("unlinks_only_own_socket", "a file that replaced the listener's socket at its path is still there after "
+         "the run: teardown unlinks only the socket the listener bound (same inode)",
+         judges=("path_replaced", "stale_socket_removed"))
+def unlinks_only_own_socket(run: RunRecord, p: Params) -> Verdict:
+    replaced = _replacements(run)
+    if not replaced:
+        return unknown("unlinks_only_own_socket", "no socket file was replaced (path_replaced with its inode)")
+    bad: list[Event] = []
+    notes: list[str] = []
+    judged = 0
+    for rep, path, ino in replaced:
+        later = [s for label, s in sorted(run.snapshots.items()) if label.startswith("after") and s.t_ns > rep.t_ns
+                 and _covers(s, path)]
+        if not later:
+            continue
+        judged += 1
+        gone = [s.label for s in later if (path, ino) not in {(x.path, x.ino) for x in s.paths}]
+        if not gone:
+            continue
+        # a listener started later took the path over as a dead owner's leftover, and said so: not a theft
+        took = [e for e in run.of("stale_socket_removed") if e.data.get("path") == path and e.t_ns > rep.t_ns]
+        if took:
+            notes.append(f"{path}: removed as a stale socket by {took[0].data.get('listener')} when it started")
+            continue
+        bad.append(rep)
+        notes.append(f"{path} (inode {ino}, put there by step {rep.data.get('step')}) is gone in snapshot "
+                     f"{gone[0]}")
+    if not judged:
+        return unknown("unlinks_only_own_socket", "no snapshot after the replacement of "
+                       + ", ".join(sorted({path for _, path, _ in replaced})))
+    if bad:
+        return violated("unlinks_only_own_socket", "a socket file the listener did not bind was unlinked: "
+                        + "; ".join(n for n in notes if "is gone" in n), bad, tuple(notes))
+    return ok("unlinks_only_own_socket", f"{judged} replacement(s) still there after the run", tuple(notes))
+
+
+def _covers(snap: Snapshot, path: str) -> bool:
+    """Whether ``snap`` looked at ``path``: its paths probe ran on a root above it (one that names no root, as a
+    literal snapshot, is taken to cover every path it could list)."""
+    if "root" not in snap.extra:
+        return True
+    root = snap.extra["root"]
+    return root is not None and path.startswith(str(root).rstrip("/") + "/")
 
 
 @checker("no_leftover_shm", "no /dev/shm segment of the run is left")

@@ -149,14 +149,21 @@ def teardown_keeps_other_ranks(variant: Variant, root: Path) -> None:
 
 
 def unlink_only_own_socket(variant: Variant, root: Path) -> None:
-    """4. The socket file is unlinked only if it is still the one this listener bound."""
+    """4. The socket file is unlinked only if it is still the one this listener bound.
+
+    The replacement is recorded as the scenario step replace records it (path_replaced, with its inode), the
+    stop as a harness step, and the paths are snapshotted after the stop: checkers unlinks_only_own_socket
+    (black-box: the replacement is still there) and stop_result (True) judge them; asserted here too: the
+    same, by looking at the path."""
     with Rig(variant, root) as rig:
         w = rig.worker()
         os.unlink(w.path)
         other = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             other.bind(w.path)  # someone else's socket now lives at our path
-            ok = rig.listener(w).stop()
+            rig.rec.emit("path_replaced", step="replace", path=w.path, ino=os.stat(w.path).st_ino)
+            ok = rig.step("stop", "s1", rig.listener(w).stop)
+            rig.snapshot("after")
             survived = os.path.exists(w.path)
         finally:
             other.close()

@@ -12,35 +12,68 @@ import os
 import select
 import socket
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from harness import failpoints
 from harness.errors import HarnessError
 from harness.history import Event, Recorder
+from harness.probes.fs import paths_under
+from harness.probes.model import Snapshot
 from harness.reference import wire
 from harness.reference.listener import Backend, ListenerConfig, WorkerListener
 from harness.reference.variants import Variant
 from harness.reference.worker import ReferenceWorker, WorkerSpec
 from harness.timeouts import scaled
 
-__all__ = ["ContractViolation", "Rig", "Pending", "violated", "recorded"]
+__all__ = ["ContractViolation", "Rig", "Pending", "Taken", "violated", "recorded", "collect", "paths_snapshot"]
 
 MiB = 1 << 20
-_COLLECTING: list[list[Recorder]] = []  # one list per open recorded(): the recorder of every Rig made inside
+_COLLECTING: list[list[Taken]] = []  # one list per open recorded(): every history made inside
+
+
+@dataclass
+class Taken:
+    """One history a check produced, for the checkers: its recorder and the snapshots taken beside it."""
+
+    rec: Recorder
+    snapshots: dict[str, Snapshot] = field(default_factory=dict)
+
+    def snapshot(self, label: str, root: Path) -> Snapshot:
+        """Take (and keep) a snapshot of the paths under ``root``, labelled ``label`` (before, after...)."""
+        snap = self.snapshots[label] = paths_snapshot(label, root)
+        return snap
+
+
+def paths_snapshot(label: str, root: Path) -> Snapshot:
+    """A snapshot of the paths under ``root`` only (what no_leftover_paths and unlinks_only_own_socket read)."""
+    errors: list[str] = []
+    t_ns = time.monotonic_ns()
+    return Snapshot(label=label, t_ns=t_ns, paths=paths_under(root, errors), errors=tuple(errors),
+                    extra={"root": os.fspath(root)})
 
 
 @contextmanager
-def recorded() -> Iterator[list[Recorder]]:
-    """Collect the recorder of every :class:`Rig` made inside: the histories a check produced, for the checkers."""
-    recorders: list[Recorder] = []
-    _COLLECTING.append(recorders)
+def recorded() -> Iterator[list[Taken]]:
+    """Collect every history made inside (each :class:`Rig`'s, a child's read back): what a check produced."""
+    taken: list[Taken] = []
+    _COLLECTING.append(taken)
     try:
-        yield recorders
+        yield taken
     finally:
-        _COLLECTING.remove(recorders)
+        _COLLECTING.remove(taken)
+
+
+def collect(rec: Recorder) -> Taken:
+    """Hand ``rec``'s history to every open :func:`recorded` (the checkers judge it with its snapshots)."""
+    taken = Taken(rec)
+    for histories in _COLLECTING:
+        histories.append(taken)
+    return taken
 
 
 class ContractViolation(HarnessError, AssertionError):
@@ -89,8 +122,7 @@ class Rig:
         self.root = root
         self.ipc = ipc
         self.rec = Recorder(role="worker")
-        for recorders in _COLLECTING:
-            recorders.append(self.rec)
+        self.taken = collect(self.rec)
         self.registry = variant.registry(recorder=self.rec)
         self.config = ListenerConfig(drain_timeout=drain_timeout)
         self.workers: list[ReferenceWorker] = []
@@ -149,6 +181,10 @@ class Rig:
             raise
         self.rec.emit("step_returned", step=name, kind=kind, category=category, ok=True, value=value)
         return value
+
+    def snapshot(self, label: str) -> Snapshot:
+        """Snapshot the paths under the rig's root now, for the checkers of snapshots (``after``: after a stop)."""
+        return self.taken.snapshot(label, self.root)
 
     def mark(self) -> int:
         """The index of the next event: pass as ``after=`` to wait for what happens next."""

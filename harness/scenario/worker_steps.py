@@ -6,6 +6,7 @@ Registered in harness.scenario.player's registry on import (harness.scenario.run
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from harness.faults import client as cf
@@ -134,7 +135,7 @@ def remove(pl: Player, s: Any, name: str) -> None:
 def replace(pl: Player, s: Any, name: str) -> None:
     path = pl.proc(s.of).path
     pl.held.append(env.replace_socket(path))
-    pl.emit("path_replaced", step=name, path=path)
+    pl.emit("path_replaced", step=name, path=path, ino=os.stat(path).st_ino)  # unlinks_only_own_socket looks for it
 
 
 @step_kind("ctl", "control", cast=W)
