@@ -213,12 +213,16 @@ _BUILTIN: tuple[EventKind, ...] = (
     _k("sigkill_sent", "harness", "processes were sent SIGKILL", {"labels": "list"}, {"reason": "str"}),
     _k("strays_killed", "harness", "processes of the run's group that outlived it were killed", {"pids": "list"}),
     # a real engine's process tree (harness.scenario.engine_steps), launched and judged from outside
-    _k("engine_launched", "harness", "an engine command was launched in a session of its own",
-       {"pid": "int", "port": "int", "launch": "int"}),
-    _k("engine_ready", "harness", "the engine printed its ready line; members: its processes then",
-       {"pid": "int", "ready_s": "float", "members": "list"}, {"shm": "list"}),
-    _k("engine_start_failed", "harness", "the engine exited or printed its failure before it was ready, or was "
-       "not ready in time", {"error": "str"}),
+    _k("engine_launched", "harness", "an engine command was launched in a session of its own; argv: its "
+       "arguments, env: the target flags' variables", {"pid": "int", "port": "int", "launch": "int"},
+       {"argv": "list", "env": "dict"}),
+    _k("engine_ready", "harness", "the engine printed its ready line; members: its processes then; owners: each "
+       "/dev/shm segment or semaphore they held, by pid", {"pid": "int", "ready_s": "float", "members": "list"},
+       {"shm": "list", "owners": "dict"}),
+    _k("engine_start_failed", "harness", "the engine exited before it was ready, or was not ready in time (hung: "
+       "neither ready nor gone at the bound; its stacks were taken, then it was stopped)", {"error": "str"},
+       {"launch": "int", "seconds": "float", "hung": "bool", "status": "int|null", "members": "list",
+        "shm": "list", "owners": "dict", "gone_after_sigterm": "bool", "killed": "list"}),
     _k("engine_stream_started", "harness", "a streaming request got its first event", _STEP),
     _k("engine_closed", "harness", "the harness ended an engine tree: terminated (SIGTERM), then killed (SIGKILL) "
        "what was still alive, and removed the /dev/shm segments it held that outlived it",

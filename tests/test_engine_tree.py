@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.engine.tree import EngineStartError, EngineTree
+from harness.engine.tree import EngineStartError, EngineTree, py_spy, shm_mapped
 
 FAKE = textwrap.dedent('''
     import ctypes, os, signal, sys, tempfile, threading
@@ -26,6 +26,8 @@ FAKE = textwrap.dedent('''
         print("ERROR: the model could not be loaded", flush=True); sys.exit(1)
     if mode == "exit":
         sys.exit(3)
+    if mode == "hang":  # prints its failure and never exits (vLLM when a thread of its start dies)
+        print("ERROR: Address already in use", flush=True); threading.Event().wait()
     signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGTERM])  # taken by sigwait below
     r, w = os.pipe()
     named_r, named_w = os.pipe()  # the worker says when it has its name: the tree is whole
@@ -96,7 +98,7 @@ def test_an_orphan_that_ignores_sigterm_is_found_by_its_session_and_killed_by_cl
 
 
 @pytest.mark.parametrize(("mode", "message"), [
-    ("fail", "the engine failed to start: ERROR: the model could not be loaded"),
+    ("fail", r"the engine failed to start \(status 1\): ERROR: the model could not be loaded"),
     ("exit", "the engine exited with status 3 before it was ready"),
 ])
 def test_a_start_that_fails_is_a_clear_error_not_a_wait(tmp_path: Path, mode: str, message: str) -> None:
@@ -107,3 +109,53 @@ def test_a_start_that_fails_is_a_clear_error_not_a_wait(tmp_path: Path, mode: st
     finally:
         tree.close()
     assert tree.members() == []
+
+
+def test_a_start_that_prints_its_failure_but_never_exits_is_hung_at_the_bound_with_its_stacks(tmp_path: Path) -> None:
+    """A failure line is not the end of a start: an engine that printed it and lives on hangs (vLLM's start when
+    its NIXL listener thread dies); the bound is what is tested here, so it is short."""
+    tree = _tree(tmp_path, "hang")
+    try:
+        with pytest.raises(EngineStartError, match="neither ready nor gone 1 s after its launch after it printed: "
+                                                   "ERROR: Address already in use") as info:
+            tree.start(timeout=1)
+        assert info.value.hung and info.value.failure == "ERROR: Address already in use"
+        stacks = tree.stacks(timeout=10)
+        assert list(stacks) == [m.pid for m in tree.members()]
+        assert all(text.strip() for text in stacks.values())
+        if py_spy() is None:  # the main venv has no py-spy: the kernel's stack, and how to get Python's
+            assert all("no py-spy (pip install py-spy" in text for text in stacks.values())
+        else:
+            assert all("Thread" in text for text in stacks.values()), stacks
+    finally:
+        tree.close()
+    assert tree.members() == []
+
+
+def test_a_semaphore_is_attributed_to_the_process_that_maps_it(tmp_path: Path) -> None:
+    """multiprocessing's semaphores (/dev/shm/sem.mp-*) are mappings whose fd is closed: found in the maps."""
+    path = Path(f"/dev/shm/sem.lc-test-{os.getpid()}")
+    path.write_bytes(b"\0" * 32)
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        import mmap
+
+        fd = os.open(path, os.O_RDWR)
+        m = mmap.mmap(fd, 32)
+        os.close(fd)
+        os.close(r)
+        os.write(w, b"k")
+        signal.pause()
+        m.close()
+        os._exit(0)
+    try:
+        os.close(w)
+        assert os.read(r, 1) == b"k"
+        assert str(path) in shm_mapped(pid)
+        assert str(path) not in shm_mapped(os.getpid())
+    finally:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        os.close(r)
+        path.unlink()

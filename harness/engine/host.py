@@ -24,9 +24,10 @@ import fcntl
 import os
 import signal
 import socket
+import time
 from typing import Any
 
-from harness.engine.tree import EngineStartError, EngineTree, Member
+from harness.engine.tree import EngineStartError, EngineTree, Member, shm_mapped
 from harness.errors import ConfigError
 from harness.probes.model import Snapshot
 from harness.probes.snapshot import take
@@ -49,6 +50,36 @@ def members_data(members: list[Member]) -> list[dict[str, Any]]:
     return [{"pid": m.pid, "ppid": m.ppid, "name": m.name} for m in members]
 
 
+def launches_of(scenario: Any) -> int:
+    """The engine launches a scenario's run needs: the first, and one per step of the ``start`` category in
+    it (engine_restart); LAUNCHES without a scenario."""
+    if scenario is None:
+        return LAUNCHES
+    from harness.scenario.player import STEP_KINDS
+
+    return 1 + sum(1 for s in scenario.steps
+                   if (k := STEP_KINDS.get(s.kind)) is not None and k.cast == "engine" and k.category == "start")
+
+
+def _owners_by_maps(members: list[Member]) -> dict[str, set[int]]:
+    out: dict[str, set[int]] = {}
+    for m in members:
+        for path in shm_mapped(m.pid):
+            out.setdefault(path, set()).add(m.pid)
+    return out
+
+
+def shm_owners(snap: Snapshot, members: list[Member]) -> dict[str, list[int]]:
+    """/dev/shm path -> the pids of the tree that hold it: an open fd (a segment), or a mapping (a semaphore,
+    sem.mp-*, whose fd multiprocessing closed at once)."""
+    out = _owners_by_maps(members)
+    for p in snap.procs:
+        for fd in p.fds:
+            if fd.target.startswith("/dev/shm/"):
+                out.setdefault(fd.target, set()).add(p.pid)
+    return {path: sorted(pids) for path, pids in sorted(out.items())}
+
+
 class EngineHost:
     """The engine trees of one run (the first launch, then each restart), on one port."""
 
@@ -61,12 +92,16 @@ class EngineHost:
             raise ConfigError(f"target {cluster.variant!r} has no engine_command: an engine run needs an engine "
                               f"target (vllm_engine, engine_standin)")
         self.launch_s = scaled(float(getattr(self.target, "launch_s", 10.0)))
-        cluster.deadline_s += LAUNCHES * self.launch_s
+        self.scenario = getattr(cluster, "scenario", None)
+        self.launches = launches_of(self.scenario)
+        cluster.deadline_s += self.launches * self.launch_s  # the scenario's own deadline, plus each launch
         self.port = free_port()
+        self._side_port: int | None = None  # the NIXL side channel's free port of the run (chosen once)
         self.trees: list[EngineTree] = []
         self.snaps: dict[str, Snapshot] = {}  # engine_ready<n>; the steps copy them into the run's snapshots
         self._lock: int | None = None
         self._closed = False
+        self.owners: dict[int, dict[str, list[int]]] = {}  # launch -> /dev/shm path -> the pids holding it
         self.model = ""  # the model name requests carry (the target's, set at each launch)
 
     @property
@@ -84,7 +119,46 @@ class EngineHost:
             raise ConfigError(f"target {self.c.variant!r}: {why}")
         if getattr(self.target, "exclusive", False):
             self._take_lock()
-        self.launch()
+        try:
+            self.launch()
+        except EngineStartError:
+            if not self.start_may_fail():
+                raise  # the run did not start
+
+    def start_may_fail(self) -> bool:
+        """Whether a failed first launch is what the scenario tests rather than a run that did not start: it
+        holds a port the engine is told to use (config side_channel_port names a hold_port step).  The run
+        then goes on to its steps with the failed tree (``engine_start_failed`` says how it failed)."""
+        cfg = getattr(self.scenario, "config", None)
+        return isinstance(getattr(cfg, "side_channel_port", None), str)
+
+    def flags(self) -> Any:
+        """The scenario's target parameters for a launch (topology.tp, config's engine flags), for
+        ``engine_command``; the side channel's port resolved (a held one, or a free port of the run)."""
+        from harness.targets.vllm_engine import EngineFlags
+
+        cfg = getattr(self.scenario, "config", None)
+        tp = int(getattr(self.c, "tp", 1))
+        if cfg is None:
+            return EngineFlags(tp=tp)
+        st = cfg.shutdown_timeout
+        side: int | None = None
+        if cfg.kv_connector is not None:
+            side = self._side_channel_port(cfg.side_channel_port)
+        return EngineFlags(tp=tp, shutdown_timeout=None if st is None else int(st), kv_connector=cfg.kv_connector,
+                           side_channel_port=side)
+
+    def _side_channel_port(self, given: int | str | None) -> int:
+        if isinstance(given, str):  # the port a hold_port step of the run holds (played before the start)
+            for e in self.c.rec.events("step_returned"):
+                if e.data.get("kind") == "hold_port" and e.data.get("step") == given and e.data.get("ok"):
+                    return int(e.data["value"])
+            raise ConfigError(f"config.side_channel_port: no hold_port step {given!r} holds a port before the start")
+        if given:
+            return given
+        if self._side_port is None:
+            self._side_port = free_port()
+        return self._side_port
 
     def _take_lock(self) -> None:
         from harness.targets.fetch import cache_dir
@@ -101,42 +175,78 @@ class EngineHost:
         Error handling: EngineStartError (recorded as ``engine_start_failed``) when it exits, prints its
             failure, or is not ready within the target's launch bound; the tree is kept for close()."""
         n = len(self.trees)
-        cmd = self.target.engine_command(self.port)
+        flags = self.flags()
+        # a target's engine_command takes the flags when the scenario gives any (a module:attribute target
+        # written for the defaults takes the port alone)
+        cmd = self.target.engine_command(self.port) if flags.default() else self.target.engine_command(self.port, flags)
         tree = EngineTree(cmd.argv, self.c.root / f"e{n}", ready=cmd.ready, failed=cmd.failed, env=cmd.env,
                           path_vars=cmd.path_vars)
         self.trees.append(tree)
         self.model = cmd.model
+        tree.on_started = lambda pid: self.c.rec.emit("engine_launched", pid=pid, port=self.port, launch=n,
+                                                      argv=cmd.argv[1:], env=flags.env())
         try:
             ready_s = tree.start(timeout=self.launch_s)
         except EngineStartError as exc:
-            if tree.proc is not None:
-                self.c.rec.emit("engine_launched", pid=tree.proc.pid, port=self.port, launch=n)
-            self.c.rec.emit("engine_start_failed", error=str(exc).splitlines()[0])
+            self._start_failed(tree, exc, n)
             raise
         assert tree.proc is not None
-        self.c.rec.emit("engine_launched", pid=tree.proc.pid, port=self.port, launch=n)
         members = tree.members()
         snap = take(f"engine_ready{n}", root=tree.tmp, pids=[m.pid for m in members], ports=(self.port,),
                     unix_under=tree.tmp, gpu=False)
         self.snaps[snap.label] = snap
-        shm = sorted({fd.target for p in snap.procs for fd in p.fds if fd.target.startswith("/dev/shm/")})
+        owners = shm_owners(snap, members)
+        self.owners[n] = owners
         self.c.rec.emit("engine_ready", pid=tree.proc.pid, ready_s=round(ready_s, 3), members=members_data(members),
-                        shm=shm)
+                        shm=sorted(owners), owners=owners)
         return tree
 
-    def _remove_segments(self, tree: EngineTree) -> list[str]:
-        """Remove the /dev/shm segments the tree's processes held when ready that outlived it (a killed engine
-        cannot remove them): nothing a run starts outlives it.  The checkers judged them before (wait_gone)."""
-        held = {fd.target for label, snap in self.snaps.items() if label == f"engine_ready{self.trees.index(tree)}"
-                for p in snap.procs for fd in p.fds if fd.target.startswith("/dev/shm/")}
+    def _start_failed(self, tree: EngineTree, exc: EngineStartError, n: int) -> None:
+        """Record a failed launch; a hung one (neither ready nor gone at the bound) is a hung run: every
+        process's stacks first (py-spy), then SIGTERM, a grace, and SIGKILL of what is left."""
+        seconds = round(time.monotonic() - (tree.started_at or time.monotonic()), 3)
+        data: dict[str, Any] = {"launch": n, "seconds": seconds, "hung": exc.hung, "status": tree.returncode}
+        if exc.hung:
+            self.c.outcome.status = "hung"
+            members = [m for m in tree.members() if m.state != "Z"]
+            owners = {p: sorted(pids) for p, pids in _owners_by_maps(members).items()}
+            self.owners[n] = owners
+            data["members"] = members_data(members)
+            data["shm"], data["owners"] = sorted(owners), owners
+            self._dump_stacks(tree, f"e{n}")
+            for m in members:
+                tree.signal(signal.SIGTERM, m.pid)
+            data["gone_after_sigterm"] = tree.wait_gone(scaled(CLOSE_GRACE_S))
+            data["killed"] = members_data(tree.close())
+        self.c.rec.emit("engine_start_failed", error=str(exc).splitlines()[0], **data)
+
+    def _dump_stacks(self, tree: EngineTree, launch: str) -> None:
+        """Every live process's stacks into the run's outcome and its events (``stacks``)."""
+        names = {m.pid: m.name for m in tree.members()}
+        for pid, text in tree.stacks().items():
+            label = f"{launch}/{names.get(pid, '?')}/{pid}"
+            self.c.outcome.stacks[label] = text
+            self.c.rec.emit("stacks", label=label, pid=pid, text=text)
+
+    def _remove_segments(self, tree: EngineTree) -> list[dict[str, Any]]:
+        """Remove the /dev/shm segments and semaphores (sem.*) the tree's processes held or mapped when ready
+        that outlived it (a killed engine cannot remove them): nothing a run starts outlives it.  Each is
+        reported with the pids that held it (attributed while the tree lived).  The checkers judged them
+        before (wait_gone)."""
+        owners = self.owners.get(self.trees.index(tree), {})
         removed = []
-        for path in sorted(held):
+        for path in sorted(owners):
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(path)
-                removed.append(path)
+                removed.append({"path": path, "owners": owners[path]})
         return removed
 
     def kill(self) -> None:
+        """The watchdog: every live process's stacks first (a hung run's evidence), then SIGKILL of all."""
+        for n, tree in enumerate(self.trees):
+            if any(m.state != "Z" for m in tree.members()):
+                with contextlib.suppress(Exception):  # the stacks must never stop the kill
+                    self._dump_stacks(tree, f"e{n}")
         for tree in self.trees:
             if tree.sid is not None:
                 with contextlib.suppress(ProcessLookupError, PermissionError):

@@ -25,8 +25,10 @@ import contextlib
 import os
 import re
 import select
+import shutil
 import signal
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -37,13 +39,19 @@ from harness.errors import HarnessError
 from harness.launch.spawn import become_subreaper
 from harness.probes.procs import all_stats, read_stat
 
-__all__ = ["EngineTree", "EngineStartError", "Member", "session_members"]
+__all__ = ["EngineTree", "EngineStartError", "Member", "session_members", "process_stacks", "shm_mapped", "py_spy"]
 
 TAIL = 200  # lines of the engine's output kept for messages and reports
 
 
 class EngineStartError(HarnessError):
-    """The engine exited, or printed its failure, before it became ready; or it was not ready in time."""
+    """The engine exited before it became ready, or was not ready in time (``hung``: it was still running at
+    the bound, whatever it printed); ``failure`` is the failure line it printed, if any."""
+
+    def __init__(self, message: str, *, hung: bool = False, failure: str | None = None) -> None:
+        super().__init__(message)
+        self.hung = hung
+        self.failure = failure
 
 
 @dataclass(frozen=True)
@@ -70,6 +78,43 @@ def session_members(sid: int) -> list[Member]:
         if _sid(pid) == sid:
             out.append(Member(pid, st.ppid, st.comm, st.state))
     return out
+
+
+def py_spy() -> str | None:
+    """The py-spy command (beside this interpreter, else on PATH), or None."""
+    beside = Path(sys.executable).parent / "py-spy"
+    return str(beside) if beside.is_file() else shutil.which("py-spy")
+
+
+def process_stacks(pid: int, timeout: float = 20.0) -> str:
+    """The stacks of one process: py-spy's dump of its Python threads, else the kernel's stack of it."""
+    spy = py_spy()
+    why = "no py-spy (pip install py-spy; ./dev vllm-engine-env installs it)"
+    if spy is not None:
+        try:
+            out = subprocess.run([spy, "dump", "--pid", str(pid)], capture_output=True, text=True, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            why = f"py-spy dump gave nothing in {timeout:.0f} s"
+        else:
+            if out.returncode == 0 and out.stdout.strip():
+                return out.stdout
+            why = f"py-spy dump failed: {(out.stderr or out.stdout).strip().splitlines()[-1:] or ['?']}"
+    try:
+        kernel = Path(f"/proc/{pid}/stack").read_text()
+    except OSError as exc:
+        return f"no stacks: {why}; /proc/{pid}/stack: {exc.strerror or exc}"
+    return f"{why}; the kernel's stack (/proc/{pid}/stack):\n{kernel}"
+
+
+def shm_mapped(pid: int) -> set[str]:
+    """The /dev/shm files ``pid`` has mapped (a POSIX semaphore, sem.*, is a mapping whose fd was closed)."""
+    try:
+        maps = Path(f"/proc/{pid}/maps").read_text()
+    except OSError:
+        return set()
+    return {line.split(None, 5)[5].removesuffix(" (deleted)") for line in maps.splitlines()
+            if len(line.split(None, 5)) == 6 and line.split(None, 5)[5].startswith("/dev/shm/")
+            and not line.endswith(" (deleted)")}
 
 
 class EngineTree:
@@ -108,6 +153,7 @@ class EngineTree:
         self._eof = False
         self._reader: threading.Thread | None = None
         self.on_line: Callable[[str], None] | None = None  # called on the reader thread for each line
+        self.on_started: Callable[[int], None] | None = None  # called with the leader's pid once launched
 
     # ---------------------------------------------------------------- start
     def environment(self) -> dict[str, str]:
@@ -135,11 +181,13 @@ class EngineTree:
         except OSError as exc:
             raise EngineStartError(f"cannot start {self.argv[0]}: {exc.strerror or exc}") from None
         self.sid = self.proc.pid
+        if self.on_started is not None:
+            self.on_started(self.proc.pid)
         self._reader = threading.Thread(target=self._read, name=f"engine-output-{self.proc.pid}", daemon=True)
         self._reader.start()
         deadline = time.monotonic() + timeout
-        with self._cond:
-            while not (self._ready or self._failure or self._eof):
+        with self._cond:  # a failure line is not the end: a start fails once the engine exits (else it hangs)
+            while not (self._ready or self._eof):
                 left = deadline - time.monotonic()
                 if left <= 0:
                     break
@@ -148,14 +196,19 @@ class EngineTree:
         if ready:
             assert self.ready_at is not None
             return self.ready_at - self.started_at
-        if failure:
-            raise EngineStartError(f"the engine failed to start: {failure}")
         if eof:
-            code = self.proc.wait()
+            try:
+                code = self.proc.wait(timeout)  # its output is closed: the leader is exiting
+            except subprocess.TimeoutExpired:
+                code = None
             self.returncode = code
+            if failure:
+                raise EngineStartError(f"the engine failed to start (status {code}): {failure}", failure=failure)
             raise EngineStartError(f"the engine exited with status {code} before it was ready; "
                                    f"its last lines:\n{self.tail(20)}")
-        raise EngineStartError(f"the engine was not ready after {timeout:.0f} s; its last lines:\n{self.tail(20)}")
+        said = f" after it printed: {failure}" if failure else ""
+        raise EngineStartError(f"the engine was neither ready nor gone {timeout:.0f} s after its launch{said}; "
+                               f"its last lines:\n{self.tail(20)}", hung=True, failure=failure)
 
     def _read(self) -> None:
         assert self.proc is not None and self.proc.stdout is not None
@@ -187,6 +240,12 @@ class EngineTree:
         """Live (not zombie) members whose process name matches ``name`` (a regular expression)."""
         rx = re.compile(name)
         return [m for m in self.members() if rx.search(m.name) and m.state != "Z"]
+
+    def stacks(self, timeout: float = 20.0) -> dict[int, str]:
+        """Every live member's stacks, by pid (a hung engine's evidence, taken before it is killed): py-spy's
+        Python stacks (``py-spy dump``, beside this interpreter or on PATH), else the kernel's
+        /proc/<pid>/stack, else a line saying how to get them."""
+        return {m.pid: process_stacks(m.pid, timeout) for m in self.members() if m.state != "Z"}
 
     def signal(self, sig: int, pid: int | None = None) -> None:
         """Send ``sig`` to ``pid`` (default: the API server, the session leader); a gone pid is ignored."""

@@ -199,6 +199,7 @@ class Cluster:
         self._cleaned = False
         self.pgid = 0
         self.host: Any = None  # a hosted cast's host (harness.launch.parts.Cast.host); None otherwise
+        self.scenario: Any = None  # the scenario run, when a runner gives it (a host reads its target flags)
 
     # ------------------------------------------------------------------ start
     def start(self) -> Cluster:

@@ -119,6 +119,7 @@ class Player:
         self.stuck: list[Proc] = []  # processes with a command that never answered
         self.mark = 0
         self._scratch: dict[type, Any] = {}
+        self._played = 0  # steps already played (play_prelude)
         self.codec = codec_of(load_target(cluster.variant))  # client-side faults speak the target's framing
 
     # ----------------------------------------------------------- addressing
@@ -234,14 +235,28 @@ class Player:
         self.background(name, collect, join)
 
     # ------------------------------------------------------------- the steps
+    def play_prelude(self) -> None:
+        """Play the steps before the first ``start`` (hold_port: what must be in place when the processes
+        start); :meth:`play` then plays the rest."""
+        steps = self.item.scenario.steps
+        k = next((i for i, s in enumerate(steps) if s.kind == "start"), 0)
+        self._played = 0
+        for i in range(k):
+            self._play_one(i, steps[i])
+            self._played = i + 1
+
     def play(self) -> None:
-        for i, step in enumerate(self.item.scenario.steps):
-            kind = STEP_KINDS.get(step.kind)
-            if kind is None:
-                raise StepError(f"no player for step kind {step.kind!r}; registered: {', '.join(sorted(STEP_KINDS))}")
-            if kind.marks:
-                self.mark = self.c.mark()
-            kind.play(self, step.spec, step.name or f"step{i}")
+        steps = self.item.scenario.steps
+        for i in range(self._played, len(steps)):
+            self._play_one(i, steps[i])
+
+    def _play_one(self, i: int, step: Any) -> None:
+        kind = STEP_KINDS.get(step.kind)
+        if kind is None:
+            raise StepError(f"no player for step kind {step.kind!r}; registered: {', '.join(sorted(STEP_KINDS))}")
+        if kind.marks:
+            self.mark = self.c.mark()
+        kind.play(self, step.spec, step.name or f"step{i}")
 
     # --------------------------------------------------------------- cleanup
     def finish_up(self) -> None:

@@ -129,6 +129,14 @@ class _Refs:
         elif step.kind == "handshake_start" and isinstance(step.spec.port, str):
             self.ref((*at, "port"), step.spec.port, ("hold_port", "handshake_start"), i)
 
+    def side_channel(self) -> None:
+        """config.side_channel_port given as a name: a hold_port step before the start (the engine is launched
+        by the start, on the port that step holds)."""
+        port = self.sc.config.side_channel_port
+        if isinstance(port, str):
+            start = next((i for i, s in enumerate(self.sc.steps) if s.kind == "start"), len(self.sc.steps))
+            self.ref(("config", "side_channel_port"), port, ("hold_port",), start)
+
     def listener_of(self, i: int, step: StepBase) -> None:
         """A handshake scenario has an engine and a peer, no workers: no worker-listener step in it."""
         if self.handshake is None or step.kind not in WORKER_STEPS:
@@ -286,6 +294,7 @@ def check(sc: Scenario, variants: Collection[str] | None = None) -> list[Problem
     (catches and target)."""
     refs = _Refs(sc)
     refs.steps()
+    refs.side_channel()
     refs.expect()
     if variants is not None:
         refs.target()

@@ -16,6 +16,7 @@ from typing import Any
 
 import harness.scenario.engine_steps
 import harness.scenario.handshake_steps
+import harness.scenario.stress
 import harness.scenario.worker_steps  # noqa: F401 - registers the worker run's step kinds
 from harness.checkers import RunRecord, judge
 from harness.errors import ConfigError, HarnessError
@@ -71,6 +72,8 @@ def run_item(item: MatrixItem, *, variant: str | None = None, run_id: str | None
         if lacking:
             raise StepError(f"target {chosen!r} has no {', '.join(lacking)}: a {cast.name} run needs it")
         player = Player(item, c, snaps, snap)
+        c.scenario = scn
+        player.play_prelude()  # the steps before start (hold_port): the processes start with them in place
         c.start()
         started = True
         player.play()

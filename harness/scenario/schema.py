@@ -25,7 +25,7 @@ from __future__ import annotations
 import copy
 import functools
 import operator
-from typing import TYPE_CHECKING, Annotated, Any, ClassVar
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
 
 from pydantic import BeforeValidator, Discriminator, Field, PrivateAttr, Tag, create_model, model_validator
 from pydantic.fields import FieldInfo
@@ -43,13 +43,16 @@ from harness.scenario.fields import (
     Strict,
     TargetName,
 )
-from harness.scenario.steps import Step
+from harness.scenario.steps import PortOrHeld, Step
+
+SideChannelPort = PortOrHeld  # a port number, or the name of a hold_port step
 
 __all__ = ["Scenario", "Topology", "Config", "ExpectBase", "EXPECT_TYPES", "json_schema"]
 
 MIB = 1 << 20  # bytes in a MiB
 MAX_STEPS = 1000  # the longest list of steps (and of expect entries, catches, marks)
 MAX_SEED = (1 << 63) - 1
+MAX_SHUTDOWN_S = 600  # the longest --shutdown-timeout a scenario may give an engine
 def _checker_list(value: object) -> object:
     if isinstance(value, str):
         raise ValueError(f"expected a list of checker names, e.g. [{value}], found {value!r}")
@@ -109,6 +112,24 @@ class Config(Strict):
     deadline: Duration = Field(60.0, gt=0, description="the watchdog: past this the run is killed as hung")
     capacity: Size = Field(64 * MIB, description="KV address space of group 0, e.g. 64MiB")
     ipc_timeout: Duration = Field(10.0, gt=0, description="client-side request timeout; the default wait timeout")
+    # engine targets (vllm_engine, engine_standin): flags of the launch, under vLLM's own names (tp: topology.tp)
+    shutdown_timeout: Duration | None = Field(None, ge=0, le=MAX_SHUTDOWN_S, description=(
+        "engine targets: vLLM's --shutdown-timeout, whole seconds (how long SIGTERM lets requests in flight "
+        "finish; 0 aborts them); default vLLM's own"))
+    kv_connector: Literal["NixlConnector"] | None = Field(None, description=(
+        "engine targets: --kv-transfer-config's kv_connector (kv_role kv_both); default none"))
+    side_channel_port: SideChannelPort | None = Field(None, description=(
+        "engine targets with kv_connector: VLLM_NIXL_SIDE_CHANNEL_PORT, a port number or the as: name of a "
+        "hold_port step before start (the port it holds); default a free port of the run"))
+
+    @model_validator(mode="after")
+    def _engine_flags(self) -> Config:
+        if self.shutdown_timeout is not None and self.shutdown_timeout != int(self.shutdown_timeout):
+            raise ValueError(f"shutdown_timeout is whole seconds (vLLM's --shutdown-timeout is an int), found "
+                             f"{self.shutdown_timeout:g}s")
+        if self.side_channel_port is not None and self.kv_connector is None:
+            raise ValueError("side_channel_port needs kv_connector: NixlConnector (the side channel is NIXL's)")
+        return self
 
 
 # ----------------------------------------------------------------------- expect

@@ -23,13 +23,15 @@ everywhere.
 from __future__ import annotations
 
 import importlib.util
+import json
+import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["EngineTarget", "EngineCommand", "ENGINE_CAPABILITIES", "TARGET", "STANDIN", "STANDIN_VARIANTS",
-           "ENGINE_TARGETS"]
+__all__ = ["EngineTarget", "EngineCommand", "EngineFlags", "ENGINE_CAPABILITIES", "TARGET", "STANDIN",
+           "STANDIN_VARIANTS", "ENGINE_TARGETS"]
 
 ENGINE_CAPABILITIES = frozenset({"engine_tree"})
 READY = r"Application startup complete"
@@ -40,6 +42,35 @@ VLLM_SERVE = ("--host", "127.0.0.1", "--max-model-len", "2048", "--max-num-seqs"
               "--dtype", "float32")
 VLLM_ENV = {"HF_HUB_OFFLINE": "1", "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_NO_USAGE_STATS": "1",
             "VLLM_DO_NOT_TRACK": "1"}
+
+
+@dataclass(frozen=True)
+class EngineFlags:
+    """The target parameters of one launch (a scenario's topology.tp and config), given identically to
+    ``vllm serve`` and to the stand-in, under vLLM's own names; the defaults add nothing to the command."""
+
+    tp: int = 1  # --tensor-parallel-size (real vLLM on CPU: VLLM_CPU_OMP_THREADS_BIND, one core per worker)
+    shutdown_timeout: int | None = None  # --shutdown-timeout S
+    kv_connector: str | None = None  # --kv-transfer-config {"kv_connector": ..., "kv_role": "kv_both"}
+    side_channel_port: int | None = None  # VLLM_NIXL_SIDE_CHANNEL_PORT (with kv_connector)
+
+    def default(self) -> bool:
+        return self == EngineFlags()
+
+    def argv(self) -> list[str]:
+        out = []
+        if self.tp != 1:
+            out += ["--tensor-parallel-size", str(self.tp)]
+        if self.shutdown_timeout is not None:
+            out += ["--shutdown-timeout", str(self.shutdown_timeout)]
+        if self.kv_connector is not None:
+            out += ["--kv-transfer-config", json.dumps({"kv_connector": self.kv_connector, "kv_role": "kv_both"})]
+        return out
+
+    def env(self) -> dict[str, str]:
+        if self.kv_connector is None or self.side_channel_port is None:
+            return {}
+        return {"VLLM_NIXL_SIDE_CHANNEL_HOST": "127.0.0.1", "VLLM_NIXL_SIDE_CHANNEL_PORT": str(self.side_channel_port)}
 
 
 @dataclass(frozen=True)
@@ -71,20 +102,25 @@ class EngineTarget:
     handshake_listener: Any = None
     events: tuple[Any, ...] = field(default=())
 
-    def engine_command(self, port: int) -> EngineCommand:
-        """The command line of one launch serving on ``port``.
+    def engine_command(self, port: int, flags: EngineFlags | None = None) -> EngineCommand:
+        """The command line of one launch serving on ``port``, with the scenario's ``flags`` (the same flags,
+        by vLLM's names, for ``vllm serve`` and for the stand-in).
 
         Error handling: ConfigError (vllm) when the model cannot be built."""
+        flags = flags or EngineFlags()
         if self.kind == "standin":
             return EngineCommand([sys.executable, "-m", "harness.engine.standin", "serve", "--port", str(port),
-                                  "--variant", self.variant], READY, r"^ERROR: ", {}, ("VLLM_RPC_BASE_PATH",),
-                                 "standin")
+                                  "--variant", self.variant, *flags.argv()], READY, r"^ERROR: ", flags.env(),
+                                 ("VLLM_RPC_BASE_PATH",), "standin")
         from harness.targets.vllm_model import tiny_model
 
         model = str(tiny_model())
         vllm_bin = Path(sys.executable).parent / "vllm"
-        return EngineCommand([str(vllm_bin), "serve", model, "--port", str(port), *VLLM_SERVE], READY, FAILED,
-                             dict(VLLM_ENV), ("VLLM_RPC_BASE_PATH",), model)
+        env = {**VLLM_ENV, **flags.env()}
+        if flags.tp > 1:  # vLLM's CPU workers each bind OpenMP threads to cores: one core each here
+            env["VLLM_CPU_OMP_THREADS_BIND"] = "|".join(str(i % (os.cpu_count() or 1)) for i in range(flags.tp))
+        return EngineCommand([str(vllm_bin), "serve", model, "--port", str(port), *VLLM_SERVE, *flags.argv()],
+                             READY, FAILED, env, ("VLLM_RPC_BASE_PATH",), model)
 
     def unavailable(self) -> str | None:
         if self.kind == "standin":

@@ -1,0 +1,160 @@
+"""An engine scenario's target parameters (topology.tp, config's engine flags) reach the launch, by vLLM's names.
+
+The same flags go to ``vllm serve`` and to the stand-in (harness.targets.vllm_engine.EngineFlags); the host
+(harness.engine.host) resolves them from the scenario: ``--tensor-parallel-size`` from topology.tp,
+``--shutdown-timeout`` and ``--kv-transfer-config`` from config, and the NIXL side channel's port: a free port
+of the run, or the port a hold_port step before the start holds (played before the launch).  A hung engine's
+processes are dumped (stacks) before the watchdog kills them, and each /dev/shm segment or semaphore is
+attributed to the pids that held it.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from harness.engine.host import EngineHost, launches_of
+from harness.errors import ConfigError
+from harness.history import Recorder
+from harness.scenario.loader import expand, loads
+from harness.scenario.runner import run_item
+from harness.targets.vllm_engine import STANDIN, TARGET, EngineFlags, EngineTarget
+
+NIXL = {"kv_connector": "NixlConnector", "kv_role": "kv_both"}
+
+
+def _scenario(config: str, steps: str = "", topology: str = "") -> str:
+    return f"""\
+name: engine-flags
+about: flags
+target: engine_standin
+catches: [engine_ignores_sigterm]
+{topology}
+config: {config}
+steps:
+{steps}  - start: engine
+  - engine_signal: {{to: api_server, sig: SIGTERM, as: term}}
+  - wait_gone: {{timeout: 5s, as: gone}}
+  - engine_restart: {{as: again}}
+expect:
+  - engine_tree_exits: {{within: 5s}}
+"""
+
+
+def test_default_flags_add_nothing_to_either_command() -> None:
+    assert EngineFlags().default() and EngineFlags().argv() == [] and EngineFlags().env() == {}
+    cmd = STANDIN.engine_command(8000)
+    assert cmd.argv[-2:] == ["--variant", "standin"] and cmd.env == {}
+
+
+def test_flags_are_given_by_vllms_names_to_the_standin_and_to_vllm_serve(monkeypatch: pytest.MonkeyPatch) -> None:
+    flags = EngineFlags(tp=2, shutdown_timeout=5, kv_connector="NixlConnector", side_channel_port=5601)
+    want = ["--tensor-parallel-size", "2", "--shutdown-timeout", "5", "--kv-transfer-config", json.dumps(NIXL)]
+    env = {"VLLM_NIXL_SIDE_CHANNEL_HOST": "127.0.0.1", "VLLM_NIXL_SIDE_CHANNEL_PORT": "5601"}
+    standin = STANDIN.engine_command(8000, flags)
+    assert standin.argv[-len(want):] == want and standin.env == env
+    import harness.targets.vllm_model as vm
+
+    monkeypatch.setattr(vm, "tiny_model", lambda: Path("/models/tiny"))  # no model build: the command only
+    serve = TARGET.engine_command(8000, flags)
+    assert serve.argv[1:4] == ["serve", "/models/tiny", "--port"] and serve.argv[-len(want):] == want
+    assert "--dtype" in serve.argv and serve.argv[serve.argv.index("--dtype") + 1] == "float32"
+    assert serve.env["VLLM_NIXL_SIDE_CHANNEL_PORT"] == "5601"
+    assert serve.env["VLLM_CPU_OMP_THREADS_BIND"] in ("0|1", "0|0")  # one core per worker (2 cores here)
+    assert "VLLM_CPU_OMP_THREADS_BIND" not in TARGET.engine_command(8000, EngineFlags()).env
+
+
+@pytest.mark.parametrize(("config", "message"), [
+    ("{shutdown_timeout: 1500ms}", "shutdown_timeout is whole seconds"),
+    ("{shutdown_timeout: 900s}", "at most 600"),
+    ("{side_channel_port: 5600}", "side_channel_port needs kv_connector: NixlConnector"),
+    ("{kv_connector: LMCacheConnector}", "NixlConnector"),
+    ("{kv_connector: NixlConnector, side_channel_port: nope}", "undefined step name 'nope'"),
+])
+def test_bad_engine_flags_are_located_errors(config: str, message: str) -> None:
+    from harness.scenario.errors import ScenarioError
+
+    with pytest.raises(ScenarioError, match=message) as info:
+        loads(_scenario(config), "flags.yaml")
+    assert "flags.yaml:" in str(info.value)
+
+
+def _host(text: str, tp: int = 1, target: str = "engine_standin") -> EngineHost:
+    sc = loads(text, "flags.yaml")
+    cluster = SimpleNamespace(variant=target, root=Path("/nonexistent"), rec=Recorder(role="harness"),
+                              deadline_s=1.0, tp=tp, scenario=sc)
+    return EngineHost(cluster)
+
+
+def test_the_host_resolves_the_scenarios_flags_and_a_free_side_channel_port_once() -> None:
+    host = _host(_scenario("{shutdown_timeout: 3s, kv_connector: NixlConnector}", topology="topology: {tp: 2}"),
+                 tp=2)
+    flags = host.flags()
+    assert (flags.tp, flags.shutdown_timeout, flags.kv_connector) == (2, 3, "NixlConnector")
+    assert flags.side_channel_port and host.flags().side_channel_port == flags.side_channel_port  # the run's own
+    assert host.launches == 2  # the start and the restart
+    assert host.c.deadline_s == 1.0 + 2 * host.launch_s
+    assert not host.start_may_fail()
+    fixed = _host(_scenario("{kv_connector: NixlConnector, side_channel_port: 5999}"))
+    assert fixed.flags().side_channel_port == 5999
+
+
+def test_a_held_side_channel_port_is_the_hold_port_steps_and_a_failed_start_is_then_the_outcome() -> None:
+    host = _host(_scenario("{kv_connector: NixlConnector, side_channel_port: held}", "  - hold_port: {as: held}\n"))
+    assert host.start_may_fail()
+    with pytest.raises(ConfigError, match="no hold_port step 'held' holds a port before the start"):
+        host.flags()
+    host.c.rec.emit("step_returned", step="held", kind="hold_port", ok=True, value=5123, port=5123)
+    assert host.flags().side_channel_port == 5123
+
+
+def test_launches_follow_the_scenarios_restarts() -> None:
+    assert launches_of(None) == 2
+    sc = loads(_scenario("{}").replace("  - engine_restart: {as: again}\n", ""), "x.yaml")
+    assert launches_of(sc) == 1
+
+
+def test_hold_port_before_start_is_played_before_the_engine_launches() -> None:
+    """The port is held when the engine starts: the stand-in is launched with it as its side channel port."""
+    text = _scenario("{kv_connector: NixlConnector, side_channel_port: held}", "  - hold_port: {as: held}\n")
+    item = expand(loads(text, "flags.yaml"))[0]
+    result = run_item(item)
+    held = next(e for e in result.events if e.kind == "step_returned" and e.data.get("step") == "held")
+    launched = next(e for e in result.events if e.kind == "engine_launched")
+    assert held.t_ns < launched.t_ns
+    assert launched.data["env"]["VLLM_NIXL_SIDE_CHANNEL_PORT"] == str(held.data["value"])
+    with socket.socket() as s:  # the hold ended with the run
+        s.bind(("127.0.0.1", held.data["value"]))
+
+
+# a stand-in that ignores SIGTERM, with a short launch allowance: the watchdog ends the run
+STUBBORN = EngineTarget("stubborn", "ignores SIGTERM", "standin", variant="ignores_sigterm", launch_s=2.0)
+HUNG = """\
+name: engine-hung-stacks
+about: a tree that ignores SIGTERM outlives the run's deadline; its stacks are taken, then it is killed
+target: tests.test_engine_flags:STUBBORN
+catches: [engine_ignores_sigterm]
+config: {deadline: 500ms}
+steps:
+  - start: engine
+  - engine_signal: {to: api_server, sig: SIGTERM, as: term}
+  - wait_gone: {timeout: 60s, as: gone}
+expect:
+  - engine_tree_exits: {within: 1s}
+"""
+
+
+def test_a_hung_engine_run_has_every_processs_stacks() -> None:
+    result = run_item(expand(loads(HUNG, "<hung>"))[0])
+    assert result.outcome.status == "hung"
+    ready = next(e for e in result.events if e.kind == "engine_ready")
+    stacks: list[Any] = [e for e in result.events if e.kind == "stacks"]
+    assert sorted(e.data["pid"] for e in stacks) == sorted(m["pid"] for m in ready.data["members"])
+    assert all(e.data["text"].strip() for e in stacks)
+    assert set(result.outcome.stacks) == {e.data["label"] for e in stacks}
+    assert all(label.startswith("e0/") for label in result.outcome.stacks)
