@@ -189,6 +189,11 @@ _BUILTIN: tuple[EventKind, ...] = (
     _k("path_removed", "harness", "a step removed a path of the listener", {**_STEP, "path": "str", "what": "str"}),
     _k("path_replaced", "harness", "a step replaced a path of the listener; ino: the replacement's inode",
        {**_STEP, "path": "str"}, {"ino": "int"}),
+    _k("stress_schedule", "harness", "a stress step's schedule, chosen by its seed before it plays: one entry per "
+       "round (racing point, failpoint action and delay, clients, requests; harness.scenario.stress)",
+       {**_STEP, "seed": "int", "rounds": "list"}),
+    _k("stress_round", "harness", "a round of a stress step ended: what its clients got (ok, refused, closed, bad)",
+       {**_STEP, "round": "int", "point": "str"}, {"clients": "dict", "stops": "list"}, open=True),
     _k("hammer_finished", "harness", "the peer's back-to-back handshakes ended", {"ok": "int|bool", "failed": "int"},
        open=True),
     _k("second_stop_returned", "harness", "a contract check's second stop returned", {"ok": "bool"}),

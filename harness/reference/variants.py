@@ -19,6 +19,12 @@ from harness.errors import ConfigError, WireError
 from harness.reference import wire
 from harness.reference.handshake import HandshakeListener
 from harness.reference.listener import WorkerListener, _Conn, _State
+from harness.reference.race_variants import (
+    UnlockedAccept,
+    UnlockedConcurrentStops,
+    UnlockedDispatchDecision,
+    UnlockedFrameCompletion,
+)
 from harness.reference.registry import Registry
 from harness.reference.worker import ReferenceWorker
 
@@ -298,6 +304,7 @@ for _kind in ("handshake_start", "handshake", "hammer", "stop_hammer", "malforme
 for _kind in ("engine_request", "engine_signal", "wait_gone", "engine_restart"):
     STEP_NEEDS.setdefault(_kind, "engine_tree")  # engine scenarios skip on a listener target
 STEP_NEEDS["arm_listener_site"] = "listener_failpoints"
+STEP_NEEDS["stress"] = "listener_failpoints"  # it arms sites inside the listener (harness.scenario.stress)
 STEP_NEEDS["ctl"] = "owner_records"  # lastcall ctl reads the reference's owner records beside its sockets
 TARGET_SITES = ("backend.", "process.")  # sites any target's processes pass (the gated backend, the process role)
 
@@ -394,6 +401,15 @@ VARIANTS: dict[str, Variant] = _variants(
             registry=UnboundedExitHook),
     Variant("teardown_ignores_stop", "integration shutdown tears the allocator down after a failed stop",
             worker=TeardownIgnoresStop),
+    # races (harness.reference.race_variants): one lock of a racing point dropped; caught by scenarios/stress-*.yaml
+    Variant("unlocked_dispatch_decision", "the dispatch decision without the lock: a stop that begins in between "
+            "misses the dispatch", listener=UnlockedDispatchDecision),
+    Variant("unlocked_frame_completion", "the frame-completion decision without the lock: a connection stop "
+            "cancelled is queued and answered", listener=UnlockedFrameCompletion),
+    Variant("unlocked_accept", "the accept decision without the lock: a connection stop's snapshot misses joins "
+            "the stopping listener", listener=UnlockedAccept),
+    Variant("unlocked_concurrent_stops", "teardown without its lock: concurrent stops tear down twice, one "
+            "returns True mid-teardown", listener=UnlockedConcurrentStops),
     Variant("blocking_write", "a reply its client does not read blocks the serving thread (up to 5 s): every "
             "other client waits", listener=BlockingWrite),
     Variant("short_write_lost", "a reply larger than the socket buffer is cut short: one send, the rest dropped",

@@ -42,6 +42,7 @@ from harness.scenario.fields import (
     WorkerOrAll,
     WorkerOrEngine,
 )
+from harness.scenario.stress_spec import Stress
 
 __all__ = [
     "Step", "StepBase", "STEP_TYPES", "SEND_FAULTS", "WITHHOLDING_FAULTS", "FAILPOINT_ACTIONS", "EVENT_KINDS",
@@ -436,6 +437,11 @@ class FinishStep(StepBase):
     finish: StepName = Field(description="a send step's name: send the rest of its withheld frame")
 
 
+class StressStep(StepBase):
+    kind: ClassVar[str] = "stress"
+    stress: Stress = Field(description=Stress.__doc__)
+
+
 class WorkloadStep(StepBase):
     kind: ClassVar[str] = "workload"
     workload: Workload = Field(description=Workload.__doc__)
@@ -504,7 +510,7 @@ class EngineRestartStep(StepBase):
 _STEPS: tuple[type[StepBase], ...] = (
     EngineRequestStep, EngineSignalStep, WaitGoneStep, EngineRestartStep,
     StartStep, SendStep, IdleStep, FloodStep, ArmStep, CallStep, WaitStep, ReleaseStep, StopStep, ShutdownStep,
-    RestartStep, KillStep, RemoveStep, ReplaceStep, HoldPortStep, FinishStep, WorkloadStep, ExitStep,
+    RestartStep, KillStep, RemoveStep, ReplaceStep, HoldPortStep, FinishStep, WorkloadStep, StressStep, ExitStep,
     HandshakeStartStep, HandshakeStep, HammerStep, StopHammerStep, MalformedHandshakeStep, HandshakeShutdownStep,
     CycleStep, CtlStep,
 )
@@ -516,7 +522,7 @@ HANDSHAKE_STEPS = ("handshake_start", "handshake", "hammer", "stop_hammer", "mal
                    "handshake_shutdown", "cycle")
 ENGINE_STEPS = ("engine_request", "engine_signal", "wait_gone", "engine_restart")  # harness.scenario.engine_steps
 WORKER_STEPS = ("send", "idle", "flood", "call", "stop", "shutdown", "restart", "exit", "finish", "remove", "replace",
-                "workload", "ctl")
+                "workload", "ctl", "stress")
 
 
 def is_handshake(steps: Iterable[StepBase]) -> bool:
@@ -547,7 +553,8 @@ Step = Annotated[
     | Annotated[RestartStep, Tag("restart")] | Annotated[SendStep, Tag("send")]
     | Annotated[ShutdownStep, Tag("shutdown")] | Annotated[StartStep, Tag("start")]
     | Annotated[StopStep, Tag("stop")] | Annotated[StopHammerStep, Tag("stop_hammer")]
-    | Annotated[WaitStep, Tag("wait")] | Annotated[WorkloadStep, Tag("workload")],
+    | Annotated[WaitStep, Tag("wait")] | Annotated[WorkloadStep, Tag("workload")]
+    | Annotated[StressStep, Tag("stress")],
     Discriminator(_step_kind, custom_error_type="unknown_step",
                   custom_error_message="a step is a mapping with one key, its kind (e.g. - start: cluster)"),
 ]

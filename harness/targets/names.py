@@ -28,7 +28,8 @@ WORKER_VARIANTS: tuple[str, ...] = (
     "cuts_drained_reply", "drop_registration_on_error", "concurrent_stop_true", "stop_from_handler_deadlocks",
     "wake_by_connect", "unlink_by_path", "rmtree_dir", "dies_on_bad_frame", "teardown_then_false", "lost_unmap",
     "leaks_usage_segment", "leaks_a_child", "head_of_line_blocking", "restart_drops_old", "unbounded_exit_hook",
-    "teardown_ignores_stop", "blocking_write", "short_write_lost",
+    "teardown_ignores_stop", "unlocked_dispatch_decision", "unlocked_frame_completion", "unlocked_accept",
+    "unlocked_concurrent_stops", "blocking_write", "short_write_lost",
 )
 # harness.reference.handshake_variants.HANDSHAKE_VARIANTS, in its order (the handshake listener's)
 HANDSHAKE_VARIANTS: tuple[str, ...] = (
