@@ -32,8 +32,10 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-import torch
+if TYPE_CHECKING:
+    import torch  # imported where a tensor is made: a process that makes none never loads torch (issue 17)
 
 from harness.errors import (
     AllocatorTornDown,
@@ -93,6 +95,8 @@ class KVAllocator:
         if not _is_int(tensors_per_group) or tensors_per_group < 1:
             raise ConfigError(f"tensors_per_group={tensors_per_group!r}: must be an int >= 1, "
                               "e.g. 2 (K and V)")
+        import torch
+
         try:
             torch.device(device)
         except (RuntimeError, TypeError) as exc:
@@ -218,6 +222,8 @@ class KVAllocator:
                         f"group {group_id} offset {off}: partially mapped ({held} of "
                         f"{self.tensors_per_group} tensors); unmap it first")
                 new.append(off)
+            import torch  # loaded by __init__ already: a dictionary look-up
+
             touched: list[int] = []
             try:
                 for off in new:
