@@ -229,6 +229,14 @@ _BUILTIN: tuple[EventKind, ...] = (
        {"launch": "int", "seconds": "float", "hung": "bool", "status": "int|null", "members": "list",
         "shm": "list", "owners": "dict", "gone_after_sigterm": "bool", "killed": "list"}),
     _k("engine_stream_started", "harness", "a streaming request got its first event", _STEP),
+    _k("engine_client_stalled", "harness", "a streaming request stopped reading after events (its connection kept "
+       "open until the tree is gone)", {**_STEP, "events": "int"}),
+    _k("engine_client_disconnected", "harness", "a streaming request closed its connection mid-stream after events",
+       {**_STEP, "events": "int"}),
+    _k("engine_shutdown_began", "harness", "the engine's own line said its shutdown began (after the engine_signal "
+       "step)", {**_STEP, "line": "str"}),
+    _k("engine_starting", "harness", "a launch that does not wait for ready is starting (gated: the stand-in's "
+       "engine core waits on the harness's start gate)", {**_STEP, "gated": "bool"}, {"launched": "bool"}),
     _k("engine_closed", "harness", "the harness ended an engine tree: terminated (SIGTERM), then killed (SIGKILL) "
        "what was still alive, and removed the /dev/shm segments it held that outlived it",
        {"killed": "list"}, {"terminated": "list", "removed": "list"}),

@@ -13,12 +13,21 @@ judges vLLM exactly as it judges the stand-in engine.  A run without the step a 
 * ``engine_port_released``: every ``engine_restart`` on the run's port became ready (a restart binds).
 * ``engine_exit_status``: the API server's exit status tells the truth: not 0 when its engine core or a
   worker was the one signalled (its engine died under it); 0 when a stop (SIGTERM, SIGINT) was asked of it.
-* ``engine_requests_end``: every ``engine_request`` ended (complete, aborted, refused or cut), none hung.
+* ``engine_requests_end``: every ``engine_request`` ended (complete, aborted, refused, cut or disconnected),
+  none hung: a stream too, whether its client read it all, stopped reading or went away.
+* ``engine_start_ends``: every launch (the first, each ``engine_restart`` and ``engine_start``) became ready or
+  failed with a clear error within ``within`` (never waits forever); a start that was sent a stop signal
+  while it was starting (``engine_start``) does not become ready.
+* ``engine_refuses_late_requests``: every ``engine_request`` sent after the engine's own line said its
+  shutdown began (``engine_shutdown_began``) was refused (an HTTP error, a closed connection, an abort with
+  nothing generated), never generated.
 """
 
 from __future__ import annotations
 
 from typing import Any
+
+from pydantic import Field
 
 from harness.checkers.base import RunRecord, Verdict, checker, ok, unknown, violated
 from harness.checkers.params import Params, Within
@@ -129,6 +138,10 @@ def engine_exit_status(run: RunRecord, p: Params) -> Verdict:
         if status is None:
             why_not.append(f"{e.data['step']}: the API server had not exited")
             continue
+        if sig.get("ready") is False:
+            why_not.append(f"{e.data['step']}: {sig['sig']} during the start (a start cut short: any status is "
+                           "the truth)")
+            continue
         if sig["to"] in ("engine_core", "worker"):
             judged += 1
             if status == 0:
@@ -165,3 +178,101 @@ def engine_requests_end(run: RunRecord, p: Params) -> Verdict:
     if bad:
         return violated(name, "; ".join(m for _, m in bad), [e for e, _ in bad])
     return ok(name, ", ".join(f"{k}: {e.data['value']['outcome']}" for k, e in ended.items()))
+
+
+class StartBound(Params):
+    """engine_start_ends: each start ends (ready, or a clear failure) within ``within`` seconds of its launch."""
+
+    within: float = Field(120.0, gt=0, description="seconds from a launch to its ready line or its failure "
+                          "(default: real vLLM's launch allowance)")
+
+
+def _launches(run: RunRecord) -> list[tuple[Event, Event | None]]:
+    """Each ``engine_launched`` with the ``engine_ready`` or ``engine_start_failed`` that ended it (None: none
+    did), in launch order."""
+    out: list[tuple[Event, Event | None]] = []
+    ends = [e for e in run.events if e.kind in ("engine_ready", "engine_start_failed")]
+    for launched in run.of("engine_launched"):
+        pid = launched.data.get("pid")
+        end = next((e for e in ends if e.t_ns >= launched.t_ns and (e.kind == "engine_start_failed"
+                                                                    or e.data.get("pid") == pid)), None)
+        if end is not None:
+            ends.remove(end)
+        out.append((launched, end))
+    return out
+
+
+@checker("engine_start_ends", "a start either becomes ready or fails with a clear error within a bound (never "
+         "waits forever); a start that was sent a stop signal does not become ready", params=StartBound,
+         judges=("engine_launched", "engine_ready", "engine_start_failed", *_STEPS), evidence={})
+def engine_start_ends(run: RunRecord, p: StartBound) -> Verdict:
+    name = "engine_start_ends"
+    launches = _launches(run)
+    if not launches:
+        return unknown(name, "no engine_launched event: no start was seen")
+    bound = p.within * run.scale
+    bad: list[tuple[Event, str]] = []
+    notes: list[str] = []
+    for launched, end in launches:
+        n = launched.data.get("launch")
+        if end is None:
+            bad.append((launched, f"launch {n}: neither ready nor failed (it never ended)"))
+            continue
+        seconds = (end.t_ns - launched.t_ns) / 1e9
+        if end.kind == "engine_start_failed" and end.data.get("hung"):
+            bad.append((end, f"launch {n}: neither ready nor gone at its bound: {end.data.get('error', '')}"))
+        elif seconds > bound:
+            what = "be ready" if end.kind == "engine_ready" else "fail"
+            bad.append((end, f"launch {n}: took {seconds:.1f}s to {what} (bound {bound:g}s)"))
+        elif end.kind == "engine_start_failed" and not str(end.data.get("error", "")).strip():
+            bad.append((end, f"launch {n}: failed without saying why"))
+        else:
+            notes.append(f"launch {n}: {'ready' if end.kind == 'engine_ready' else 'failed: ' + str(end.data['error'])}"
+                         f" in {seconds:.2f}s")
+    for e in _returns(run, "engine_start"):
+        v = e.data.get("value") or {}
+        if v.get("ready") and v.get("stopped"):
+            bad.append((e, f"{e.data['step']}: a stop signal sent while it was starting was lost: it became ready "
+                           f"{v.get('ready_s', '?')}s after its launch and kept running"))
+        elif v.get("stopped"):
+            notes.append(f"{e.data['step']}: stopped during its start, never ready")
+    if bad:
+        return violated(name, "; ".join(m for _, m in bad), [e for e, _ in bad], tuple(notes))
+    return ok(name, "; ".join(notes))
+
+
+def _late(run: RunRecord) -> list[Event]:
+    """The engine_request steps started after the engine said its shutdown began, before the next start."""
+    out, late = [], False
+    for e in run.events:
+        if e.kind == "engine_shutdown_began":
+            late = True
+        elif e.kind == "engine_launched":
+            late = False
+        elif late and e.kind == "step_started" and e.data.get("kind") == "engine_request":
+            out.append(e)
+    return out
+
+
+@checker("engine_refuses_late_requests", "a request sent after the engine's shutdown began is refused, never "
+         "generated (the engine-level late dispatch)", judges=("engine_shutdown_began", *_STEPS), evidence={})
+def engine_refuses_late_requests(run: RunRecord, p: Params) -> Verdict:
+    name = "engine_refuses_late_requests"
+    late = _late(run)
+    if not late:
+        return unknown(name, "no request was sent after the engine said its shutdown began")
+    ended = {e.data["step"]: e for e in _returns(run, "engine_request")}
+    bad: list[tuple[Event, str]] = []
+    notes: list[str] = []
+    for s in late:
+        r = ended.get(s.data["step"])
+        v = (r.data.get("value") or {}) if r is not None else {}
+        outcome = v.get("outcome", "never returned")
+        if outcome == "complete" or (v.get("tokens") or 0) > 0:
+            bad.append((r or s, f"{s.data['step']}: generated after shutdown began ({outcome}, "
+                                f"{v.get('tokens', '?')} token(s))"))
+        else:
+            notes.append(f"{s.data['step']}: {outcome}" + (f" ({v['status']})" if v.get("status") else ""))
+    if bad:
+        return violated(name, "; ".join(m for _, m in bad), [e for e, _ in bad], tuple(notes))
+    return ok(name, "; ".join(notes))

@@ -34,7 +34,7 @@ from harness.scenario.steps import (
 __all__ = ["check"]
 
 BEFORE_START = ("hold_port",)  # steps that make sense before the cluster exists
-RETURNS = ("call", "stop", "shutdown", "restart", "exit", "engine_request")  # async steps: wait returned joins them
+RETURNS = ("call", "stop", "shutdown", "restart", "exit", "engine_request", "engine_start")  # async steps: wait returned joins them
 CONNECTS = ("send", "idle", "flood")  # steps that open connections: wait closed watches them
 STOPS = ("stop", "shutdown", "restart")  # steps stop_result / stop_latency judge
 # the same in a handshake scenario: every step that records its return, and the starts and stops of the listener

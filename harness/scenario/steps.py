@@ -48,7 +48,7 @@ __all__ = [
     "Step", "StepBase", "STEP_TYPES", "SEND_FAULTS", "WITHHOLDING_FAULTS", "FAILPOINT_ACTIONS", "EVENT_KINDS",
     "Send", "Connections", "Arm", "Call", "Wait", "Stop", "Shutdown", "Restart", "Kill", "PathFault",
     "HoldPort", "Workload", "HandshakeStart", "Handshake", "Hammer", "MalformedHandshake", "HandshakeShutdown",
-    "Cycle", "EngineRequest", "EngineSignal", "WaitGone", "EngineRestart", "ENGINE_STEPS",
+    "Cycle", "EngineRequest", "EngineSignal", "WaitGone", "EngineRestart", "EngineStart", "ENGINE_STEPS",
     "HANDSHAKE_STEPS", "WORKER_STEPS", "is_handshake",
 ]
 
@@ -309,7 +309,24 @@ class EngineRequest(Strict):
     max_tokens: int = Field(16, ge=1, le=1_000_000, description="tokens asked for")
     background: bool = Field(False, description="do not wait for the answer; wait: {returned: NAME} joins it")
     timeout: Duration = Field(30.0, gt=0, description="a safety net: how long the answer may take")
+    stop_reading_after: int | None = Field(None, ge=1, le=MAX_COUNT, description=(
+        "stream only: read this many events, then stop reading (the connection kept open, a small receive "
+        "buffer) until the engine's tree is gone (a wait_gone step returned) or the timeout; then read the rest"))
+    disconnect_after: int | None = Field(None, ge=1, le=MAX_COUNT, description=(
+        "stream only: read this many events, then close the connection (a client that goes away mid-stream)"))
+    after_shutdown_began: bool = Field(False, description=(
+        "send it only once the engine said its shutdown began (its own log line, after an engine_signal): a "
+        "late request, which must be refused, never generated"))
     as_: StepName | None = _AS
+
+    @model_validator(mode="after")
+    def _stream_faults(self) -> EngineRequest:
+        if not self.stream and (self.stop_reading_after or self.disconnect_after):
+            raise ValueError("stop_reading_after and disconnect_after need stream: true")
+        if self.stop_reading_after and self.disconnect_after:
+            raise ValueError("a request either stops reading (stop_reading_after) or disconnects "
+                             "(disconnect_after), not both")
+        return self
 
 
 class EngineSignal(Strict):
@@ -317,7 +334,14 @@ class EngineSignal(Strict):
 
     to: Literal["api_server", "engine_core", "worker"] = Field("api_server", description="which process")
     sig: Literal["SIGTERM", "SIGINT", "SIGKILL"] = Field("SIGTERM", description="the signal")
+    index: int = Field(0, ge=0, le=MAX_RANKS - 1, description="to: worker: which worker (its tensor-parallel rank)")
     as_: StepName | None = _AS
+
+    @model_validator(mode="after")
+    def _index_of_a_worker(self) -> EngineSignal:
+        if self.index and self.to != "worker":
+            raise ValueError(f"index names a worker; the {self.to} is one process")
+        return self
 
 
 class WaitGone(Strict):
@@ -330,6 +354,16 @@ class WaitGone(Strict):
 class EngineRestart(Strict):
     """Launch the engine again on the same port (after a stop or a kill): ok once it is ready."""
 
+    as_: StepName | None = _AS
+
+
+class EngineStart(Strict):
+    """Launch the engine again on the same port without waiting for it to be ready: the step returns once it
+    is starting (the stand-in: its engine core loading behind the harness's start gate, released by the next
+    engine_signal or wait_gone; another engine: its process launched), and its start ends in the background
+    (ready, or failed)."""
+
+    timeout: Duration = Field(30.0, gt=0, description="a safety net: how long the launch may take to be starting")
     as_: StepName | None = _AS
 
 
@@ -507,8 +541,13 @@ class EngineRestartStep(StepBase):
     engine_restart: EngineRestart = Field(description=EngineRestart.__doc__)
 
 
+class EngineStartStep(StepBase):
+    kind: ClassVar[str] = "engine_start"
+    engine_start: EngineStart = Field(description=EngineStart.__doc__)
+
+
 _STEPS: tuple[type[StepBase], ...] = (
-    EngineRequestStep, EngineSignalStep, WaitGoneStep, EngineRestartStep,
+    EngineRequestStep, EngineSignalStep, WaitGoneStep, EngineRestartStep, EngineStartStep,
     StartStep, SendStep, IdleStep, FloodStep, ArmStep, CallStep, WaitStep, ReleaseStep, StopStep, ShutdownStep,
     RestartStep, KillStep, RemoveStep, ReplaceStep, HoldPortStep, FinishStep, WorkloadStep, StressStep, ExitStep,
     HandshakeStartStep, HandshakeStep, HammerStep, StopHammerStep, MalformedHandshakeStep, HandshakeShutdownStep,
@@ -520,7 +559,7 @@ STEP_TYPES: dict[str, type[StepBase]] = {c.kind: c for c in sorted(_STEPS, key=l
 # engine) work in both kinds of scenario; the worker-listener steps below work only without these.
 HANDSHAKE_STEPS = ("handshake_start", "handshake", "hammer", "stop_hammer", "malformed_handshake",
                    "handshake_shutdown", "cycle")
-ENGINE_STEPS = ("engine_request", "engine_signal", "wait_gone", "engine_restart")  # harness.scenario.engine_steps
+ENGINE_STEPS = ("engine_request", "engine_signal", "wait_gone", "engine_restart", "engine_start")  # harness.scenario.engine_steps
 WORKER_STEPS = ("send", "idle", "flood", "call", "stop", "shutdown", "restart", "exit", "finish", "remove", "replace",
                 "workload", "ctl", "stress")
 
@@ -542,6 +581,7 @@ Step = Annotated[
     Annotated[ArmStep, Tag("arm")] | Annotated[CallStep, Tag("call")] | Annotated[CtlStep, Tag("ctl")]
     | Annotated[CycleStep, Tag("cycle")] | Annotated[EngineRequestStep, Tag("engine_request")]
     | Annotated[EngineRestartStep, Tag("engine_restart")] | Annotated[EngineSignalStep, Tag("engine_signal")]
+    | Annotated[EngineStartStep, Tag("engine_start")]
     | Annotated[WaitGoneStep, Tag("wait_gone")]
     | Annotated[ExitStep, Tag("exit")] | Annotated[FinishStep, Tag("finish")] | Annotated[FloodStep, Tag("flood")]
     | Annotated[HammerStep, Tag("hammer")] | Annotated[HandshakeStep, Tag("handshake")]
