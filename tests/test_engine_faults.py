@@ -1,0 +1,174 @@
+"""The engine faults and their checkers (harness.scenario.engine_steps, harness.checkers.engine): the new
+checkers quiet and firing on literal histories, then every new engine scenario quiet on the well-behaved
+stand-in and firing on the planted variant it names in ``catches``, through the one run mechanism.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from harness.checkers import RunRecord, Verdict, judge
+from harness.history import Event
+from harness.scenario import load
+from harness.scenario.loader import expand
+from harness.scenario.runner import run_item
+
+SCENARIOS = Path(__file__).resolve().parent.parent / "scenarios"
+S = 1_000_000_000
+
+
+def H(kind: str, t: float, /, **data: Any) -> Event:
+    return Event(int(t * S), 100, "harness", "", "MainThread", kind, data)
+
+
+def started(step: str, kind: str, t: float, **data: Any) -> Event:
+    return H("step_started", t, step=step, kind=kind, **data)
+
+
+def returned(step: str, kind: str, t: float, ok: bool, value: Any, **data: Any) -> Event:
+    return H("step_returned", t, step=step, kind=kind, ok=ok, value=value, **data)
+
+
+def check(name: str, events: list[Event], params: dict[str, Any] | None = None) -> Verdict:
+    return judge(name, RunRecord(tuple(events)), params)
+
+
+def launch(n: int, t: float, pid: int) -> Event:
+    return H("engine_launched", t, pid=pid, port=8000, launch=n)
+
+
+def ready(t: float, pid: int, ready_s: float = 0.1) -> Event:
+    return H("engine_ready", t, pid=pid, ready_s=ready_s, members=[])
+
+
+# ------------------------------------------------------------------ engine_start_ends
+def test_engine_start_ends_ok_for_a_ready_start_and_a_clear_failure() -> None:
+    v = check("engine_start_ends", [launch(0, 1, 10), ready(1.2, 10), launch(1, 5, 11),
+                                    H("engine_start_failed", 5.3, error="ERROR: [Errno 98] Address already in use")])
+    assert v.status == "ok" and "launch 0: ready in 0.20s" in v.message and "Address already in use" in v.message
+
+
+def test_engine_start_ends_violated_when_a_start_never_ends_or_hangs_or_is_slow() -> None:
+    never = check("engine_start_ends", [launch(0, 1, 10)])
+    assert never.status == "violated" and "launch 0: neither ready nor failed (it never ended)" in never.message
+    hung = check("engine_start_ends", [launch(0, 1, 10), H("engine_start_failed", 121, hung=True,
+                                                           error="the engine was neither ready nor gone 120 s")])
+    assert hung.status == "violated" and "neither ready nor gone at its bound" in hung.message
+    slow = check("engine_start_ends", [launch(0, 1, 10), ready(13, 10)], {"within": 10})
+    assert slow.status == "violated" and "took 12.0s to be ready (bound 10s)" in slow.message
+
+
+def test_engine_start_ends_violated_when_a_stop_during_the_start_was_lost() -> None:
+    lost = returned("again", "engine_start", 3, True, {"ready": True, "stopped": True, "ready_s": 0.2})
+    v = check("engine_start_ends", [launch(0, 1, 10), ready(1.1, 10), launch(1, 2, 11), ready(2.2, 11), lost])
+    assert v.status == "violated" and "again: a stop signal sent while it was starting was lost" in v.message
+    stopped = returned("again", "engine_start", 3, True, {"ready": False, "stopped": True})
+    v = check("engine_start_ends", [launch(0, 1, 10), ready(1.1, 10), launch(1, 2, 11),
+                                    H("engine_start_failed", 2.1, error="the engine exited with status 0"), stopped])
+    assert v.status == "ok" and "again: stopped during its start, never ready" in v.message
+
+
+def test_engine_start_ends_unknown_without_a_launch() -> None:
+    assert check("engine_start_ends", []).status == "unknown"
+
+
+# ------------------------------------------------------------------ engine_refuses_late_requests
+def _late(value: dict[str, Any]) -> list[Event]:
+    return [launch(0, 1, 10), ready(1.1, 10),
+            started("s1", "engine_request", 2, stream=True), H("engine_shutdown_began", 3, step="term", line="x"),
+            started("late", "engine_request", 3.1, after_shutdown_began=True),
+            returned("late", "engine_request", 3.2, True, value),
+            returned("s1", "engine_request", 4, True, {"outcome": "aborted", "tokens": 40})]
+
+
+def test_engine_refuses_late_requests_ok_when_refused_or_cut() -> None:
+    v = check("engine_refuses_late_requests", _late({"outcome": "refused", "status": 503, "tokens": 0}))
+    assert v.status == "ok" and v.message == "late: refused (503)"  # s1 came before: not judged
+    assert check("engine_refuses_late_requests",
+                 _late({"outcome": "cut", "status": None, "error": "ConnectionRefusedError"})).status == "ok"
+    assert check("engine_refuses_late_requests",
+                 _late({"outcome": "aborted", "status": 200, "tokens": 0})).status == "ok"
+
+
+def test_engine_refuses_late_requests_violated_when_generated() -> None:
+    v = check("engine_refuses_late_requests", _late({"outcome": "complete", "status": 200, "tokens": 4}))
+    assert v.status == "violated" and "late: generated after shutdown began (complete, 4 token(s))" in v.message
+    part = check("engine_refuses_late_requests", _late({"outcome": "aborted", "status": 200, "tokens": 3}))
+    assert part.status == "violated"
+
+
+def test_engine_refuses_late_requests_unknown_without_a_late_request_and_a_restart_ends_lateness() -> None:
+    assert check("engine_refuses_late_requests", _late({"outcome": "complete"})[:4]).status == "unknown"
+    after_restart = [*_late({"outcome": "refused", "tokens": 0})[:4], launch(1, 3.5, 11), ready(3.6, 11),
+                     started("r2", "engine_request", 4), returned("r2", "engine_request", 4.1, True,
+                                                                   {"outcome": "complete", "tokens": 4})]
+    assert check("engine_refuses_late_requests", after_restart).status == "unknown"
+
+
+def test_engine_exit_status_does_not_judge_a_start_cut_short() -> None:
+    sig = [started("t", "engine_signal", 1, to="api_server", sig="SIGTERM", ready=False),
+           returned("t", "engine_signal", 1.1, True, 1)]
+    gone = returned("g", "wait_gone", 2, True, {"gone": True, "seconds": 0.1, "survivors": [], "orphaned": [],
+                                                  "status": 1, "left": [], "after": "t"})
+    v = check("engine_exit_status", [*sig, gone])
+    assert v.status == "unknown" and "SIGTERM during the start" in v.message
+
+
+# ------------------------------------------------------------------ real runs on the stand-in
+def _run(scenario: str, variant: str) -> tuple[dict[str, str], Any]:
+    result = run_item(expand(load(str(SCENARIOS / f"{scenario}.yaml")))[0], variant=variant)
+    assert result.step_error == "", result.step_error
+    return {v.checker: v.status for v in result.verdicts}, result
+
+
+NEW = ("engine-stream-reader-stalls", "engine-client-disconnects-mid-stream", "engine-sigkill-worker",
+       "engine-sigint-worker", "engine-sigterm-worker-tp2", "engine-sigterm-during-start",
+       "engine-late-request-refused", "engine-restart-right-after-sigkill")
+
+
+@pytest.mark.parametrize("scenario", NEW)
+def test_every_new_engine_scenario_is_quiet_on_the_stand_in(scenario: str) -> None:
+    verdicts, _ = _run(scenario, "engine_standin")
+    assert set(verdicts.values()) == {"ok"}, verdicts
+
+
+SLOW = pytest.mark.slow
+CATCHES = [  # (scenario, planted variant, the checkers its catches name: each must fire)
+    pytest.param("engine-stream-reader-stalls", "engine_hangs_stream", marks=SLOW),
+    pytest.param("engine-client-disconnects-mid-stream", "engine_hangs_stream", marks=SLOW),
+    ("engine-sigkill-worker", "engine_exits_zero_after_engine_died"),
+    ("engine-sigint-worker", "engine_exits_zero_after_engine_died"),
+    ("engine-sigterm-worker-tp2", "engine_exits_zero_after_engine_died"),
+    pytest.param("engine-sigterm-worker-tp2", "engine_keeps_child", marks=SLOW),
+    pytest.param("engine-sigterm-during-start", "engine_loses_signal_during_start", marks=SLOW),
+    ("engine-late-request-refused", "engine_late_generation"),
+    ("engine-restart-right-after-sigkill", "engine_keeps_port"),
+]
+
+
+@pytest.mark.parametrize(("scenario", "variant"), CATCHES)
+def test_each_new_engine_scenario_catches_its_planted_variant(scenario: str, variant: str) -> None:
+    catches = load(str(SCENARIOS / f"{scenario}.yaml")).catches
+    assert isinstance(catches, dict)
+    verdicts, _ = _run(scenario, variant)
+    assert {c: verdicts[c] for c in catches[variant]} == {c: "violated" for c in catches[variant]}, verdicts
+
+
+def test_a_stalled_reader_is_read_again_once_the_tree_is_gone() -> None:
+    _, result = _run("engine-stream-reader-stalls", "engine_standin")
+    s1 = next(e for e in result.events if e.kind == "step_returned" and e.data.get("step") == "s1")
+    assert s1.data["value"]["stopped_reading_after"] == 2 and s1.data["value"]["resumed"] == "tree_gone"
+    assert s1.data["value"]["outcome"] == "aborted"
+    assert [e.data["events"] for e in result.events if e.kind == "engine_client_stalled"] == [2]
+
+
+def test_a_signal_during_a_gated_start_lands_before_ready() -> None:
+    _, result = _run("engine-sigterm-during-start", "engine_standin")
+    sig = next(e for e in result.events if e.kind == "step_started" and e.data.get("step") == "term_starting")
+    assert sig.data["ready"] is False
+    assert [e.data["gated"] for e in result.events if e.kind == "engine_starting"] == [True]
+    again = next(e for e in result.events if e.kind == "step_returned" and e.data.get("step") == "again")
+    assert again.data["value"]["ready"] is False and again.data["value"]["stopped"] is True
