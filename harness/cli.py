@@ -10,13 +10,13 @@ Commands:
   validate   check scenario files (or directories of them) without running anything
   schema     print the JSON Schema of a scenario file, for editors
   bench      compare listener variants in real worker processes: interleaved windows, interval, A/A floor
-  report     re-judge a stored run's history with the checkers and rebuild its HTML page
+  report     re-judge a stored run's history with the checkers and rebuild its HTML page; --merge shards
 
 Exit codes:
   0    ok
   1    contract: the reference broke a check, or a planted bug was not caught;
        run: a scenario failed (a violated invariant, a hung run, or a planted bug not caught; pytest's 1);
-       report: a checker found a violation in the history;
+       report: a checker found a violation in the history (--merge: a run failed, or an item is FLAKY);
        bench: a worker's fds or threads grew over a window (a leak), or a worker did not exit cleanly
   2    usage error or bad input (bad flag, unknown name, invalid file, instance in use): one line on stderr
        per error; run: also pytest's 4 (usage) and 5 (nothing collected)
@@ -314,6 +314,10 @@ def _cmd_list(args: argparse.Namespace) -> int:
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
+    if args.merge is not None or args.history is None:
+        from harness.report.merge import merge_command
+
+        return merge_command(args.merge, args.history, args.out, args.check)
     from harness.checkers.params import CHECKER_PARAMS
     from harness.report.rejudge import report_history
 
@@ -475,11 +479,15 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Read a run's history (reports/<run id>/history.jsonl; missing or garbled "
                                    "lines are reported and the rest is judged), run the checkers of the "
                                    "verdicts.json beside it on it again (with the snapshots.json beside it), "
-                                   "print the verdicts, and rewrite verdicts.json and index.html.",
+                                   "print the verdicts, and rewrite verdicts.json and index.html. --merge "
+                                   "builds one session page from the report directories of a sharded session.",
                        epilog="exit codes: 0 no verdict violated, 1 a verdict violated, 2 missing or unreadable "
-                              "history, 3 internal error")
-    p.add_argument("history", metavar="HISTORY.jsonl", help="a run's history.jsonl")
-    p.add_argument("--out", metavar="DIR", help="write verdicts.json and index.html here (default: beside HISTORY)")
+                              "history, 3 internal error; --merge: 0 all passed, 1 a run failed, an item is FLAKY "
+                              "or a shard's pytest failed, 2 not one session's shards (each problem on one line)")
+    p.add_argument("history", nargs="?", metavar="HISTORY.jsonl", help="a run's history.jsonl")
+    p.add_argument("--merge", nargs="+", metavar="DIR", help="shards' report directories: one page and exit status")
+    p.add_argument("--out", metavar="DIR", help="write verdicts.json and index.html here (default: beside HISTORY; "
+                   "--merge: reports-merged)")
     p.add_argument("--check", action="append", default=[], metavar="NAME",
                    help="judge with these checkers (repeatable, default parameters) instead of the stored list")
     p.set_defaults(func=_cmd_report)

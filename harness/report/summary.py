@@ -9,11 +9,17 @@
   which xdist carries from the workers.  They make ``reports/index.html`` (a
   table of scenario x matrix x variant) and the terminal summary: one line per
   failed scenario, the totals, where the page is.
+* Beside the page, ``reports/session.json`` lists the same runs (node id, pytest
+  outcome, seconds, run id, page, the sha256 of the scenario file) with the
+  session's target override, pytest exit status and pytest-split group: what
+  ``lastcall report --merge`` (harness.report.merge) reads from each shard.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -23,11 +29,14 @@ from typing import Any
 
 import pytest
 
-__all__ = ["addoption", "reports_dir", "terminal_summary", "collect_runs", "write_summary", "SessionRun"]
+__all__ = ["addoption", "reports_dir", "terminal_summary", "collect_runs", "write_summary", "SessionRun",
+           "session_meta", "SESSION", "SESSION_FORMAT"]
 
 INI_REPORTS = "lastcall_reports"
 OPTION = "--lastcall-reports"
 SUMMARY = "index.html"  # the session page, in the reports directory
+SESSION = "session.json"  # the session's runs, beside it, for lastcall report --merge
+SESSION_FORMAT = 1  # session.json "format": bump when its keys change meaning
 SCENARIO_SUFFIXES = (".yaml", ".yml")  # a node id whose file has one of these is a scenario
 
 
@@ -63,6 +72,8 @@ class SessionRun:
     page: str = ""  # the run's index.html, "" when none was written
     doc: dict[str, Any] = field(default_factory=dict)  # its verdicts.json, {} when unreadable
     longrepr: str = ""  # first line of the failure, for runs without a report
+    scenario_sha256: str = ""  # of the scenario file the item came from, "" when it could not be read
+    shard: str = ""  # the shard's report directory, on a merged page only
 
     @property
     def violated(self) -> list[str]:
@@ -108,24 +119,21 @@ def collect_runs(stats: Mapping[str, Iterable[Any]]) -> list[SessionRun]:
     return sorted(runs.values(), key=lambda r: r.nodeid)
 
 
-def _row(run: SessionRun, root: Path) -> str:
+def _row(run: SessionRun, root: Path, shards: bool = False) -> str:
     h = escape
     doc = run.doc
     name = str(doc.get("scenario") or run.nodeid.split("::")[-1].split("[")[0])
     matrix = str(doc.get("matrix") or "")
     link = ""
     if run.page:
-        try:
-            rel = Path(run.page).relative_to(root).as_posix()
-        except ValueError:
-            rel = Path(run.page).as_uri() if Path(run.page).is_absolute() else run.page
+        rel = Path(os.path.relpath(Path(run.page).absolute(), root.absolute())).as_posix()
         link = f'<a href="{h(rel, quote=True)}">{h(run.run_id or "report")}</a>'
     violated = ", ".join(run.violated)
     return (f'<tr class="run {run.outcome}" data-nodeid="{h(run.nodeid, quote=True)}" data-outcome="{run.outcome}">'
             f"<td>{h(name)}</td><td>{h(matrix)}</td><td>{h(str(doc.get('variant') or ''))}</td>"
             f'<td><span class="badge {run.outcome}">{run.outcome}</span></td><td>{h(run.run_status)}</td>'
             f'<td class="violated">{h(violated)}</td><td>{run.seconds:.2f}s</td><td>{link}</td>'
-            f"<td><code>{h(run.nodeid)}</code></td></tr>")
+            + (f"<td>{h(run.shard)}</td>" if shards else "") + f"<td><code>{h(run.nodeid)}</code></td></tr>")
 
 
 SUMMARY_CSS = """
@@ -145,27 +153,69 @@ def _totals(runs: list[SessionRun]) -> str:
             f"{count['failed']} failed, {count['skipped']} skipped{cut}")
 
 
-def write_summary(root: Path, runs: list[SessionRun]) -> Path | None:
-    """Write ``root/index.html`` for this session's runs; None (and a warning) when it cannot be written."""
+def session_doc(root: Path, runs: list[SessionRun], meta: Mapping[str, Any]) -> dict[str, Any]:
+    """session.json: ``meta`` (target, exitstatus, splits, group, ...) and each run, pages relative to root."""
+    def page(run: SessionRun) -> str:
+        return Path(os.path.relpath(Path(run.page).absolute(), root.absolute())).as_posix() if run.page else ""
+
+    return {"format": SESSION_FORMAT, **meta,
+            "runs": [{"nodeid": r.nodeid, "outcome": r.outcome, "seconds": round(r.seconds, 3), "run_id": r.run_id,
+                      "page": page(r), "longrepr": r.longrepr, "scenario_sha256": r.scenario_sha256,
+                      **({"shard": r.shard} if r.shard else {})} for r in runs]}
+
+
+def write_summary(root: Path, runs: list[SessionRun], meta: Mapping[str, Any] | None = None, *,
+                  title: str = "lastcall session", totals: str | None = None, notes: str = "") -> Path | None:
+    """Write ``root/index.html`` and ``root/session.json`` for these runs; None (and a warning) when they
+    cannot be written.  ``notes`` is HTML put between the totals and the table (a merge's shards, FLAKY)."""
     from harness.report.write import warn
 
     stamp = time.strftime("%Y-%m-%d %H:%M:%S")  # wall clock, for the reader only
-    rows = "\n".join(_row(r, root) for r in runs)
-    page = (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>lastcall session</title>'
-            f"<style>{SUMMARY_CSS}</style></head><body><h1>lastcall session, {escape(stamp)}</h1>"
-            f'<p id="totals">{escape(_totals(runs))}</p><table id="runs"><tr><th>scenario</th><th>matrix</th>'
-            "<th>variant</th><th>result</th><th>run outcome</th><th>violated</th><th>duration</th><th>report</th>"
-            f"<th>test</th></tr>\n{rows}\n</table></body></html>\n")
+    shards = any(r.shard for r in runs)
+    rows = "\n".join(_row(r, root, shards) for r in runs)
+    page = (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>{escape(title)}</title>'
+            f"<style>{SUMMARY_CSS}</style></head><body><h1>{escape(title)}, {escape(stamp)}</h1>"
+            f'<p id="totals">{escape(totals or _totals(runs))}</p>{notes}<table id="runs"><tr><th>scenario</th>'
+            "<th>matrix</th><th>variant</th><th>result</th><th>run outcome</th><th>violated</th><th>duration</th>"
+            f"<th>report</th>{'<th>shard</th>' if shards else ''}<th>test</th></tr>\n{rows}\n</table></body></html>\n")
     path = root / SUMMARY
     try:
         root.mkdir(parents=True, exist_ok=True)
-        tmp = root / f".{SUMMARY}.tmp"
-        tmp.write_text(page, encoding="utf-8")
-        tmp.replace(path)
+        for name, text in ((SESSION, json.dumps(session_doc(root, runs, meta or {}), indent=1)), (SUMMARY, page)):
+            tmp = root / f".{name}.tmp"
+            tmp.write_text(text, encoding="utf-8")
+            tmp.replace(root / name)
     except OSError as exc:
         warn(f"no session summary: cannot write {path}: {exc}")
         return None
     return path
+
+
+def session_meta(terminalreporter: Any, config: pytest.Config) -> dict[str, Any]:
+    """What session.json says of the session: its target override, pytest exit status, pytest-split group."""
+    from harness import __version__
+
+    session = getattr(terminalreporter, "_session", None)  # pytest's own; its exitstatus is final by now
+    status = getattr(session, "exitstatus", None)
+    # the override as given (harness.scenario.collect.chosen_target applies it; importing it here would be a cycle)
+    given = [config.getoption(f"lastcall_{n}", None) or config.getoption(f"lastcall_{n}_alias", None)
+             or os.environ.get(f"LASTCALL_{n.upper()}") for n in ("target", "listener")]
+    return {"lastcall": __version__, "target": "@".join(str(g) for g in given if g) or None,
+            "exitstatus": None if status is None else int(status),
+            "splits": config.getoption("splits", None), "group": config.getoption("group", None)}
+
+
+def _digests(root: Path, runs: list[SessionRun]) -> None:
+    """Each run's scenario_sha256: of the file its node id names, read now (the end of its session)."""
+    seen: dict[str, str] = {}
+    for run in runs:
+        name = run.nodeid.split("::")[0]
+        if name not in seen:
+            try:
+                seen[name] = hashlib.sha256((root / name).read_bytes()).hexdigest()
+            except OSError:
+                seen[name] = ""
+        run.scenario_sha256 = seen[name]
 
 
 def _failed_line(run: SessionRun) -> str:
@@ -193,10 +243,14 @@ def terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
     if hasattr(config, "workerinput"):  # an xdist worker: the controller reports the session
         return
     runs = collect_runs(terminalreporter.stats)
-    if not runs:
+    meta = session_meta(terminalreporter, config)
+    if not runs and not meta["splits"]:  # a shard writes its (empty) session.json: the merge counts its groups
         return
     root = reports_dir(config)
-    page = write_summary(root, runs) if root is not None else None
+    _digests(Path(config.rootpath), runs)
+    page = write_summary(root, runs, meta) if root is not None else None
+    if not runs:
+        return
     terminalreporter.write_sep("-", "lastcall scenarios")
     for run in runs:
         if run.outcome == "failed":
