@@ -163,6 +163,9 @@ class Proc:
 class Cluster:
     """The processes of one run of one variant: by default an engine and ``tp x pp`` workers.
 
+    ``fast_exit``: the processes skip the interpreter's module teardown after their exit hooks and threads
+    (harness.launch.forkserver; harness.scenario.exitmode says when a run may); else as
+    ``LASTCALL_FAST_EXIT=1`` says, by default the faithful exit.
     ``cast`` (a :class:`~harness.launch.parts.Cast` or its name) says which: ``worker`` (the default),
     ``handshake`` (an engine owning a handshake listener, and a peer), or any registered one.  ``engine`` is
     the cast's first process, ``workers`` its per-rank processes, ``peer`` its ``peer`` part (None if none).
@@ -171,7 +174,8 @@ class Cluster:
     def __init__(self, *, tp: int = 1, pp: int = 1, variant: str = "reference", drain_timeout: float = 5.0,
                  deadline: float = 60.0, exit_budget: float | None = None, device: str = "cpu",
                  capacity: int = 64 << 20, ipc_timeout: float = 10.0, run_id: str | None = None,
-                 recorder: Recorder | None = None, shm_dir: str = "/dev/shm", cast: Cast | str = WORKER) -> None:
+                 recorder: Recorder | None = None, shm_dir: str = "/dev/shm", cast: Cast | str = WORKER,
+                 fast_exit: bool | None = None) -> None:
         self.cast = cast_named(cast) if isinstance(cast, str) else cast
         self.tp, self.pp = tp, pp
         self.variant = variant
@@ -186,7 +190,7 @@ class Cluster:
         self._common = {"ipc": self.ipc, "root": str(self.root), "tp": tp, "pp_size": pp, "variant": variant,
                         "drain_timeout": drain_timeout, "exit_budget": exit_budget, "device": device,
                         "capacity": capacity, "ipc_timeout": ipc_timeout, "shm_dir": shm_dir,
-                        "fast_exit": os.environ.get("LASTCALL_FAST_EXIT") == "1"}
+                        "fast_exit": fast_exit or os.environ.get("LASTCALL_FAST_EXIT") == "1"}
         self._procs: dict[int, Proc] = {}
         self._lock = threading.Lock()
         self._changed = threading.Condition()  # notified when a process becomes ready or exits

@@ -26,6 +26,7 @@ from harness.launch.cluster import Cluster
 from harness.launch.parts import cast_named, missing_parts
 from harness.probes.model import Snapshot
 from harness.result import RunResult
+from harness.scenario.exitmode import fast_exit_for
 from harness.scenario.loader import MatrixItem
 from harness.scenario.player import STEP_KINDS, Player, Snap, StepError, cast_for
 from harness.timeouts import scale
@@ -51,9 +52,10 @@ def run_item(item: MatrixItem, *, variant: str | None = None, run_id: str | None
     chosen = variant or scn.target
     t0 = time.monotonic()
     cast = cast_named(cast_for(scn.steps))
+    fast, _ = fast_exit_for(item, chosen, [e.checker for e in scn.expect])  # harness.scenario.exitmode
     c = Cluster(tp=item.params["tp"], pp=item.params["pp"], device=item.params["device"], variant=chosen,
                 drain_timeout=cfg.drain_timeout, deadline=cfg.deadline, exit_budget=cfg.exit_budget,
-                capacity=cfg.capacity, ipc_timeout=cfg.ipc_timeout, run_id=run_id, cast=cast)
+                capacity=cfg.capacity, ipc_timeout=cfg.ipc_timeout, run_id=run_id, cast=cast, fast_exit=fast)
     snaps: dict[str, Snapshot] = {}
     player: Player | None = None
 

@@ -1,0 +1,101 @@
+"""The fast exit (issue 17): where a run's processes may skip module teardown, and that nothing judged changes.
+
+The mechanism is proven on a target whose module teardown leaves a mark (tests/lc_teardown_target.py): the
+faithful exit leaves it, the fast one does not.  The rule (harness.scenario.exitmode) is proven on the
+scenario library's own files; a reference run judges the same either way; and on the target with the mark,
+the rule keeps the faithful exit, so no_leftover_paths sees what that target's teardown does.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from harness.checkers.base import OK, VIOLATED
+from harness.launch.cluster import Cluster
+from harness.scenario import exitmode, runner
+from harness.scenario.exitmode import fast_exit_for
+from harness.scenario.loader import MatrixItem, expand, load, loads
+from tests.lc_teardown_target import MARK
+
+SCENARIOS = Path(__file__).resolve().parent.parent / "scenarios"
+MARKED = "reference@tests.lc_teardown_target:TeardownListener"
+
+
+def item(name: str) -> MatrixItem:
+    return expand(load(str(SCENARIOS / f"{name}.yaml")))[0]
+
+
+def checkers(it: MatrixItem) -> list[str]:
+    return [e.checker for e in it.scenario.expect]
+
+
+@pytest.mark.parametrize("fast", [False, True], ids=["faithful", "fast"])
+def test_module_teardown_runs_in_a_faithful_exit_and_only_there(fast: bool) -> None:
+    c = Cluster(variant=MARKED, fast_exit=fast)
+    c.start()
+    out = c.close()
+    assert out.status == "ok" and not out.detail, out
+    assert set(out.exits.values()) == {0}, out.exits  # same status either way
+    marks = [p for p in out.leftovers if p.endswith("/" + MARK)]
+    assert bool(marks) is not fast, (f"fast={fast}: the worker's module teardown "
+                                     f"{'ran' if marks else 'did not run'}; leftovers {out.leftovers}")
+
+
+def test_the_rule_on_the_library() -> None:
+    leftovers = item("nothing-outlives-the-run")  # stop_result, requests_served and after-snapshot checkers
+    assert fast_exit_for(leftovers, "reference", checkers(leftovers))[0]
+    assert fast_exit_for(leftovers, "leaks_a_child", checkers(leftovers))[0]  # a planted bug: the harness's code
+    for target in (MARKED, "kvcached==0.1.6", "tests.lc_events_target:CHATTY"):
+        ok, why = fast_exit_for(leftovers, target, checkers(leftovers))
+        assert not ok and "not the harness's own code" in why, (target, why)
+    before_exit = item("stop-from-a-handler-returns-at-once")
+    names = [n for n in checkers(before_exit) if n in exitmode.BEFORE_EXIT]
+    assert names and fast_exit_for(before_exit, "kvcached==0.1.6", names)[0]  # nothing at or after exit judged
+    timed = item("many-idle-connections-at-stop")
+    assert "exit_without_stall" in checkers(timed)
+    ok, why = fast_exit_for(timed, "reference", checkers(timed))
+    assert not ok and "exit_without_stall" in why
+    ok, why = fast_exit_for(leftovers, "reference", [*checkers(leftovers), "a_plugin_checker"])
+    assert not ok and "a_plugin_checker" in why  # a checker it does not know keeps the faithful exit
+
+
+@pytest.mark.parametrize("step", ["- exit: {on: all}", "- kill: {target: {rank: 0}}",
+                                  "- wait: {event: process_exited}"])
+def test_a_step_that_observes_an_exit_keeps_the_faithful_exit(step: str) -> None:
+    it = expand(loads(f"""
+name: observes-an-exit
+about: a run whose steps watch a process end
+catches: [leaks_a_child]
+steps:
+  - start: cluster
+  {step}
+expect:
+  - no_leftover_paths
+""", "<observes>"))[0]
+    ok, why = fast_exit_for(it, "reference", checkers(it))
+    assert not ok and "observes an exit" in why
+
+
+def _statuses(result: runner.RunResult) -> list[tuple[str, str]]:
+    return [(v.checker, v.status) for v in result.verdicts]
+
+
+def test_a_fast_reference_run_judges_as_the_faithful_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    it = item("nothing-outlives-the-run")
+    fast = runner.run_item(it)
+    monkeypatch.setattr(runner, "fast_exit_for", lambda *a: (False, "forced by the test"))
+    faithful = runner.run_item(it)
+    assert _statuses(fast) == _statuses(faithful), (fast.verdicts, faithful.verdicts)
+    assert all(s == OK for _, s in _statuses(fast)), fast.verdicts
+    assert not fast.outcome.leftovers and not faithful.outcome.leftovers
+
+
+def test_the_rule_keeps_the_faithful_exit_where_a_targets_teardown_changes_the_snapshot() -> None:
+    it = item("nothing-outlives-the-run")
+    assert not fast_exit_for(it, MARKED, checkers(it))[0]
+    result = runner.run_item(it, variant=MARKED)
+    verdicts = dict(_statuses(result))
+    assert verdicts["no_leftover_paths"] == VIOLATED, result.verdicts  # the mark its teardown wrote is seen
+    assert verdicts["stop_result"] == OK and verdicts["no_orphan_processes"] == OK, result.verdicts
