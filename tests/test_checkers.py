@@ -68,13 +68,13 @@ def resources(pid: int, when: str, t: int, threads: list[str], fds: list[list[An
 
 
 def test_every_checker_is_registered_with_its_parameters() -> None:
-    assert len(CHECKERS) == 29
+    assert len(CHECKERS) == 31
     assert set(CHECKERS) == set(CHECKER_PARAMS)
 
 
 def test_every_checker_is_proven_both_ways() -> None:
     names = {n for n in globals() if n.startswith("test_")}
-    for other in ("test_engine_checkers.py", "test_contract_checkers.py"):  # the engine and contract checkers' proofs
+    for other in ("test_engine_checkers.py", "test_contract_checkers.py", "test_stress.py"):  # the engine and contract checkers' proofs
         names |= set(re.findall(r"^def (test_\w+)\(", Path(__file__).with_name(other).read_text(), re.MULTILINE))
     for c in CHECKERS:
         assert f"test_{c}_ok" in names, c
