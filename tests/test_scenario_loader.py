@@ -138,7 +138,7 @@ def test_yaml_1_1_booleans_stay_words() -> None:
      "t.yaml:5:33: expect[0].stop_latency.within: expected a value more than 0, found 0"),
     ("steps: [start: cluster]\nexpect: [stop_result: {step: s9}]\n",
      "t.yaml:5:30: expect[0].stop_result.step: undefined step name 's9'; expected the as: name of a stop, "
-     "shutdown or restart step; there is no stop, shutdown or restart step"),
+     "shutdown, restart or start_listener step; there is no stop, shutdown, restart or start_listener step"),
     ("steps: [start: cluster, send: {fault: partial_header}]\nexpect: [no_late_dispatch]\n",
      "t.yaml:4:31: steps[1].send: missing required key 'cmd': fault 'partial_header' sends a request "
      "(e.g. cmd: map_to_kv_tensors)"),

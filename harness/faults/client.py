@@ -31,6 +31,11 @@ __all__ = [
     "stall_byte_by_byte",
     "idle_connections",
     "flood",
+    "padded_id",
+    "never_read",
+    "slow_reader",
+    "read_slowly",
+    "pipeline",
 ]
 
 Framer = Callable[[wire.Request], bytes]
@@ -40,9 +45,10 @@ class Peer:
     """A connection in a chosen state, and what is left of its frame."""
 
     def __init__(self, sock: socket.socket, rest: bytes = b"",
-                 decode: Callable[[bytes], wire.Reply] = wire.decode_reply) -> None:
+                 decode: Callable[[bytes], wire.Reply] = wire.decode_reply, *, unread: bool = False) -> None:
         self.sock = sock
         self.rest = rest
+        self.unread = unread  # its reply is never read: what arrived of it is skipped when looking for the close
         self.decode = decode  # the target's reply decoding (harness.targets.Codec.decode_reply)
 
     def finish(self) -> bool:
@@ -63,7 +69,7 @@ class Peer:
 
     def closed_by_listener(self, timeout: float | None = None) -> bool:
         """True if the listener closed or reset the connection within ``timeout``."""
-        return closed(self.sock, scaled() if timeout is None else timeout)
+        return closed(self.sock, scaled() if timeout is None else timeout, skip_data=self.unread)
 
     def reset(self) -> None:
         """Close with an RST (SO_LINGER 0) instead of a FIN."""
@@ -74,11 +80,17 @@ class Peer:
         self.sock.close()
 
 
-def closed(sock: socket.socket, timeout: float) -> bool:
-    """True if the other end closed or reset ``sock`` within ``timeout`` (data read first means no)."""
+def closed(sock: socket.socket, timeout: float, *, skip_data: bool = False) -> bool:
+    """True if the other end closed or reset ``sock`` within ``timeout`` (data read first means no, unless
+    ``skip_data``: then data is read past until the close)."""
     sock.settimeout(timeout)
     try:
-        return sock.recv(1 << 16) == b""
+        while True:
+            data = sock.recv(1 << 16)
+            if not data:
+                return True
+            if not skip_data:
+                return False
     except (ConnectionResetError, BrokenPipeError):
         return True
     except TimeoutError:
@@ -178,3 +190,66 @@ def flood(path: str, n: int) -> list[Peer]:
         except OSError:
             break
     return peers
+
+
+# ------------------------------------------------------------- readers
+def padded_id(name: str, reply_size: int | None) -> str:
+    """A request id that makes its reply (which echoes it) about ``reply_size`` bytes: ``name#xxx...``."""
+    if reply_size is None:
+        return name
+    return f"{name}#" + "x" * max(0, reply_size - len(name) - 16)  # 16: the reply's header and other fields
+
+
+def never_read(path: str, req: wire.Request, frame: Framer = wire.encode_request) -> Peer:
+    """Send the whole request, then never read its reply (the listener's write cannot finish)."""
+    s = connect(path)
+    s.sendall(frame(req))
+    return Peer(s, unread=True)
+
+
+def slow_reader(path: str, req: wire.Request, frame: Framer = wire.encode_request) -> Peer:
+    """Send the whole request; its reply is then read a byte at a time (:func:`read_slowly`)."""
+    s = connect(path)
+    s.sendall(frame(req))
+    return Peer(s)
+
+
+def read_slowly(sock: socket.socket, timeout: float, decode: Callable[[bytes], wire.Reply]) -> wire.Reply | None:
+    """Read one reply a byte per recv() call; None if the listener closed the connection first."""
+    sock.settimeout(timeout)
+    data = bytearray()
+    need = wire.HEADER.size
+    try:
+        while len(data) < need:
+            byte = sock.recv(1)
+            if not byte:
+                return None
+            data += byte
+            if len(data) == wire.HEADER.size:
+                need += wire.parse_length(bytes(data))
+    except (ConnectionResetError, BrokenPipeError):
+        return None
+    return decode(bytes(data[wire.HEADER.size:]))
+
+
+def pipeline(path: str, frames: list[bytes], timeout: float, decode: Callable[[bytes], wire.Reply], *,
+             read_each: bool = False) -> list[wire.Reply | None]:
+    """Send ``frames`` on one connection, back to back in one write (or each after the reply before, with
+    ``read_each``); the replies in the order read, None for each the listener closed the connection before."""
+    s = connect(path, timeout)
+    replies: list[wire.Reply | None] = []
+    try:
+        if not read_each:
+            s.sendall(b"".join(frames))
+        for data in frames:
+            if read_each:
+                s.sendall(data)
+            try:
+                replies.append(decode(wire.recv_frame(s)))
+            except (wire.PeerClosed, ConnectionResetError, BrokenPipeError):
+                break
+    except BrokenPipeError:
+        pass
+    finally:
+        s.close()
+    return replies + [None] * (len(frames) - len(replies))

@@ -20,6 +20,7 @@ from typing import Any
 from harness import failpoints
 from harness.errors import ConfigError
 from harness.launch.control import SHUTDOWN_TRIES, ControlClient, ExitRequest, process_resources
+from harness.reference.probe import start_and_stop
 from harness.targets import load_target
 
 __all__ = ["ROLE_MAINS", "RoleMain", "worker_main", "engine_main", "hs_engine_main", "hs_peer_main", "HOST"]
@@ -44,6 +45,7 @@ def worker_main(spec: dict[str, Any], ctl: ControlClient, exit_req: ExitRequest)
         "torn_down": side.torn_down,
         "restart": side.start,
         "stop_in_handler": lambda site="backend.kv_tensors_created": _stop_in_handler(ctl, side, site),
+        "start_listener": lambda **kw: start_and_stop(side, **kw),  # a throw-away listener (harness.reference.probe)
     })
     ctl.send({"t": "ready", "path": side.path})
     exit_req.wait()

@@ -9,6 +9,7 @@ read its reply therefore stalls only its own connection; while bytes are left th
 
 from __future__ import annotations
 
+import os
 import select
 import socket
 from collections import deque
@@ -16,7 +17,7 @@ from collections.abc import Callable
 
 from harness.reference import wire
 
-__all__ = ["State", "Conn", "deliver"]
+__all__ = ["State", "Conn", "deliver", "drain_pipe"]
 
 
 class State:
@@ -97,3 +98,12 @@ def deliver(ep: select.epoll, writers: dict[int, Conn], given_up: Callable[[], b
                 if conn.sock.fileno() != -1:
                     ep.unregister(fd)
     return list(writers.values())
+
+
+def drain_pipe(fd: int) -> None:
+    """Read the wake-up pipe empty."""
+    try:
+        while os.read(fd, 512):
+            pass
+    except OSError:  # empty (EAGAIN), or closed under us by a teardown: either way, woken
+        pass

@@ -1,4 +1,4 @@
-"""The directories of the path rule a listener removes once no socket is left in them."""
+"""What a listener removes of its own on disk: files it made, and the directories of the path rule once empty."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 from harness.reference.paths import DIR_PREFIX
 
-__all__ = ["remove_empty_dirs"]
+__all__ = ["remove_empty_dirs", "unlink_quietly"]
 
 _PP_DIR = re.compile(r"pp[0-9]+")  # a pipeline-stage subdirectory of the path rule
 
@@ -30,3 +30,12 @@ def remove_empty_dirs(sock: Path) -> None:
             if exc.errno != errno.ENOENT:
                 return
         d = d.parent
+
+
+def unlink_quietly(*paths: Path) -> None:
+    """Unlink each of ``paths``; one already gone is fine."""
+    for p in paths:
+        try:
+            p.unlink()
+        except FileNotFoundError:
+            pass

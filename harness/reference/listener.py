@@ -42,13 +42,13 @@ from pathlib import Path
 from typing import Protocol
 
 from harness import failpoints
-from harness.errors import BackendError, ConfigError, ListenerError, WireError
+from harness.errors import BackendError, ConfigError, InjectedFault, ListenerError, WireError
 from harness.events import label
 from harness.history import Emitter, NullRecorder
 from harness.osthread import name_os_thread
 from harness.reference import wire
-from harness.reference.conn import Conn, State, deliver
-from harness.reference.dirs import remove_empty_dirs
+from harness.reference.conn import Conn, State, deliver, drain_pipe
+from harness.reference.dirs import remove_empty_dirs, unlink_quietly
 from harness.reference.paths import OwnerRecord, owner_path
 
 __all__ = ["Backend", "ListenerConfig", "WorkerListener", "DEFAULT_DRAIN_TIMEOUT"]
@@ -155,6 +155,7 @@ class WorkerListener:
             self._take_over_stale_path()
             old_umask = os.umask(0o177)
             try:
+                failpoints.hit("listener.bind")  # armed with raise: the bind fails
                 server.bind(os.fspath(self.path))
             finally:
                 os.umask(old_umask)
@@ -163,13 +164,12 @@ class WorkerListener:
             self._ident = (st.st_dev, st.st_ino)
             server.listen(self.config.backlog)
             server.setblocking(False)
-            OwnerRecord.for_self(self.ipc, "socket", self.rank, self.pp).write(owner_path(self.path))
+            self._write_owner()
         except ListenerError:
             server.close()
             raise
-        except OSError as exc:
-            server.close()
-            self._remove_empty_dirs()
+        except (OSError, InjectedFault) as exc:
+            self._undo_start(server)
             raise ListenerError(f"{self.label}: cannot listen on {self.path}: {exc}") from exc
         self._server = server
         self._wake_r, self._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
@@ -258,6 +258,19 @@ class WorkerListener:
         self._wake()
 
     # ------------------------------------------------------------ variant seams
+    def _write_owner(self) -> None:
+        """The owner record beside the socket: who holds it (``lastcall ctl`` and a restart read it)."""
+        OwnerRecord.for_self(self.ipc, "socket", self.rank, self.pp).write(owner_path(self.path))
+
+    def _undo_start(self, server: socket.socket) -> None:
+        """A start that failed once the path was ours to take: close the socket, unlink what it bound (and its
+        owner record), remove the directories it made; nothing is left behind."""
+        server.close()
+        if self._ident is not None:
+            unlink_quietly(self.path, owner_path(self.path))
+            self._ident = None
+        self._remove_empty_dirs()
+
     def _cancel_reads(self, victims: list[_Conn]) -> None:
         """Under the lock: shut every reading or idle connection down (wakes a parked read)."""
         for conn in victims:
@@ -322,10 +335,7 @@ class WorkerListener:
         if self._server is not None:
             self._step("close")
             self._server.close()
-        try:
-            owner_path(self.path).unlink()
-        except FileNotFoundError:
-            pass
+        unlink_quietly(owner_path(self.path))
         self._step("rmdir")
         self._remove_empty_dirs()
         for fd in (self._wake_r, self._wake_w):
@@ -392,11 +402,7 @@ class WorkerListener:
             self._exited.set()
 
     def _drain_pipe(self) -> None:
-        try:
-            while os.read(self._wake_r, 512):
-                pass
-        except OSError:  # empty (EAGAIN), or closed under us by a teardown: either way, woken
-            pass
+        drain_pipe(self._wake_r)
 
     def _accept(self) -> None:
         """Accept one pending connection (epoll is level-triggered: more pending ones wake it again).

@@ -15,7 +15,7 @@ import socket
 from dataclasses import dataclass
 from typing import Any
 
-from harness.errors import ConfigError, WireError
+from harness.errors import ConfigError, ListenerError, WireError
 from harness.reference import wire
 from harness.reference.handshake import HandshakeListener
 from harness.reference.listener import WorkerListener, _Conn, _State
@@ -216,6 +216,56 @@ class BlockingWrite(WorkerListener):
             self._reply_failed(conn, exc)
 
 
+class FailedStartLeaks(WorkerListener):
+    """A start that fails after mkdir and socket() leaves them: the socket's fd and the directories it made."""
+
+    def _undo_start(self, server: socket.socket) -> None:
+        pass
+
+
+class TakesOverLiveSocket(WorkerListener):
+    """kvcached 0.1.6: start unlinks whatever is at its path, so a second process steals a live owner's socket."""
+
+    def _take_over_stale_path(self) -> None:
+        if os.path.lexists(self.path):
+            self.path.unlink()
+
+
+class RefusesStaleSocket(WorkerListener):
+    """Any file at the path counts as in use: a restart after a crash fails until someone cleans up by hand."""
+
+    def _take_over_stale_path(self) -> None:
+        if os.path.lexists(self.path):
+            raise ListenerError(f"{self.label}: {self.path} exists")
+
+
+class NoOwnerRecord(WorkerListener):
+    """Writes no owner record: ``lastcall ctl`` cannot tell the live instance from a leftover and deletes it."""
+
+    def _write_owner(self) -> None:
+        pass
+
+
+class StopUnstartedUnlinks(WorkerListener):
+    """stop() of a listener that never started (or failed to) cleans up by path: it unlinks whoever is there."""
+
+    def stop(self, timeout: float | None = None) -> bool:
+        if self._thread is None:
+            for p in (self.path, self.path.with_suffix(".owner")):
+                if os.path.lexists(p):
+                    p.unlink()
+        return super().stop(timeout)
+
+
+class NoKeepAlive(WorkerListener):
+    """One request per connection: the connection is closed after its first reply, so a kept-alive client's next
+    request (or the rest of a pipeline) is lost."""
+
+    def _send(self, conn: _Conn, reply: wire.Reply) -> None:
+        super()._send(conn, reply)
+        self._close(conn, why="one request per connection")
+
+
 class ShortWriteLost(WorkerListener):
     """One send() per reply: what the socket did not take at once is dropped, so a reply larger than the
     socket buffer arrives cut short and its client waits for the rest."""
@@ -259,6 +309,7 @@ class DropRegistrationOnError(Registry):
                 ok = False
             finally:
                 self._forget(self.key_of(listener), listener)
+        self.rec.emit("stop_all_returned", ok=ok, left=len(self))
         return ok
 
 
@@ -306,12 +357,16 @@ for _kind in ("engine_request", "engine_signal", "wait_gone", "engine_restart", 
 STEP_NEEDS["arm_listener_site"] = "listener_failpoints"
 STEP_NEEDS["stress"] = "listener_failpoints"  # it arms sites inside the listener (harness.scenario.stress)
 STEP_NEEDS["ctl"] = "owner_records"  # lastcall ctl reads the reference's owner records beside its sockets
+STEP_NEEDS.update({"pipeline": "wire", "stale_socket": "owner_records",  # a predecessor's record, as the reference's
+                   "start_listener": "owner_records"})  # a throw-away listener of the reference's own kind (probe)
 TARGET_SITES = ("backend.", "process.")  # sites any target's processes pass (the gated backend, the process role)
 
 
 def step_needs(steps: Any) -> set[str]:
     """The need-keys of a scenario's steps: their kinds, plus arm_listener_site for listener-internal sites."""
     kinds = {step.kind for step in steps}
+    if any(STEP_NEEDS.get(k) == "engine_tree" for k in kinds):  # an engine scenario holds a port for the engine
+        kinds.discard("hold_port")
     if any(step.kind == "arm" and not step.spec.site.startswith(TARGET_SITES) for step in steps):
         kinds.add("arm_listener_site")
     return kinds
@@ -414,6 +469,18 @@ VARIANTS: dict[str, Variant] = _variants(
             "other client waits", listener=BlockingWrite),
     Variant("short_write_lost", "a reply larger than the socket buffer is cut short: one send, the rest dropped",
             listener=ShortWriteLost),
+    Variant("failed_start_leaks", "a start that fails leaves its socket's fd and the directories it made",
+            listener=FailedStartLeaks),
+    Variant("takes_over_live_socket", "start unlinks whatever is at its path: a live owner's socket is stolen "
+            "(kvcached 0.1.6)", listener=TakesOverLiveSocket),
+    Variant("refuses_stale_socket", "a dead owner's leftover socket counts as in use: a restart after a crash fails",
+            listener=RefusesStaleSocket),
+    Variant("no_owner_record", "no owner record beside the socket: lastcall ctl deletes a live instance",
+            listener=NoOwnerRecord),
+    Variant("stop_unstarted_unlinks", "stop of a listener that never started, or failed to, unlinks whoever holds "
+            "its path", listener=StopUnstartedUnlinks),
+    Variant("no_keep_alive", "the connection is closed after its first reply: a kept-alive client's next request "
+            "is lost", listener=NoKeepAlive),
 )
 
 

@@ -35,12 +35,20 @@ __all__ = ["check"]
 
 BEFORE_START = ("hold_port",)  # steps that make sense before the cluster exists
 RETURNS = ("call", "stop", "shutdown", "restart", "exit", "engine_request", "engine_start")  # async steps: wait returned joins them
+WAITABLE = (*RETURNS, "pipeline", "send", "start_listener")  # what wait returned joins (send: a slow reader's)
 CONNECTS = ("send", "idle", "flood")  # steps that open connections: wait closed watches them
-STOPS = ("stop", "shutdown", "restart")  # steps stop_result / stop_latency judge
+STOPS = ("stop", "shutdown", "restart", "start_listener")  # steps stop_result / stop_latency judge
 # the same in a handshake scenario: every step that records its return, and the starts and stops of the listener
 HS_RETURNS = ("handshake_shutdown", "handshake", "handshake_start", "malformed_handshake", "cycle")
 HS_STOPS = ("handshake_start", "handshake_shutdown", "cycle")
 ARM_EXAMPLE = "- arm: {site: listener.frame_read, action: pause, as: f1}, then - wait: {reached: f1}"
+
+
+def _sub_stop(step: str, named: dict[str, _Named]) -> bool:
+    """Whether ``step`` is NAME.stopN of a start_listener step NAME with at least N stops."""
+    base, dot, n = step.rpartition(".stop")
+    got = named.get(base) if dot and n.isdigit() else None
+    return got is not None and got.step.kind == "start_listener" and 1 <= int(n) <= got.step.spec.stops
 
 
 @dataclass(frozen=True)
@@ -164,7 +172,7 @@ class _Refs:
                          hint="move the arm step before the wait" if later is not None else
                          f"arm a failpoint and wait for it: {ARM_EXAMPLE}")
         elif wait.returned is not None:
-            self.ref((*at, "returned"), wait.returned, RETURNS if self.handshake is None else HS_RETURNS, i)
+            self.ref((*at, "returned"), wait.returned, WAITABLE if self.handshake is None else HS_RETURNS, i)
         elif wait.closed is not None:
             self.ref((*at, "closed"), wait.closed, CONNECTS, i)
         elif wait.event is not None and wait.event not in kind_names() and ":" not in self.sc.target:
@@ -209,7 +217,7 @@ class _Refs:
         for j, entry in enumerate(self.sc.expect):
             at: KeyPath = ("expect", j, entry.checker)
             step = getattr(entry.params, "step", None)
-            if isinstance(step, str):
+            if isinstance(step, str) and not _sub_stop(step, self.named):  # NAME.stopN: a stop of start_listener NAME
                 self.ref((*at, "step"), step, STOPS if self.handshake is None else HS_STOPS, None)
             faults = getattr(entry.params, "faults", None)
             for k, name in enumerate(faults or []):

@@ -49,16 +49,19 @@ __all__ = [
     "Send", "Connections", "Arm", "Call", "Wait", "Stop", "Shutdown", "Restart", "Kill", "PathFault",
     "HoldPort", "Workload", "HandshakeStart", "Handshake", "Hammer", "MalformedHandshake", "HandshakeShutdown",
     "Cycle", "EngineRequest", "EngineSignal", "WaitGone", "EngineRestart", "EngineStart", "ENGINE_STEPS",
-    "HANDSHAKE_STEPS", "WORKER_STEPS", "is_handshake",
+    "HANDSHAKE_STEPS", "WORKER_STEPS", "is_handshake", "Pipeline", "Pipelined", "StaleSocket", "StartListener",
+    "READER_FAULTS",
 ]
 
 SendFault = Literal["none", "stall_after_header", "stall_mid_body", "partial_header", "zero_length",
                     "oversize_length", "garbage_body", "reset_mid_frame", "one_byte_at_a_time",
-                    "stall_byte_by_byte"]
+                    "stall_byte_by_byte", "never_read", "slow_reader"]
 SEND_FAULTS: tuple[str, ...] = SendFault.__args__  # type: ignore[attr-defined]
 WITHHOLDING_FAULTS = (  # faults that leave bytes to finish
     "stall_after_header", "stall_mid_body", "partial_header", "stall_byte_by_byte")
 FRAMELESS_FAULTS = ("zero_length", "oversize_length", "garbage_body")  # faults that send no request of their own
+READER_FAULTS = ("never_read", "slow_reader")  # a whole request sent; its reply never read, or read a byte at a time
+MAX_REPLY = 1_000_000  # the largest reply_size: the request carrying its padding must fit max_frame (1 MiB)
 Action = Literal["pause", "raise", "delay", "crash", "pass", "stop_listener"]  # failpoints.ACTIONS but call,
 # plus stop_listener: the handler that hits the site calls stop on its own listener (stop from a handler)
 FAILPOINT_ACTIONS: tuple[str, ...] = Action.__args__  # type: ignore[attr-defined]
@@ -89,6 +92,9 @@ class Send(Strict):
     transaction_id: str | None = Field(None, description="two-phase unmap transaction id")
     commit: bool = Field(False, description="prepare and commit in one step (prepare_unmap only)")
     fault: SendFault = Field("none", description="what goes wrong on the wire; see harness.faults.client")
+    reply_size: Size | None = Field(None, ge=64, le=MAX_REPLY, description=(
+        "pad the request's id so that its reply (which echoes the id) is about this many bytes, e.g. 512KiB: "
+        "more than the listener's socket buffer takes at once"))
     as_: StepName | None = _AS
 
     @model_validator(mode="after")
@@ -96,7 +102,54 @@ class Send(Strict):
         if self.cmd is None and self.fault not in FRAMELESS_FAULTS:
             raise ValueError(f"missing required key 'cmd': fault {self.fault!r} sends a request "
                              f"(e.g. cmd: map_to_kv_tensors)")
+        if self.reply_size is not None and self.fault in FRAMELESS_FAULTS:
+            raise ValueError(f"reply_size: fault {self.fault!r} sends no request whose reply could be padded")
         return self
+
+
+class Pipelined(Strict):
+    """One request of a pipeline."""
+
+    cmd: Command = Field(description="the wire command")
+    offsets: list[Size] = _OFFSETS
+    group_id: int = _GROUP
+
+
+class Pipeline(Strict):
+    """Several requests on one kept-alive connection, in the background (``wait: {returned: NAME}`` joins it):
+    written back to back in one write, or (``read_each``) each once the reply before it was read; the replies
+    are read in order.  Ok when every request got its reply, in order, none an error but shutting_down."""
+
+    to: Worker = _TO
+    requests: list[Pipelined] = Field(min_length=1, max_length=64, description="the requests, in order")
+    read_each: bool = Field(False, description="reuse the connection: send each request after the reply before")
+    reply_size: Size | None = Field(None, ge=64, le=MAX_REPLY, description="pad each request's id so its reply "
+                                    "is about this many bytes (see send)")
+    as_: StepName | None = _AS
+
+
+class StaleSocket(Strict):
+    """Leave what a SIGKILLed predecessor leaves at a socket path of instance ``ipc`` (under the run's root): the
+    socket file and its owner record, naming a process that is gone; ``start_listener`` with the same ``ipc``
+    then starts over it."""
+
+    of: Worker = Field(WORKER_0, description="whose path: a worker {rank, pp}")
+    ipc: str = Field("predecessor", min_length=1, max_length=32, pattern=r"^[A-Za-z0-9_.-]+$",
+                     description="the instance's name, under the run's root (not the run's own: its workers live)")
+
+
+class StartListener(Strict):
+    """In a worker's process, a fresh listener of the target's (not registered) at a worker's path: started
+    (or not), then stopped ``stops`` times.  Its value: whether it started (False when start raised: the
+    error is recorded); each stop is recorded as NAME.stop1, NAME.stop2 ... (value: what stop returned)."""
+
+    on: Worker = Field(WORKER_0, description="the process it runs in: a worker {rank, pp}")
+    at: Worker | None = Field(None, description="whose socket path: a worker {rank, pp} (default on)")
+    ipc: str | None = Field(None, min_length=1, max_length=32, pattern=r"^[A-Za-z0-9_.-]+$",
+                            description="another instance's name under the run's root; default the run's own")
+    start: bool = Field(True, description="false: never started, only stopped")
+    stops: int = Field(1, ge=0, le=3, description="how many times it is stopped afterwards")
+    as_: StepName | None = _AS
 
 
 class Connections(Strict):
@@ -466,6 +519,21 @@ class HoldPortStep(StepBase):
     hold_port: HoldPort = Field(description=HoldPort.__doc__)
 
 
+class PipelineStep(StepBase):
+    kind: ClassVar[str] = "pipeline"
+    pipeline: Pipeline = Field(description=Pipeline.__doc__)
+
+
+class StaleSocketStep(StepBase):
+    kind: ClassVar[str] = "stale_socket"
+    stale_socket: StaleSocket = Field(description=StaleSocket.__doc__)
+
+
+class StartListenerStep(StepBase):
+    kind: ClassVar[str] = "start_listener"
+    start_listener: StartListener = Field(description=StartListener.__doc__)
+
+
 class FinishStep(StepBase):
     kind: ClassVar[str] = "finish"
     finish: StepName = Field(description="a send step's name: send the rest of its withheld frame")
@@ -551,7 +619,7 @@ _STEPS: tuple[type[StepBase], ...] = (
     StartStep, SendStep, IdleStep, FloodStep, ArmStep, CallStep, WaitStep, ReleaseStep, StopStep, ShutdownStep,
     RestartStep, KillStep, RemoveStep, ReplaceStep, HoldPortStep, FinishStep, WorkloadStep, StressStep, ExitStep,
     HandshakeStartStep, HandshakeStep, HammerStep, StopHammerStep, MalformedHandshakeStep, HandshakeShutdownStep,
-    CycleStep, CtlStep,
+    CycleStep, CtlStep, PipelineStep, StaleSocketStep, StartListenerStep,
 )
 STEP_TYPES: dict[str, type[StepBase]] = {c.kind: c for c in sorted(_STEPS, key=lambda c: c.kind)}  # alphabetical
 # Steps that drive a handshake listener: a scenario with any of them is a handshake scenario (an engine owning
@@ -561,7 +629,7 @@ HANDSHAKE_STEPS = ("handshake_start", "handshake", "hammer", "stop_hammer", "mal
                    "handshake_shutdown", "cycle")
 ENGINE_STEPS = ("engine_request", "engine_signal", "wait_gone", "engine_restart", "engine_start")  # harness.scenario.engine_steps
 WORKER_STEPS = ("send", "idle", "flood", "call", "stop", "shutdown", "restart", "exit", "finish", "remove", "replace",
-                "workload", "ctl", "stress")
+                "workload", "ctl", "pipeline", "stale_socket", "start_listener", "stress")
 
 
 def is_handshake(steps: Iterable[StepBase]) -> bool:
@@ -589,6 +657,8 @@ Step = Annotated[
     | Annotated[HandshakeStartStep, Tag("handshake_start")] | Annotated[HoldPortStep, Tag("hold_port")]
     | Annotated[IdleStep, Tag("idle")] | Annotated[KillStep, Tag("kill")]
     | Annotated[MalformedHandshakeStep, Tag("malformed_handshake")] | Annotated[ReleaseStep, Tag("release")]
+    | Annotated[PipelineStep, Tag("pipeline")] | Annotated[StaleSocketStep, Tag("stale_socket")]
+    | Annotated[StartListenerStep, Tag("start_listener")]
     | Annotated[RemoveStep, Tag("remove")] | Annotated[ReplaceStep, Tag("replace")]
     | Annotated[RestartStep, Tag("restart")] | Annotated[SendStep, Tag("send")]
     | Annotated[ShutdownStep, Tag("shutdown")] | Annotated[StartStep, Tag("start")]

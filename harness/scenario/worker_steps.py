@@ -13,7 +13,9 @@ from harness.faults import client as cf
 from harness.faults import env
 from harness.launch.cluster import Proc
 from harness.reference import wire
+from harness.scenario.edge_steps import send_reader_fault  # also registers the edge step kinds
 from harness.scenario.player import Player, StepError, step_kind, wait
+from harness.scenario.steps import READER_FAULTS
 from harness.timeouts import scaled
 
 __all__ = ["MiB"]
@@ -27,11 +29,14 @@ STALLS = ("stall_after_header", "stall_mid_body", "partial_header", "stall_byte_
 def send(pl: Player, s: Any, name: str) -> None:
     path = pl.proc(s.to).path
     req = wire.Request(cmd=s.cmd or "kv_tensors_created", group_id=s.group_id, offsets=list(s.offsets),
-                       transaction_id=s.transaction_id or "", commit=s.commit, id=name)
+                       transaction_id=s.transaction_id or "", commit=s.commit, id=cf.padded_id(name, s.reply_size))
     pl.started(name, "send", fault=s.fault)
     fault = s.fault
     frame = pl.codec.encode_request
     try:
+        if fault in READER_FAULTS:  # harness.scenario.edge_steps
+            send_reader_fault(pl, s, name, path, req)
+            return
         if fault in STALLS:
             peer = getattr(cf, fault)(path, req, frame)
             peer.decode = pl.codec.decode_reply

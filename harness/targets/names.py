@@ -29,7 +29,8 @@ WORKER_VARIANTS: tuple[str, ...] = (
     "wake_by_connect", "unlink_by_path", "rmtree_dir", "dies_on_bad_frame", "teardown_then_false", "lost_unmap",
     "leaks_usage_segment", "leaks_a_child", "head_of_line_blocking", "restart_drops_old", "unbounded_exit_hook",
     "teardown_ignores_stop", "unlocked_dispatch_decision", "unlocked_frame_completion", "unlocked_accept",
-    "unlocked_concurrent_stops", "blocking_write", "short_write_lost",
+    "unlocked_concurrent_stops", "blocking_write", "short_write_lost", "failed_start_leaks",
+    "takes_over_live_socket", "refuses_stale_socket", "no_owner_record", "stop_unstarted_unlinks", "no_keep_alive",
 )
 # harness.reference.handshake_variants.HANDSHAKE_VARIANTS, in its order (the handshake listener's)
 HANDSHAKE_VARIANTS: tuple[str, ...] = (

@@ -1,0 +1,121 @@
+"""The worker run's step kinds for the edges of a listener's life: pipelines on one kept-alive connection,
+clients that do not read their replies, a dead predecessor's stale socket, throw-away starts and stops.
+
+Registered in harness.scenario.player's registry on import (harness.scenario.worker_steps imports it).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from harness.faults import client as cf
+from harness.faults import env
+from harness.launch.cluster import RemoteError
+from harness.reference import wire
+from harness.reference.paths import socket_path
+from harness.scenario.player import Player, StepError, step_kind
+
+__all__ = ["send_reader_fault", "short_id"]
+
+W = "worker"
+
+
+def short_id(rid: str | None) -> str | None:
+    """A request id without its padding (harness.faults.client.padded_id): what the history keeps."""
+    return None if rid is None else rid.split("#", 1)[0]
+
+
+def send_reader_fault(pl: Player, s: Any, name: str, path: str, req: wire.Request) -> None:
+    """``send`` with fault never_read (the reply is never read: a stalled client until the listener closes the
+    connection) or slow_reader (read a byte per recv() in the background; ``wait: {returned: NAME}`` joins it;
+    judged as a plain request: it is well-formed, only slow to take its reply)."""
+    if s.fault == "never_read":
+        peer = cf.never_read(path, req, pl.codec.encode_request)
+        pl.peers[name] = [peer]
+        pl.emit("peer_stalled", step=name, fault=s.fault)
+        return
+    peer = cf.slow_reader(path, req, pl.codec.encode_request)
+    sock = peer.sock
+    pl.peers[name] = [peer]
+    limit = pl.timeout()
+
+    def read() -> None:
+        try:
+            reply = cf.read_slowly(sock, limit, pl.codec.decode_reply)
+        except OSError as exc:
+            pl.returned(name, "send", False, None, fault="none", reader=s.fault, error=f"{type(exc).__name__}: {exc}")
+            return
+        ok = reply is not None and reply.status != "error"
+        value = None if reply is None else {"status": reply.status, "error_type": reply.error_type}
+        pl.returned(name, "send", ok, value, fault="none", reader=s.fault,
+                    error="" if ok else "no reply (connection closed)" if reply is None
+                    else f"{reply.error_type}: {reply.message}")
+
+    pl.background(name, read)
+
+
+@step_kind("pipeline", "request", cast=W)
+def pipeline(pl: Player, s: Any, name: str) -> None:
+    path = pl.proc(s.to).path
+    reqs = [wire.Request(cmd=r.cmd, offsets=list(r.offsets), group_id=r.group_id,
+                         id=cf.padded_id(f"{name}.{i}", s.reply_size)) for i, r in enumerate(s.requests)]
+    frames = [pl.codec.encode_request(r) for r in reqs]
+    pl.started(name, "pipeline", n=len(reqs), read_each=s.read_each)
+    limit = pl.timeout()
+
+    def run() -> None:
+        try:
+            replies = cf.pipeline(path, frames, limit, pl.codec.decode_reply, read_each=s.read_each)
+        except OSError as exc:
+            pl.returned(name, "pipeline", False, None, error=f"{type(exc).__name__}: {exc}")
+            return
+        value = [None if r is None else {"id": short_id(r.id), "status": r.status, "error_type": r.error_type}
+                 for r in replies]
+        want = [short_id(q.id) for q in reqs]
+        got = [None if v is None else v["id"] for v in value]
+        bad = [v for v in value if v is not None and v["status"] == "error" and v["error_type"] != "shutting_down"]
+        error = (f"{got.count(None)} of {len(reqs)} request(s) got no reply (connection closed)" if None in got
+                 else f"replies out of order: {got}, sent {want}" if got != want
+                 else f"{bad[0]['id']}: {bad[0]['error_type']}" if bad else "")
+        pl.returned(name, "pipeline", not error, value, n=len(reqs), error=error)
+
+    pl.background(name, run)
+
+
+@step_kind("stale_socket", "environment", cast=W)
+def stale_socket(pl: Player, s: Any, name: str) -> None:
+    c = pl.c
+    if s.ipc == c.ipc:
+        raise StepError(f"stale_socket: {s.ipc!r} is the run's own instance, whose workers live; name another")
+    path = os.fspath(socket_path(s.ipc, s.of.rank, s.of.pp, c.root))
+    pl.started(name, "stale_socket", path=path)
+    try:
+        pid = env.leave_stale_socket(path, s.ipc, s.of.rank, s.of.pp)
+    except (OSError, RuntimeError) as exc:
+        pl.returned(name, "stale_socket", False, None, path=path, error=str(exc))
+        raise StepError(f"stale_socket: {exc}") from None
+    pl.returned(name, "stale_socket", True, pid, path=path)
+
+
+@step_kind("start_listener", "start", cast=W)
+def start_listener(pl: Player, s: Any, name: str) -> None:
+    """A throw-away listener in worker ``on``'s process (harness.reference.probe): its start's outcome is this
+    step's value (True: started), each stop after it a step ``NAME.stopN`` of kind stop (value: what it
+    returned), so stop_result judges both."""
+    c = pl.c
+    at = s.at if s.at is not None else s.on
+    ipc = s.ipc or c.ipc
+    path = os.fspath(socket_path(ipc, at.rank, at.pp, c.root))
+    proc = pl.proc(s.on)
+    pl.started(name, "start_listener", path=path, start=s.start)
+    try:
+        out = proc.call("start_listener", timeout=pl.timeout(), path=path, ipc=ipc, rank=at.rank, pp=at.pp,
+                        start=s.start, stops=s.stops)
+    except RemoteError as exc:
+        pl.failed(name, "start_listener", proc, exc, path=path)
+        return
+    pl.returned(name, "start_listener", True, bool(out["started"]), path=path, start=s.start,
+                error_class=out["error_class"], error=out["error"] or "")
+    for i, ok in enumerate(out["stops"], 1):
+        pl.returned(f"{name}.stop{i}", "stop", True, ok, path=path)
