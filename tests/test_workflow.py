@@ -77,21 +77,21 @@ def test_every_lastcall_command_of_the_workflow_exists_with_its_options() -> Non
 def test_pytest_split_knows_the_options_the_shards_pass_to_pytest() -> None:
     import pytest_split.plugin
 
-    class Recorder:
-        names: list[str] = []
+    names: list[str] = []
 
+    class Recorder:
         def getgroup(self, *a: Any, **k: Any) -> Recorder:
             return self
 
-        def addoption(self, *names: str, **k: Any) -> None:
-            self.names.extend(names)
+        def addoption(self, *given: str, **k: Any) -> None:
+            names.extend(given)
 
     pytest_split.plugin.pytest_addoption(Recorder())  # type: ignore[arg-type]
     shard, _ = shard_and_merge()
     (run,) = [s["run"] for s in steps_running(shard, "lastcall run")]
     (argv,) = lastcall_argv(run)
     after = argv[argv.index("--") + 1:]
-    assert {"--splits", "--group"} <= set(Recorder.names)
+    assert {"--splits", "--group"} <= set(names)
     assert {"--splits", "--group"} <= {a for a in after if a.startswith("--")}, after
 
 
