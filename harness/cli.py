@@ -11,13 +11,15 @@ Commands:
   schema     print the JSON Schema of a scenario file, for editors
   bench      compare listener variants in real worker processes: interleaved windows, interval, A/A floor
   report     re-judge a stored run's history with the checkers and rebuild its HTML page; --merge shards
+  mutate     mutate a listener module one edit at a time: which breaks its scenarios miss
 
 Exit codes:
   0    ok
   1    contract: the reference broke a check, or a planted bug was not caught;
        run: a scenario failed (a violated invariant, a hung run, or a planted bug not caught; pytest's 1);
        report: a checker found a violation in the history (--merge: a run failed, or an item is FLAKY);
-       bench: a worker's fds or threads grew over a window (a leak), or a worker did not exit cleanly
+       bench: a worker's fds or threads grew over a window (a leak), or a worker did not exit cleanly;
+       mutate: a non-equivalent mutant survived
   2    usage error or bad input (bad flag, unknown name, invalid file, instance in use): one line on stderr
        per error; run: also pytest's 4 (usage) and 5 (nothing collected)
   3    internal error: one line on stderr naming the file the traceback was written to (run: pytest's 3)
@@ -523,6 +525,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", metavar="FILE", help="write medians, ratios, intervals, p-values and the A/A floor")
     p.add_argument("--svg", metavar="FILE", help="write a plot of every window median per arm and op")
     p.set_defaults(func=_cmd_bench)
+
+    from harness.mutate.command import register  # its own module: lastcall mutate
+
+    register(sub, fmt)
     return parser
 
 

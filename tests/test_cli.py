@@ -25,8 +25,8 @@ def _run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]
 @pytest.mark.parametrize(("argv", "message"), [
     ([], "lastcall: error: the following arguments are required: COMMAND (see lastcall --help)"),
     (["nope"], "lastcall: error: argument COMMAND: invalid choice: 'nope' (choose from 'contract', 'serve', "
-               "'ctl', 'run', 'fetch', 'replay', 'list', 'targets', 'validate', 'schema', 'report', 'bench') "
-               "(see lastcall --help)"),
+               "'ctl', 'run', 'fetch', 'replay', 'list', 'targets', 'validate', 'schema', 'report', 'bench', "
+               "'mutate') (see lastcall --help)"),
     (["serve"], "lastcall serve: error: the following arguments are required: --ipc (see lastcall serve --help)"),
     (["serve", "--ipc", "x", "--rank", "-1"],
      "lastcall serve: error: argument --rank: -1 must be >= 0 (see lastcall serve --help)"),

@@ -1,0 +1,245 @@
+"""The smallest mutator that can drive lastcall's multi-process suite: one-line breaks as source edits.
+
+A mutant is one edit of one function's source, made as text (the rest of the file, its comments and its line
+numbers stay as they are), so the mutated file can be written into a temporary copy of its package that the
+run's processes import.  The operators (``OPERATORS``):
+
+* ``remove``: a simple statement replaced by ``pass`` (an assignment, a call, a return, a raise, ...);
+* ``negate``: the condition of an ``if``, ``while`` or conditional expression wrapped in ``not (...)``;
+* ``unlock``: ``with <lock>:`` replaced by ``if True:`` (the block runs without the lock; a lock is a
+  ``with`` on one name or attribute whose name says lock, cond, mutex or sem);
+* ``flip_return``: ``return True`` <-> ``return False``, and ``return <comparison or not or and/or>``
+  -> ``return not (...)``;
+* ``compare``: ``<`` <-> ``<=``, ``>`` <-> ``>=``, ``==`` <-> ``!=``, ``is`` <-> ``is not``, ``in`` <-> ``not in``;
+* ``constant``: a number ``n`` -> ``n + 1``, ``True`` <-> ``False``.
+
+What only reports is left alone: docstrings, ``pass``, and every instrumentation call with what is inside it
+(a call of a method named ``emit``, as a recorder's, and ``failpoints.hit(...)``): removing an event changes
+what the history says, not what the listener does.  A mutant that does not compile, or whose text is the
+original's, is not made.
+"""
+
+from __future__ import annotations
+
+import ast
+import difflib
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+__all__ = ["OPERATORS", "Mutant", "functions_of", "mutants_of", "apply", "diff_of", "LOCK_WORDS"]
+
+OPERATORS = ("remove", "negate", "unlock", "flip_return", "compare", "constant")
+LOCK_WORDS = ("lock", "cond", "mutex", "sem")
+_SWAP: dict[type[ast.cmpop], type[ast.cmpop]] = {
+    ast.Lt: ast.LtE, ast.LtE: ast.Lt, ast.Gt: ast.GtE, ast.GtE: ast.Gt, ast.Eq: ast.NotEq, ast.NotEq: ast.Eq,
+    ast.Is: ast.IsNot, ast.IsNot: ast.Is, ast.In: ast.NotIn, ast.NotIn: ast.In}
+_COMPOUND = (ast.If, ast.For, ast.AsyncFor, ast.While, ast.With, ast.AsyncWith, ast.Try, ast.FunctionDef,
+             ast.AsyncFunctionDef, ast.ClassDef, ast.Match) + ((ast.TryStar,) if hasattr(ast, "TryStar") else ())
+
+
+@dataclass(frozen=True)
+class Mutant:
+    """One edit of one function: the text from (line, col) to (end_line, end_col) becomes ``new``."""
+
+    file: str  # the path as given (relative to the package's root in ids)
+    qualname: str
+    op: str
+    line: int  # 1-based
+    col: int  # 0-based, as ast
+    end_line: int
+    end_col: int
+    new: str
+    about: str  # the mutation in words: "`x < y` -> `x <= y`"
+
+    @property
+    def id(self) -> str:
+        """Stable while the function's text does not move: FILE:LINE:COL:OP (one more :N when needed)."""
+        return f"{self.file}:{self.line}:{self.col}:{self.op}"
+
+
+def functions_of(tree: ast.Module) -> dict[str, ast.FunctionDef | ast.AsyncFunctionDef]:
+    """Every function and method of a module by qualname (``Class.method``, ``func``, ``Outer.Inner.m``)."""
+    found: dict[str, ast.FunctionDef | ast.AsyncFunctionDef] = {}
+
+    def visit(body: Sequence[ast.stmt], prefix: str) -> None:
+        for node in body:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                found[prefix + node.name] = node
+            elif isinstance(node, ast.ClassDef):
+                visit(node.body, f"{prefix}{node.name}.")
+
+    visit(tree.body, "")
+    return found
+
+
+def _is_instrumentation(node: ast.AST) -> bool:
+    if not isinstance(node, ast.Call):
+        return False
+    f = node.func
+    if isinstance(f, ast.Attribute) and f.attr == "emit":
+        return True
+    return isinstance(f, ast.Attribute) and f.attr == "hit" and isinstance(f.value, ast.Name) \
+        and f.value.id == "failpoints"
+
+
+def _walk(node: ast.AST) -> Iterator[ast.AST]:
+    """ast.walk in source order, not entering instrumentation calls, nested functions and classes, f-strings
+    (a message) or annotations."""
+    for field, value in ast.iter_fields(node):
+        if field in ("annotation", "returns", "decorator_list", "type_comment"):
+            continue
+        for child in value if isinstance(value, list) else [value]:
+            if not isinstance(child, ast.AST) or _is_instrumentation(child) or isinstance(
+                    child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda, ast.JoinedStr)):
+                continue
+            yield child
+            yield from _walk(child)
+
+
+def _body(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> Iterator[ast.AST]:
+    """The nodes of ``fn``'s body (not its signature), in source order."""
+    for stmt in fn.body:
+        if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            continue
+        yield stmt
+        yield from _walk(stmt)
+
+
+def _tests_of(fn: ast.AST) -> set[int]:
+    """ids of the conditions of ``fn``'s if, while and conditional expressions."""
+    return {id(n.test) for n in ast.walk(fn) if isinstance(n, (ast.If, ast.While, ast.IfExp))}
+
+
+def _lock_name(expr: ast.expr) -> str | None:
+    name = expr.attr if isinstance(expr, ast.Attribute) else expr.id if isinstance(expr, ast.Name) else None
+    return name if name is not None and any(w in name.lower() for w in LOCK_WORDS) else None
+
+
+def _seg(lines: list[str], node: ast.AST) -> str:
+    return ast.get_source_segment("".join(lines), node) or ""
+
+
+def _expr(node: ast.expr, text: str, *, keep_lines: bool = True) -> tuple[int, int, int, int, str]:
+    """An edit replacing expression ``node`` by ``text``, padded inside parentheses to keep the line count."""
+    assert node.end_lineno is not None and node.end_col_offset is not None
+    extra = node.end_lineno - node.lineno
+    if keep_lines and extra and "\n" not in text:
+        text = f"({text}{chr(10) * extra})"
+    return node.lineno, node.col_offset, node.end_lineno, node.end_col_offset, text
+
+
+def _candidates(fn: ast.FunctionDef | ast.AsyncFunctionDef, source: str) -> Iterator[tuple[str, tuple[int, int, int,
+                                                                                                    int, str], str]]:
+    """(op, edit, about) for every mutation of ``fn``'s body, in source order."""
+    tests = _tests_of(fn)
+    for node in _body(fn):
+        if isinstance(node, ast.stmt) and not isinstance(node, _COMPOUND) and not isinstance(node, ast.Pass):
+            is_doc = isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant) \
+                and isinstance(node.value.value, str)
+            if not is_doc and not (isinstance(node, ast.Expr) and _is_instrumentation(node.value)):
+                assert node.end_lineno is not None and node.end_col_offset is not None
+                text = ast.get_source_segment(source, node) or ""
+                pad = "\n" * (node.end_lineno - node.lineno)
+                yield "remove", (node.lineno, node.col_offset, node.end_lineno, node.end_col_offset,
+                                 "pass" + pad), f"`{_short(text)}` removed"
+        if isinstance(node, (ast.If, ast.While, ast.IfExp)):
+            text = ast.get_source_segment(source, node.test) or ""
+            yield "negate", _expr(node.test, f"not ({text})"), f"condition `{_short(text)}` negated"
+        if isinstance(node, ast.With) and len(node.items) == 1 and node.items[0].optional_vars is None:
+            lock = node.items[0].context_expr
+            if _lock_name(lock) is not None:
+                assert lock.end_lineno is not None and lock.end_col_offset is not None
+                text = ast.get_source_segment(source, lock) or ""
+                yield "unlock", (node.lineno, node.col_offset, lock.end_lineno, lock.end_col_offset, "if True"), \
+                    f"`with {text}:` dropped (the block runs without the lock)"
+        if isinstance(node, ast.Return) and node.value is not None:
+            v = node.value
+            if isinstance(v, ast.Constant) and isinstance(v.value, bool):
+                yield "flip_return", _expr(v, repr(not v.value)), f"`return {v.value}` -> `return {not v.value}`"
+            elif isinstance(v, (ast.Compare, ast.BoolOp)) or (isinstance(v, ast.UnaryOp) and isinstance(v.op, ast.Not)):
+                text = ast.get_source_segment(source, v) or ""
+                yield "flip_return", _expr(v, f"not ({text})"), f"`return {_short(text)}` -> `return not (...)`"
+        if isinstance(node, ast.Compare):
+            for i, op in enumerate(node.ops):
+                swap = _SWAP.get(type(op))
+                if swap is None or (id(node) in tests and len(node.ops) == 1 and not isinstance(
+                        op, (ast.Lt, ast.LtE, ast.Gt, ast.GtE))):
+                    continue  # the swap of ==, is, in as a whole condition is its negation: negate made it
+                new = ast.Compare(left=node.left, ops=[*node.ops[:i], swap(), *node.ops[i + 1:]],
+                                  comparators=node.comparators)
+                text = ast.get_source_segment(source, node) or ""
+                yield "compare", _expr(node, ast.unparse(new)), f"`{_short(text)}` -> `{_short(ast.unparse(new))}`"
+        if isinstance(node, ast.Constant) and not _in_return_bool(fn, node):
+            value = node.value
+            if isinstance(value, bool):
+                yield "constant", _expr(node, repr(not value)), f"`{value}` -> `{not value}`"
+            elif isinstance(value, (int, float)) and not isinstance(value, bool):
+                text = ast.get_source_segment(source, node) or repr(value)
+                yield "constant", _expr(node, repr(value + 1)), f"`{text}` -> `{value + 1!r}`"
+
+
+def _in_return_bool(fn: ast.AST, node: ast.Constant) -> bool:
+    """Whether ``node`` is the constant of a ``return True/False`` (flip_return's, not constant's)."""
+    return isinstance(node.value, bool) and any(isinstance(r, ast.Return) and r.value is node for r in ast.walk(fn))
+
+
+def _short(text: str, width: int = 60) -> str:
+    one = " ".join(text.split())
+    return one if len(one) <= width else one[: width - 3] + "..."
+
+
+def mutants_of(source: str, file: str, qualnames: Sequence[str] | None = None) -> list[Mutant]:
+    """Every mutant of the functions ``qualnames`` (all of the module's when None) of ``source``, in order.
+
+    Raises: KeyError naming a qualname the module does not define; SyntaxError for a file that does not parse.
+    """
+    tree = ast.parse(source)
+    funcs = functions_of(tree)
+    names = list(funcs) if qualnames is None else list(dict.fromkeys(qualnames))
+    missing = [n for n in names if n not in funcs]
+    if missing:
+        raise KeyError(", ".join(missing))
+    out: list[Mutant] = []
+    seen: set[str] = set()
+    for name in names:
+        for op, (line, col, end_line, end_col, new), about in _candidates(funcs[name], source):
+            m = Mutant(file, name, op, line, col, end_line, end_col, new, about)
+            text = apply(source, m)
+            if text == source or not _compiles(text):
+                continue
+            key, n = m.id, 1
+            while m.id in seen:  # two mutations of one op at one place (a compare with two operators)
+                n += 1
+                m = Mutant(file, name, f"{op}{n}", line, col, end_line, end_col, new, about)
+            seen.add(key)
+            seen.add(m.id)
+            out.append(m)
+    return out
+
+
+def _compiles(text: str) -> bool:
+    try:
+        compile(text, "<mutant>", "exec")
+    except (SyntaxError, ValueError):
+        return False
+    return True
+
+
+def apply(source: str, m: Mutant) -> str:
+    """``source`` with ``m``'s edit made (line and column as ast counts them: columns are UTF-8 bytes)."""
+    lines = source.splitlines(keepends=True)
+    start = _offset(lines, m.line, m.col)
+    end = _offset(lines, m.end_line, m.end_col)
+    return source[:start] + m.new + source[end:]
+
+
+def _offset(lines: list[str], line: int, col: int) -> int:
+    before = sum(len(s) for s in lines[: line - 1])
+    return before + len(lines[line - 1].encode()[:col].decode())
+
+
+def diff_of(source: str, m: Mutant, context: int = 1) -> str:
+    """The unified diff of ``m`` against ``source`` (a few lines)."""
+    new = apply(source, m)
+    return "".join(difflib.unified_diff(source.splitlines(keepends=True), new.splitlines(keepends=True),
+                                        fromfile=f"a/{m.file}", tofile=f"b/{m.file}", n=context))

@@ -1,0 +1,80 @@
+"""docs/mutation.md's measured figures, rendered from docs/data/mutation.json (``./dev mutate --record``).
+
+``python -m harness.mutate.table`` re-renders the page's part between the markers from the JSON (after an
+explanation in mutation/survivors.yaml or equivalent.yaml changed: the JSON keeps the outcomes, the YAML
+files the explanations); tests/test_mutate_docs.py renders it and compares.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+__all__ = ["DATA", "PAGE", "BEGIN", "END", "markdown", "render_doc"]
+
+ROOT = Path(__file__).resolve().parents[2]
+DATA = ROOT / "docs" / "data" / "mutation.json"
+PAGE = ROOT / "docs" / "mutation.md"
+BEGIN, END = "<!-- mutation-table:begin -->", "<!-- mutation-table:end -->"
+
+
+def _pct(k: int, n: int) -> str:
+    return f"{100 * k / n:.1f} %" if n else "n/a"
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def markdown(data: dict[str, Any], explanations: dict[str, str] | None = None) -> str:
+    """The figures, the outcome counts by operator, and every survivor with its explanation."""
+    from harness.mutate.plan import EQUIVALENT, SURVIVORS, read_entries
+
+    if explanations is None:
+        explanations = {k: e.why for k, e in read_entries(SURVIVORS, equivalent=False).items()}
+        explanations.update({k: f"equivalent ({e.reason}, shown by `{e.test}`): {e.why}"
+                             for k, e in read_entries(EQUIVALENT, equivalent=True).items()})
+    raw, ne = data["raw"], data["non_equivalent"]
+    mutants = data["mutants"]
+    lines = [f"Measured with `{data['command']}` at commit {data['commit']} ({data['date']}, Python "
+             f"{data['python']}): a sample of **{raw['all']}** of the {data['mutants_in_scope']} mutants of "
+             f"mutation/stop-path.txt, seed **{data['seed']}**.",
+             "",
+             "| score | killed | of | % |",
+             "|---|---:|---:|---:|",
+             f"| raw (killed / all) | {raw['killed']} | {raw['all']} | {_pct(raw['killed'], raw['all'])} |",
+             f"| non-equivalent | {ne['killed']} | {ne['all']} | {_pct(ne['killed'], ne['all'])} |",
+             "",
+             "| operator | run | killed by a scenario | by timeout | by an error | survived |",
+             "|---|---:|---:|---:|---:|---:|"]
+    for op in sorted({m["op"].rstrip("0123456789") for m in mutants}):
+        mine = [m for m in mutants if m["op"].rstrip("0123456789") == op]
+        counts = [sum(1 for m in mine if m["status"] == s) for s in
+                  ("killed", "killed by timeout", "killed by an error", "survived")]
+        lines.append(f"| {op} | {len(mine)} | " + " | ".join(map(str, counts)) + " |")
+    survivors = [m for m in mutants if m["status"] == "survived"]
+    lines += ["", f"Survivors ({len(survivors)}), each with its explanation (mutation/survivors.yaml, "
+                  "mutation/equivalent.yaml):", ""]
+    if survivors:
+        lines += ["| mutant | function | mutation | explanation |", "|---|---|---|---|"]
+        for m in survivors:
+            why = explanations.get(m["id"], "**not explained**")
+            lines.append(f"| `{m['id']}` | `{m['qualname']}` | {_cell(m['about'])} | {_cell(why)} |")
+    else:
+        lines.append("none.")
+    return "\n".join(lines)
+
+
+def render_doc(data_path: Path = DATA, page: Path = PAGE) -> None:
+    """Write the table into ``page`` between the markers (the rest of the page is left as it is)."""
+    data = json.loads(data_path.read_text())
+    text = page.read_text()
+    start, stop = text.index(BEGIN) + len(BEGIN), text.index(END)
+    page.write_text(text[:start] + "\n" + markdown(data) + "\n" + text[stop:])
+
+
+if __name__ == "__main__":
+    render_doc()
+    sys.exit(0)
