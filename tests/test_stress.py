@@ -188,3 +188,43 @@ def test_replaying_the_seed_records_the_same_schedule() -> None:
     assert schedules[0][0]["seed"] == 11 and schedules[0][0]["rounds"] == schedule(11, spec.schedule_params())
     played = [[e.data["point"] for e in r.events if e.kind == "stress_round"] for r in runs]
     assert played[0] == played[1] == [rnd["point"] for rnd in schedules[0][0]["rounds"]]
+
+
+# ------------------------------------------------------------- the catch rates
+def _script() -> Any:
+    import importlib.util
+    import sys
+
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    spec = importlib.util.spec_from_file_location("stress_catch_rate", ROOT / "benchmarks" / "stress_catch_rate.py")
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_the_catch_rate_table_is_rendered_from_its_data() -> None:
+    import json
+
+    mod = _script()
+    data = json.loads((ROOT / "docs" / "data" / "stress_catch_rate.json").read_text())
+    page = (ROOT / "docs" / "stress.md").read_text()
+    assert mod.docpage.between(page, mod.NAME) == mod.table(data), (
+        "docs/stress.md differs from docs/data/stress_catch_rate.json: rerun benchmarks/stress_catch_rate.py")
+    names = {row["item"] for row in data["rows"]}
+    for path in mod.SCENARIOS:  # every stress scenario's reference run and every catch it names was measured
+        sc = load(ROOT / path)
+        assert f"{sc.name}[tp1-pp1-cpu]" in names
+        assert {f"{sc.name}[tp1-pp1-cpu-catches-{bug}]" for bug in sc.catch_names()} <= names
+    assert all(row["passed"] == row["runs"] == data["repeat"] >= 20 for row in data["rows"])
+
+
+@pytest.mark.slow
+def test_every_race_bug_is_caught_20_times_in_20_within_the_bound(tmp_path: Path) -> None:
+    """The stress scenarios' items, 20 times each with -n 2: the reference passes every time, each planted race bug
+    is caught every time by its named checker, and a run's median stays within the bound (its max is in the docs:
+    the first run of each xdist worker also starts its fork server)."""
+    mod = _script()
+    result = mod.measure(20, mod.SCENARIOS)
+    bad = [row for row in result["rows"] if row["passed"] != row["runs"] or row["median_s"] > mod.BOUND_S]
+    assert not bad and result["rows"], bad
