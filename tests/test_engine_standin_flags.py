@@ -132,16 +132,20 @@ def test_shutdown_timeout_aborts_what_is_still_running_when_it_ends(make: Make) 
 def test_a_client_that_stops_reading_cannot_hold_the_stop(make: Make) -> None:
     tree, port = make("standin", "--token-interval", "0")  # tokens as fast as the socket takes them
     tree.start(timeout=30)
+    blocked = _line_seen(tree, "the client is not reading")
     with socket.socket() as c:
         c.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
         c.connect(("127.0.0.1", port))
         body = json.dumps({"prompt": "x", "max_tokens": 10**6, "stream": True}).encode()
         c.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
         assert c.recv(64).startswith(b"HTTP/1.1 200")  # ... and never reads again: the server's writes block
+        assert blocked.wait(30)  # its socket's buffers are full: the stream's next write waits
+        closing = _line_seen(tree, "connection(s) that did not end")
         t0 = time.monotonic()
         tree.signal(signal.SIGTERM)
         assert tree.wait_gone(timeout=ABORT_GRACE_S * 2 + 10)
         assert time.monotonic() - t0 < ABORT_GRACE_S * 2 + 5
+    assert closing.wait(10)  # the stop closed the stalled connection after the abort's grace
     assert tree.returncode == 0
 
 

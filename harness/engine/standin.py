@@ -335,8 +335,16 @@ class _Handler(BaseHTTPRequestHandler):
             self.server.st.never.wait()
 
     def _event(self, obj: dict[str, Any]) -> None:
-        self.wfile.write(b"data: " + json.dumps(obj).encode() + b"\n\n")
-        self.wfile.flush()
+        data = b"data: " + json.dumps(obj).encode() + b"\n\n"
+        try:
+            sent = self.connection.send(data, socket.MSG_DONTWAIT)
+        except BlockingIOError:
+            sent = 0
+        if sent < len(data):  # its socket's buffers are full: the rest waits for the client to read
+            if not getattr(self, "said_blocked", False):
+                self.said_blocked = True
+                print(f"INFO:     {obj['id']}: the client is not reading; the stream waits", flush=True)
+            self.connection.sendall(data[sent:])
 
 
 class _Server(ThreadingHTTPServer):
@@ -361,6 +369,8 @@ def _drain(st: _State) -> None:
     if not st.drained(ABORT_GRACE_S):
         with st.lock:
             stalled = list(st.in_flight)
+        print(f"INFO:     closing {len(stalled)} connection(s) that did not end {ABORT_GRACE_S:g}s after the "
+              "abort (their clients stopped reading)", flush=True)
         for conn in stalled:
             try:
                 conn.shutdown(socket.SHUT_RDWR)
