@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.engine.expected import differences, load_expected
+from harness.engine.expected import Expected, Rate, differences, load_expected, rate_differences
 from harness.errors import ConfigError
 from harness.report.rejudge import report_history
 
@@ -26,13 +26,40 @@ def test_the_stored_vllm_run_rejudged_gives_the_expected_outcome(scenario: str, 
     doc = json.loads((tmp_path / "verdicts.json").read_text())
     got = {v["checker"]: v["status"] for v in doc["verdicts"]}
     assert doc["variant"] == "vllm_engine"
-    assert differences(got, EXPECTED[scenario]) == []
+    assert differences(got, EXPECTED[scenario], doc["outcome"]["status"]) == []
 
 
-def test_expected_outcomes_are_checked_for_their_form(tmp_path: Path) -> None:
+@pytest.mark.parametrize(("text", "message"), [
+    ("engine-sigterm-idle:\n  checkers: {engine_tree_exits: fine}\n", "engine_tree_exits: give ok | violated"),
+    ("engine-sigterm-idle:\n  runs: 3\n  checkers: {engine_tree_exits: {violated: [2, 4]}}\n",
+     r"0 <= LO <= HI <= runs \(3\)"),
+    ("engine-sigterm-idle:\n  runs: 0\n  checkers: {}\n", "runs is a count of runs"),
+    ("engine-sigterm-idle:\n  outcome: slow\n  checkers: {}\n", "outcome is ok or hung"),
+    ("engine-sigterm-idle: 3\n", "engine-sigterm-idle: give checkers"),
+])
+def test_expected_outcomes_are_checked_for_their_form(tmp_path: Path, text: str, message: str) -> None:
     bad = tmp_path / "expected.yaml"
-    bad.write_text("engine-sigterm-idle:\n  checkers: {engine_tree_exits: fine}\n")
-    with pytest.raises(ConfigError, match="engine-sigterm-idle: give checkers"):
+    bad.write_text(text)
+    with pytest.raises(ConfigError, match=message):
         load_expected(bad)
+
+
+def test_a_status_must_match_and_a_rate_allows_what_its_range_allows() -> None:
     assert differences({"a": "ok"}, {"a": "violated", "b": "ok"}) == [
         "a: expected violated, got ok", "b: expected ok, got no verdict"]
+    some = Expected(5, "ok", {"a": Rate("violated", 1, 3, 5)})
+    assert differences({"a": "ok"}, some) == differences({"a": "violated"}, some) == []
+    assert differences({"a": "unknown"}, some) == ["a: expected violated in 1-3 of 5 runs, got unknown"]
+    always = Expected(5, "hung", {"a": Rate("violated", 5, 5, 5)})
+    assert differences({"a": "ok"}, always) == ["a: expected violated in 5-5 of 5 runs, got ok"]
+    assert differences({"a": "violated"}, always, "ok") == ["outcome: expected hung, got ok"]
+
+
+def test_a_repeat_is_judged_against_the_rate_scaled_to_its_size() -> None:
+    want = Expected(5, "ok", {"a": Rate("violated", 1, 3, 5), "b": "ok"})
+    runs = [{"a": "violated", "b": "ok"}, {"a": "ok", "b": "ok"}, {"a": "ok", "b": "ok"}]
+    assert rate_differences(runs, want) == []  # 1 of 3 within 0-2 (1-3 of 5, rounded outwards)
+    all_violated = [{"a": "violated", "b": "ok"}] * 3
+    assert rate_differences(all_violated, want) == ["a: expected violated in 1-3 of 5 runs (here 0-2 of 3), got "
+                                                    "violated in 3 of 3"]
+    assert rate_differences([{"a": "ok", "b": "violated"}], want) == ["run 1: b: expected ok, got violated"]

@@ -116,9 +116,9 @@ def test_a_start_that_prints_its_failure_but_never_exits_is_hung_at_the_bound_wi
     its NIXL listener thread dies); the bound is what is tested here, so it is short."""
     tree = _tree(tmp_path, "hang")
     try:
-        with pytest.raises(EngineStartError, match="neither ready nor gone 1 s after its launch after it printed: "
-                                                   "ERROR: Address already in use") as info:
-            tree.start(timeout=1)
+        with pytest.raises(EngineStartError, match=r"printed its failure 0 s after its launch and was still running "
+                                                   r"1 s after it: ERROR: Address already in use") as info:
+            tree.start(timeout=0.5, after_failure=1)
         assert info.value.hung and info.value.failure == "ERROR: Address already in use"
         stacks = tree.stacks(timeout=10)
         assert list(stacks) == [m.pid for m in tree.members()]

@@ -37,6 +37,8 @@ __all__ = ["EngineHost", "LAUNCHES", "members_data", "free_port"]
 
 LAUNCHES = 2  # launches the run's deadline allows for beyond the scenario's own (the first, one restart)
 LOCK_NAME = "engine.lock"
+TAIL_LINES = 60  # lines of a failed start's output kept in its event (the root cause is often far above the end)
+AFTER_FAILURE_S = 30.0  # how long a start that printed its failure gets to exit (at least), else it hung
 CLOSE_GRACE_S = 5.0  # seconds a tree still alive at the run's end gets after SIGTERM, before SIGKILL
 
 
@@ -186,7 +188,7 @@ class EngineHost:
         tree.on_started = lambda pid: self.c.rec.emit("engine_launched", pid=pid, port=self.port, launch=n,
                                                       argv=cmd.argv[1:], env=flags.env())
         try:
-            ready_s = tree.start(timeout=self.launch_s)
+            ready_s = tree.start(timeout=self.launch_s, after_failure=min(scaled(AFTER_FAILURE_S), self.launch_s))
         except EngineStartError as exc:
             self._start_failed(tree, exc, n)
             raise
@@ -205,7 +207,10 @@ class EngineHost:
         """Record a failed launch; a hung one (neither ready nor gone at the bound) is a hung run: every
         process's stacks first (py-spy), then SIGTERM, a grace, and SIGKILL of what is left."""
         seconds = round(time.monotonic() - (tree.started_at or time.monotonic()), 3)
-        data: dict[str, Any] = {"launch": n, "seconds": seconds, "hung": exc.hung, "status": tree.returncode}
+        data: dict[str, Any] = {"launch": n, "seconds": seconds, "hung": exc.hung, "status": tree.returncode,
+                                "tail": tree.tail(TAIL_LINES)}
+        if tree.failed_at is not None and tree.started_at is not None:  # when it said so (a hang comes after)
+            data["failure_s"] = round(tree.failed_at - tree.started_at, 3)
         if exc.hung:
             self.c.outcome.status = "hung"
             members = [m for m in tree.members() if m.state != "Z"]
@@ -216,7 +221,7 @@ class EngineHost:
             self._dump_stacks(tree, f"e{n}")
             for m in members:
                 tree.signal(signal.SIGTERM, m.pid)
-            data["gone_after_sigterm"] = tree.wait_gone(scaled(CLOSE_GRACE_S))
+            data["gone_after_sigterm"] = tree.wait_gone(min(scaled(CLOSE_GRACE_S), self.launch_s))
             data["killed"] = members_data(tree.close())
         self.c.rec.emit("engine_start_failed", error=str(exc).splitlines()[0], **data)
 

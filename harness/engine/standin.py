@@ -47,7 +47,9 @@ exit, and holds the API server's listening socket, inherited: a restart cannot b
 ``loses_signal_during_start`` (SIGTERM is ignored until the tree is ready: one sent during the start is
 lost and the tree keeps running), ``keeps_port`` (the engine core inherits the API server's listening socket
 and has no parent-death watch: after the API server dies it lives on holding the port), ``late_generation``
-(a request that arrives after shutdown began is admitted and generated).
+(a request that arrives after shutdown began is admitted and generated), ``hangs_on_held_side_channel`` (a held
+NIXL side-channel port kills the engine core's listener thread and the start waits for it forever, as vLLM's
+does: the failure is printed, the start never ends).
 """
 
 from __future__ import annotations
@@ -71,7 +73,8 @@ from typing import Any
 __all__ = ["VARIANTS", "READY_LINE", "SHUTDOWN_LINE", "GATE", "main"]
 
 VARIANTS = ("standin", "ignores_sigterm", "leaves_socket_file", "keeps_child", "exits_zero_after_engine_died",
-            "hangs_stream", "loses_signal_during_start", "keeps_port", "late_generation")
+            "hangs_stream", "loses_signal_during_start", "keeps_port", "late_generation",
+            "hangs_on_held_side_channel")
 READY_LINE = "INFO:     Application startup complete."
 SHUTDOWN_LINE = "INFO:     [shutdown] API server: shutdown triggered"  # vLLM's own words (its launcher)
 GATE = "start-gate.sock"  # in the tree's cwd (the run directory): the harness's start gate
@@ -180,6 +183,8 @@ def _engine_core(o: Options) -> Callable[[int, int], int]:
                     side.close()
                     print(f"ERROR: EngineCore: NIXL side channel: cannot listen on {o.side_channel[0]}:"
                           f"{o.side_channel[1]}: {exc.strerror or exc}", flush=True)
+                    if o.variant == "hangs_on_held_side_channel":  # the start waits for a listener that died
+                        threading.Event().wait()
                     return 1
                 side.listen()
                 held.append(side)

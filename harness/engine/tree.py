@@ -146,6 +146,7 @@ class EngineTree:
         self.lines: collections.deque[str] = collections.deque(maxlen=TAIL)
         self.started_at: float | None = None
         self.ready_at: float | None = None
+        self.failed_at: float | None = None  # when the engine printed its failure line (monotonic)
         self.returncode: int | None = None
         self._cond = threading.Condition()
         self._ready = False
@@ -162,12 +163,16 @@ class EngineTree:
             env[var] = str(self.tmp)
         return env
 
-    def start(self, timeout: float) -> float:
+    def start(self, timeout: float, after_failure: float = 30.0) -> float:
         """Launch and wait until the engine prints its ready line; seconds from launch to ready.
 
-        Error handling: EngineStartError when the engine exits first, prints a line matching ``failed``,
-            or is not ready within ``timeout``; its message quotes the engine's last lines. The tree is
-            left for :meth:`close` (or a probe) either way.
+        A line matching ``failed`` does not end the wait: the engine must then exit, within ``timeout`` of the
+        launch or ``after_failure`` of that line, whichever is later (a failure printed late under load is
+        still given time to exit); one still running then has hung.
+
+        Error handling: EngineStartError when the engine exits first, or is not ready within the bound
+            (``hung``); its message quotes the failure line or the engine's last lines. The tree is left for
+            :meth:`close` (or a probe) either way.
         """
         if self.proc is not None:
             raise HarnessError("an EngineTree starts once; make a new one")
@@ -188,6 +193,8 @@ class EngineTree:
         deadline = time.monotonic() + timeout
         with self._cond:  # a failure line is not the end: a start fails once the engine exits (else it hangs)
             while not (self._ready or self._eof):
+                if self.failed_at is not None:
+                    deadline = max(deadline, self.failed_at + after_failure)
                 left = deadline - time.monotonic()
                 if left <= 0:
                     break
@@ -206,9 +213,14 @@ class EngineTree:
                 raise EngineStartError(f"the engine failed to start (status {code}): {failure}", failure=failure)
             raise EngineStartError(f"the engine exited with status {code} before it was ready; "
                                    f"its last lines:\n{self.tail(20)}")
-        said = f" after it printed: {failure}" if failure else ""
-        raise EngineStartError(f"the engine was neither ready nor gone {timeout:.0f} s after its launch{said}; "
-                               f"its last lines:\n{self.tail(20)}", hung=True, failure=failure)
+        took = time.monotonic() - self.started_at
+        if failure:
+            assert self.failed_at is not None
+            said = self.failed_at - self.started_at
+            raise EngineStartError(f"the engine printed its failure {said:.0f} s after its launch and was still "
+                                   f"running {took - said:.0f} s after it: {failure}", hung=True, failure=failure)
+        raise EngineStartError(f"the engine was not ready {took:.0f} s after its launch; its last lines:\n"
+                               f"{self.tail(20)}", hung=True)
 
     def _read(self) -> None:
         assert self.proc is not None and self.proc.stdout is not None
@@ -221,6 +233,7 @@ class EngineTree:
                     self.ready_at = time.monotonic()
                 elif self._failed_rx is not None and self._failure is None and self._failed_rx.search(line):
                     self._failure = line.strip()
+                    self.failed_at = time.monotonic()
                 self._cond.notify_all()
             if self.on_line is not None:
                 self.on_line(line)

