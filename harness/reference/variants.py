@@ -217,10 +217,11 @@ class BlockingWrite(WorkerListener):
 
 
 class FailedStartLeaks(WorkerListener):
-    """A start that fails after mkdir and socket() leaves them: the socket's fd and the directories it made."""
+    """A start that fails after mkdir and socket() leaves them: the socket's fd (never closed, as a listener
+    keeping it as a plain int does) and the directories it made."""
 
     def _undo_start(self, server: socket.socket) -> None:
-        pass
+        server.detach()
 
 
 class TakesOverLiveSocket(WorkerListener):

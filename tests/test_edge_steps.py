@@ -1,0 +1,181 @@
+"""The edge steps and faults of issue 16 (pipeline, never_read / slow_reader, stale_socket, start_listener), the
+start seams they exercise, and the checker ctl_sees_live_owners: each proven on the reference and on its bug."""
+
+from __future__ import annotations
+
+import os
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+from harness.checkers import RunRecord, judge
+from harness.errors import ListenerError
+from harness.faults import client as cf
+from harness.faults import env
+from harness.history import Event, Recorder
+from harness.reference import wire
+from harness.reference.backend import NoopBackend
+from harness.reference.listener import ListenerConfig, WorkerListener
+from harness.reference.paths import OwnerRecord, owner_path, socket_path
+from harness.reference.probe import start_and_stop
+from harness.reference.variants import VARIANTS
+from harness.scenario.errors import ScenarioError
+from harness.scenario.loader import loads
+
+HEAD = "name: t\nabout: t\ncatches: [no_conn_tracking]\ntopology: {tp: 2, pp: 1}\n"
+
+
+def _fds() -> set[str]:
+    return {os.readlink(f"/proc/self/fd/{n}") for n in os.listdir("/proc/self/fd")
+            if os.path.exists(f"/proc/self/fd/{n}")}
+
+
+@pytest.fixture
+def live(lc_root: Path, lastcall_recorder: Recorder, no_thread_leak: None) -> Iterator[WorkerListener]:
+    listener = WorkerListener(socket_path("t", 1, 0, lc_root), NoopBackend(), rank=1, ipc="t",
+                              recorder=lastcall_recorder)
+    listener.start()
+    yield listener
+    assert listener.stop()
+    assert not any(lc_root.iterdir())
+
+
+# --------------------------------------------------------------- client faults
+def test_pipeline_back_to_back_and_reused_answers_in_order(live: WorkerListener) -> None:
+    reqs = [wire.Request(cmd="kv_tensors_created", id=cf.padded_id(f"p.{i}", 300_000 if i == 1 else None))
+            for i in range(3)]
+    frames = [wire.encode_request(r) for r in reqs]
+    for read_each in (False, True):
+        replies = cf.pipeline(str(live.path), frames, 10.0, wire.decode_reply, read_each=read_each)
+        assert [r.id for r in replies if r is not None] == [r.id for r in reqs]
+
+
+def test_pipeline_on_no_keep_alive_loses_the_rest(lc_root: Path, lastcall_recorder: Recorder) -> None:
+    listener = VARIANTS["no_keep_alive"].listener(socket_path("t", 0, 0, lc_root), NoopBackend(), ipc="t")
+    listener.start()
+    try:
+        frames = [wire.encode_request(wire.Request(cmd="kv_tensors_created", id=str(i))) for i in range(3)]
+        replies = cf.pipeline(str(listener.path), frames, 5.0, wire.decode_reply, read_each=True)
+        assert replies[0] is not None and replies[1:] == [None, None]
+    finally:
+        assert listener.stop()
+
+
+def test_never_read_is_closed_at_the_drain_and_slow_reader_gets_it_all(lc_root: Path) -> None:
+    listener = WorkerListener(socket_path("t", 0, 0, lc_root), NoopBackend(), ipc="t",
+                              config=ListenerConfig(drain_timeout=0.2))
+    listener.start()
+    req = wire.Request(cmd="kv_tensors_created", id=cf.padded_id("q", 400_000))
+    slow = cf.slow_reader(str(listener.path), req)
+    reply = cf.read_slowly(slow.sock, 10.0, wire.decode_reply)
+    assert reply is not None and reply.id == req.id
+    slow.close()
+    unread = cf.never_read(str(listener.path), req)
+    assert not unread.closed_by_listener(0.2)  # data arrives, but no close: the reply is merely unread
+    assert listener.stop() is True
+    assert unread.closed_by_listener(5.0)  # past what arrived of the reply, the close the drain ended with
+    unread.close()
+
+
+# ------------------------------------------------------ a dead predecessor's socket
+def test_stale_socket_is_a_sigkilled_owners_and_is_taken_over(lc_root: Path, lastcall_recorder: Recorder) -> None:
+    path = socket_path("crashed", 0, 0, lc_root)
+    pid = env.leave_stale_socket(str(path), "crashed")
+    rec = OwnerRecord.read(owner_path(path))
+    assert rec is not None and rec.pid == pid and not rec.alive() and path.is_socket()
+    with pytest.raises(ListenerError, match="exists"):
+        VARIANTS["refuses_stale_socket"].listener(path, NoopBackend(), ipc="crashed").start()
+    taker = WorkerListener(path, NoopBackend(), ipc="crashed", recorder=lastcall_recorder)
+    taker.start()
+    assert lastcall_recorder.events("stale_socket_removed")
+    assert OwnerRecord.read(owner_path(path)) == OwnerRecord.for_self("crashed", "socket")
+    assert taker.stop()
+    assert not any(lc_root.iterdir())
+
+
+# ------------------------------------------------------------ start_listener
+class _Side:
+    """What harness.reference.probe needs of a worker side: a worker with its listener class."""
+
+    def __init__(self, cls: type[WorkerListener]) -> None:
+        self.worker = type("W", (), {"listener_cls": cls, "backend": NoopBackend(),
+                                     "spec": type("S", (), {"config": ListenerConfig()})()})()
+
+
+@pytest.mark.parametrize("variant", ["reference", "failed_start_leaks"])
+def test_a_failed_bind_leaves_nothing_behind(lc_root: Path, lastcall_failpoints: ModuleType, variant: str) -> None:
+    path = str(socket_path("second", 0, 0, lc_root))
+    before = _fds()
+    lastcall_failpoints.arm("listener.bind", "raise", count=1)
+    out = start_and_stop(_Side(VARIANTS[variant].listener), path=path, ipc="second", stops=2)
+    assert (out["started"], out["error_class"], out["stops"]) == (False, "ListenerError", [True, True])
+    left, new = sorted(p.name for p in lc_root.rglob("*")), _fds() - before
+    if variant == "reference":
+        assert (left, new) == ([], set())
+    else:  # its socket's fd stays open, and the directory it made stays
+        assert left and any(fd.startswith("socket:") for fd in new)
+        for fd in os.listdir("/proc/self/fd"):  # close what the planted bug leaked, for the leak guard
+            if os.path.exists(f"/proc/self/fd/{fd}") and os.readlink(f"/proc/self/fd/{fd}") in new:
+                os.close(int(fd))
+        for d in sorted(lc_root.rglob("*"), reverse=True):
+            d.rmdir()
+
+
+@pytest.mark.parametrize("variant", ["reference", "takes_over_live_socket", "stop_unstarted_unlinks"])
+def test_a_live_owners_socket_is_never_taken_or_unlinked(live: WorkerListener, variant: str) -> None:
+    side = _Side(VARIANTS[variant].listener)
+    refused = start_and_stop(side, path=str(live.path), ipc="t", rank=1, stops=2)
+    never = start_and_stop(side, path=str(live.path), ipc="t", rank=1, start=False, stops=2)
+    assert never == {"started": False, "error_class": None, "error": None, "stops": [True, True]}
+    still = live.path.exists()
+    if variant == "reference":
+        assert refused["started"] is False and "in use by live pid" in refused["error"]
+        assert still and cf.pipeline(str(live.path), [wire.encode_request(wire.Request(cmd="kv_tensors_created"))],
+                                     5.0, wire.decode_reply)[0] is not None
+    else:
+        assert not still
+
+
+# --------------------------------------------------------------- the loader
+def test_stop_results_of_start_listener_stops_are_named_name_dot_stop_n() -> None:
+    ok = HEAD + textwrap.dedent("""\
+        steps:
+          - start: cluster
+          - start_listener: {at: {rank: 1}, stops: 2, as: t1}
+        expect:
+          - stop_result: {step: t1.stop2, returns: true}
+        """)
+    assert loads(ok, "t.yaml").steps[1].kind == "start_listener"
+    with pytest.raises(ScenarioError, match=r"undefined step name 't1\.stop3'"):
+        loads(ok.replace("t1.stop2", "t1.stop3"), "t.yaml")
+    with pytest.raises(ScenarioError, match="fault 'garbage_body' sends no request"):
+        loads(ok.replace("- start_listener: {at: {rank: 1}, stops: 2, as: t1}",
+                         "- send: {fault: garbage_body, reply_size: 1KiB}"), "t.yaml")
+
+
+# ------------------------------------------------------------ ctl_sees_live_owners
+def _h(event: str, t: int, /, **data: Any) -> Event:
+    return Event(t, 1, "harness", "", "MainThread", event, data)
+
+
+def _listed(state: str, pid: int | None, t: int = 10) -> Event:
+    return _h("step_returned", t, step="l1", kind="ctl", category="control", action="list", ok=True,
+              value=[{"key": "k", "alive": True, "artifacts": [{"kind": "socket", "path": "/r/w0.sock", "state": state,
+                                                                "pid": pid}]}])
+
+
+def test_ctl_sees_live_owners_quiet_firing_and_unknown() -> None:
+    def verdict(*evs: Event) -> Any:
+        return judge("ctl_sees_live_owners", RunRecord(tuple(evs), {}))
+
+    assert verdict(_listed("alive", 42)).status == "ok"
+    fired = verdict(_listed("unknown", None))
+    assert fired.status == "violated" and "'unknown'" in fired.message
+    assert verdict(_h("step_started", 5, step="s1", kind="stop", category="stop"),
+                   _listed("unknown", None)).status == "unknown"  # taken once a stop began: not judged
+    assert verdict().status == "unknown"
+
