@@ -34,7 +34,8 @@ from harness.scenario.steps import (
 __all__ = ["check"]
 
 BEFORE_START = ("hold_port",)  # steps that make sense before the cluster exists
-RETURNS = ("call", "stop", "shutdown", "restart", "exit", "engine_request", "engine_start")  # async steps: wait returned joins them
+# async steps: wait returned joins them
+RETURNS = ("call", "stop", "shutdown", "restart", "exit", "engine_request", "engine_start")
 WAITABLE = (*RETURNS, "pipeline", "send", "start_listener")  # what wait returned joins (send: a slow reader's)
 CONNECTS = ("send", "idle", "flood")  # steps that open connections: wait closed watches them
 STOPS = ("stop", "shutdown", "restart", "start_listener")  # steps stop_result / stop_latency judge

@@ -28,6 +28,7 @@ from pydantic import Discriminator, Field, Tag, model_validator
 
 from harness.events import kind_names
 from harness.reference.wire import Command
+from harness.scenario.engine_spec import EngineRequest, EngineRestart, EngineSignal, EngineStart, WaitGone
 from harness.scenario.fields import (
     AS_DESCRIPTION,
     MAX_COUNT,
@@ -354,72 +355,6 @@ class Workload(Strict):
     as_: StepName | None = _AS
 
 
-# ------------------------------------------------------------- a real engine's tree
-class EngineRequest(Strict):
-    """The harness as an HTTP client of the engine: one completion (streamed or not), maybe in the background."""
-
-    stream: bool = Field(False, description='"stream": true: server-sent events, ending data: [DONE]')
-    max_tokens: int = Field(16, ge=1, le=1_000_000, description="tokens asked for")
-    background: bool = Field(False, description="do not wait for the answer; wait: {returned: NAME} joins it")
-    timeout: Duration = Field(30.0, gt=0, description="a safety net: how long the answer may take")
-    stop_reading_after: int | None = Field(None, ge=1, le=MAX_COUNT, description=(
-        "stream only: read this many events, then stop reading (the connection kept open, a small receive "
-        "buffer) until the engine's tree is gone (a wait_gone step returned) or the timeout; then read the rest"))
-    disconnect_after: int | None = Field(None, ge=1, le=MAX_COUNT, description=(
-        "stream only: read this many events, then close the connection (a client that goes away mid-stream)"))
-    after_shutdown_began: bool = Field(False, description=(
-        "send it only once the engine said its shutdown began (its own log line, after an engine_signal): a "
-        "late request, which must be refused, never generated"))
-    as_: StepName | None = _AS
-
-    @model_validator(mode="after")
-    def _stream_faults(self) -> EngineRequest:
-        if not self.stream and (self.stop_reading_after or self.disconnect_after):
-            raise ValueError("stop_reading_after and disconnect_after need stream: true")
-        if self.stop_reading_after and self.disconnect_after:
-            raise ValueError("a request either stops reading (stop_reading_after) or disconnects "
-                             "(disconnect_after), not both")
-        return self
-
-
-class EngineSignal(Strict):
-    """Send a signal to one process of the engine's tree: the API server, the engine core or a worker."""
-
-    to: Literal["api_server", "engine_core", "worker"] = Field("api_server", description="which process")
-    sig: Literal["SIGTERM", "SIGINT", "SIGKILL"] = Field("SIGTERM", description="the signal")
-    index: int = Field(0, ge=0, le=MAX_RANKS - 1, description="to: worker: which worker (its tensor-parallel rank)")
-    as_: StepName | None = _AS
-
-    @model_validator(mode="after")
-    def _index_of_a_worker(self) -> EngineSignal:
-        if self.index and self.to != "worker":
-            raise ValueError(f"index names a worker; the {self.to} is one process")
-        return self
-
-
-class WaitGone(Strict):
-    """Wait until no process of the engine's tree is left; its value says how long that took and who survived."""
-
-    timeout: Duration = Field(30.0, gt=0, description="how long to wait before the survivors are recorded")
-    as_: StepName | None = _AS
-
-
-class EngineRestart(Strict):
-    """Launch the engine again on the same port (after a stop or a kill): ok once it is ready."""
-
-    as_: StepName | None = _AS
-
-
-class EngineStart(Strict):
-    """Launch the engine again on the same port without waiting for it to be ready: the step returns once it
-    is starting (the stand-in: its engine core loading behind the harness's start gate, released by the next
-    engine_signal or wait_gone; another engine: its process launched), and its start ends in the background
-    (ready, or failed)."""
-
-    timeout: Duration = Field(30.0, gt=0, description="a safety net: how long the launch may take to be starting")
-    as_: StepName | None = _AS
-
-
 # -------------------------------------------------------------------- the steps
 class StepBase(Strict):
     """One step: a mapping with exactly one key, its ``kind``."""
@@ -627,7 +562,8 @@ STEP_TYPES: dict[str, type[StepBase]] = {c.kind: c for c in sorted(_STEPS, key=l
 # engine) work in both kinds of scenario; the worker-listener steps below work only without these.
 HANDSHAKE_STEPS = ("handshake_start", "handshake", "hammer", "stop_hammer", "malformed_handshake",
                    "handshake_shutdown", "cycle")
-ENGINE_STEPS = ("engine_request", "engine_signal", "wait_gone", "engine_restart", "engine_start")  # harness.scenario.engine_steps
+# harness.scenario.engine_steps (their parameters: harness.scenario.engine_spec)
+ENGINE_STEPS = ("engine_request", "engine_signal", "wait_gone", "engine_restart", "engine_start")
 WORKER_STEPS = ("send", "idle", "flood", "call", "stop", "shutdown", "restart", "exit", "finish", "remove", "replace",
                 "workload", "ctl", "pipeline", "stale_socket", "start_listener", "stress")
 
