@@ -228,3 +228,35 @@ def test_every_race_bug_is_caught_20_times_in_20_within_the_bound(tmp_path: Path
     result = mod.measure(20, mod.SCENARIOS)
     bad = [row for row in result["rows"] if row["passed"] != row["runs"] or row["median_s"] > mod.BOUND_S]
     assert not bad and result["rows"], bad
+
+
+@pytest.mark.slow
+def test_lastcall_replay_of_a_stress_report_records_the_same_schedule(tmp_path: Path) -> None:
+    """`lastcall run` of the short stress file writes a report; `lastcall replay` of that report reruns the item
+    (into reports/, the replay's own): both histories record the same schedule, the seed's."""
+    import json
+    import subprocess
+    import time
+
+    from harness.history import read_jsonl
+
+    lastcall = str(ROOT / ".venv" / "bin" / "lastcall")
+    item = "scenarios/stress-dispatch-and-frame-short.yaml::stress-dispatch-and-frame-short[tp1-pp1-cpu]"
+    first = subprocess.run([lastcall, "run", item, "--lastcall-reports", str(tmp_path)], cwd=ROOT,
+                           capture_output=True, text=True, timeout=300)
+    assert first.returncode == 0, first.stdout + first.stderr
+    (report,) = [p.parent for p in tmp_path.glob("*/verdicts.json")]
+    since = time.time()
+    again = subprocess.run([lastcall, "replay", str(report)], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, again.stdout + again.stderr
+    replays = [p.parent for p in (ROOT / "reports").glob("*/verdicts.json") if p.stat().st_mtime >= since
+               and json.loads(p.read_text()).get("nodeid") == item]
+    assert replays, "the replay wrote no report of the item"
+
+    def scheduled(run_dir: Path) -> list[dict[str, Any]]:
+        return [e.data for e in read_jsonl(run_dir / "history.jsonl")[0] if e.kind == "stress_schedule"]
+
+    sc = load(SHORT)
+    want = schedule(11, sc.steps[1].spec.schedule_params())
+    assert [s["rounds"] for s in scheduled(report)] == [want]
+    assert [s["rounds"] for s in scheduled(replays[-1])] == [want]
