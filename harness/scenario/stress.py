@@ -195,6 +195,7 @@ def _round(pl: Player, s: Any, name: str, rnd: dict[str, Any]) -> dict[str, Any]
     if not tally.wait_replies(rnd["warm"], limit):
         raise StepError(f"stress round {i}: the clients got fewer than {rnd['warm']} replies in {limit}s")
     held: list[cf.Peer] = []
+    extra: list[threading.Thread] = []  # the harness's own one-request clients (trigger, parked handler)
     stops = [f"{tag}_stop"]
     site_arm, delay = f"{tag}_widen", rnd["delay_ms"] / 1000
     if point == "snapshot":  # the other clients finish first: nothing else may take the serving thread
@@ -209,9 +210,7 @@ def _round(pl: Player, s: Any, name: str, rnd: dict[str, Any]) -> dict[str, Any]
     if point == "concurrent_stops":
         if rnd["park"]:
             arm(pl, _Obj(on=s.on, site=PARK_SITE, action="pause", count=1, delay=0.0), f"{tag}_park")
-            threading.Thread(target=_client, name=f"lastcall-stress-{tag}-park", daemon=True,
-                             args=(pl, path, f"{tag}park", 0, 1, {"fresh": 1.0, "split": 0.0}, tally,
-                                   limit)).start()
+            extra.append(_one(pl, path, f"{tag}park", {"fresh": 1.0, "split": 0.0}, tally, limit))
             wait(pl, _Obj(what="reached", reached=f"{tag}_park", hits=1, timeout=s.timeout), name)
         mark = pl.c.mark()
         _issue_stop(pl, s, stops[0], tally)
@@ -232,15 +231,13 @@ def _round(pl: Player, s: Any, name: str, rnd: dict[str, Any]) -> dict[str, Any]
             peer.finish()
     else:
         # a connection of the harness's own hits the site for sure (the other clients may have finished)
-        threading.Thread(target=_client, name=f"lastcall-stress-{tag}-trigger", daemon=True,
-                         args=(pl, path, f"{tag}t", 0, 1, {"fresh": 1.0, "split": rnd["split"]}, tally,
-                               limit)).start()
+        extra.append(_one(pl, path, f"{tag}t", {"fresh": 1.0, "split": rnd["split"]}, tally, limit))
         wait(pl, _Obj(what="reached", reached=site_arm, hits=1, timeout=s.timeout), name)
         _issue_stop(pl, s, stops[0], tally)
     for stop_name in stops:
         wait(pl, _Obj(what="returned", returned=stop_name, timeout=s.timeout), name)
     tally.over.set()
-    for t in threads:
+    for t in threads + extra:  # each ends with its reply or its close, within the safety net
         t.join(limit)
     for peer in held:
         peer.close()
@@ -250,6 +247,14 @@ def _round(pl: Player, s: Any, name: str, rnd: dict[str, Any]) -> dict[str, Any]
         raise StepError(f"stress round {i} ({point}): {tally.counts['bad']} client outcome(s) the contract "
                         f"does not allow: {'; '.join(tally.bad)}")
     return out
+
+
+def _one(pl: Player, path: str, name: str, mix: dict[str, Any], tally: _Tally, limit: float) -> threading.Thread:
+    """One client of one request, started at once."""
+    t = threading.Thread(target=_client, name=f"lastcall-stress-{name}", daemon=True,
+                         args=(pl, path, name, 0, 1, mix, tally, limit))
+    t.start()
+    return t
 
 
 def _issue_stop(pl: Player, s: Any, stop_name: str, tally: _Tally) -> None:
