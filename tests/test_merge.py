@@ -150,6 +150,11 @@ def _bad(tmp: Path) -> dict[str, tuple[list[str], list[str]]]:
     doc = json.loads((odd / SESSION).read_text())
     doc["runs"].append({"nodeid": A, "outcome": "maybe"})
     (odd / SESSION).write_text(json.dumps(doc))
+    slow = shard(tmp / "slow", [(B, "passed")], group=2)
+    doc = json.loads((slow / SESSION).read_text())
+    doc["runs"][0]["seconds"] = "long"
+    (slow / SESSION).write_text(json.dumps(doc))
+    beyond = shard(tmp / "beyond", [(B, "passed")], splits=2, group=3)
     empty1 = shard(tmp / "e1", [], splits=2, group=1, exitstatus=5)
     empty2 = shard(tmp / "e2", [], splits=2, group=2, exitstatus=5)
     t = re.escape
@@ -175,6 +180,10 @@ def _bad(tmp: Path) -> dict[str, tuple[list[str], list[str]]]:
             rf"{t(str(gone / SESSION))}: runs\[0\]: {t(B)}: its report {t(str(gone / 'gonex0'))} is not there"]),
         "a bad outcome": ([str(good), str(odd)], [rf"{t(str(odd / SESSION))}: runs\[1\]: {t(A)}: outcome 'maybe' is "
                                                   r"none of passed"]),
+        "seconds not a number": ([str(good), str(slow)], [rf"{t(str(slow / SESSION))}: runs\[0\]: {t(B)}: seconds "
+                                                          r"'long' is not a number"]),
+        "a group beyond its splits": ([str(good), str(beyond)], [rf"{t(str(beyond / SESSION))}: group 3 of splits 2: "
+                                                                 r"not a pytest-split group"]),
         "given twice": ([str(good), str(two), str(good) + "/"], [rf"{t(str(good))}/: given twice"]),
         "no runs at all": ([str(empty1), str(empty2)], [r"no scenario run in any of "]),
         "out is a shard": ([str(good), str(two), "--out", str(two)],
@@ -187,14 +196,16 @@ def _bad(tmp: Path) -> dict[str, tuple[list[str], list[str]]]:
 
 CASES = ["no such directory", "not a report dir", "a parent of shards", "garbled", "another format",
          "other file contents", "repeat under other contents", "split differently", "a group missing",
-         "a run's report missing", "a bad outcome", "given twice", "no runs at all", "out is a shard", "with --check",
-         "two problems, two lines"]
+         "a run's report missing", "a bad outcome", "seconds not a number", "a group beyond its splits",
+         "given twice", "no runs at all", "out is a shard", "with --check", "two problems, two lines"]
 
 
 @pytest.mark.parametrize("case", CASES)
 def test_bad_input_is_one_located_line_each_exit_2_and_nothing_written(
         case: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    argv, expected = _bad(tmp_path)[case]
+    cases = _bad(tmp_path)
+    assert sorted(cases) == sorted(CASES)  # every case made is run
+    argv, expected = cases[case]
     before = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
     if "--out" not in argv:
         argv = [*argv, "--out", str(tmp_path / "merged")]

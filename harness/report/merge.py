@@ -119,6 +119,11 @@ def read_shard(label: str) -> Shard:
         raise MergeError([_located(doc_path, f"format {doc.get('format')!r}, this lastcall reads {SESSION_FORMAT}: "
                                              "merge with the lastcall that wrote it")])
     meta = {k: v for k, v in doc.items() if k != "runs"}
+    splits, group = meta.get("splits"), meta.get("group")
+    if (splits, group) != (None, None) and not (
+            type(splits) is int and type(group) is int and 1 <= group <= splits):  # type(): True is no group
+        raise MergeError([_located(doc_path, f"group {group!r} of splits {splits!r}: not a pytest-split group "
+                                             "(1 <= group <= splits)")])
     shard = Shard(label.rstrip("/") or label, path, meta)
     problems = []
     for n, entry in enumerate(doc["runs"]):
@@ -137,10 +142,12 @@ def _run(entry: Any, shard: Shard) -> SessionRun | str:
     if not isinstance(entry, dict) or not isinstance(entry.get("nodeid"), str) or not entry["nodeid"]:
         return "not a run (no nodeid)"
     nodeid = entry["nodeid"]
-    outcome = entry.get("outcome")
+    outcome, seconds = entry.get("outcome"), entry.get("seconds") or 0.0
     if outcome not in ("passed", "failed", "skipped", "interrupted"):
         return f"{nodeid}: outcome {outcome!r} is none of passed, failed, skipped, interrupted"
-    run = SessionRun(nodeid, outcome, float(entry.get("seconds") or 0.0), str(entry.get("run_id") or ""),
+    if not isinstance(seconds, (int, float)) or isinstance(seconds, bool):
+        return f"{nodeid}: seconds {seconds!r} is not a number"
+    run = SessionRun(nodeid, outcome, float(seconds), str(entry.get("run_id") or ""),
                      longrepr=str(entry.get("longrepr") or ""), scenario_sha256=str(entry.get("scenario_sha256") or ""),
                      shard=f"{shard.label}/{entry['shard']}" if entry.get("shard") else shard.label)
     if entry.get("page"):
