@@ -6,7 +6,9 @@ located line per problem and nothing written."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import io
 import json
 import re
 from pathlib import Path
@@ -14,6 +16,8 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from harness.cli import main
 from harness.report.summary import SESSION, SessionRun, terminal_summary, write_summary
@@ -263,3 +267,30 @@ def test_a_session_writes_session_json_with_its_shard_target_exit_status_and_fil
     none = tmp_path / "none"
     terminal_summary(reporter, _Config(none))  # type: ignore[arg-type]
     assert not (none / "reports").exists()
+
+
+JSON = st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8),
+                    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner, max_size=3),
+                    max_leaves=12)
+FIELDS = st.fixed_dictionaries({}, optional={"nodeid": st.text(max_size=12) | JSON, "outcome": st.sampled_from(
+    ["passed", "failed", "skipped", "interrupted"]) | JSON, "seconds": JSON, "page": JSON, "shard": JSON,
+    "run_id": JSON, "scenario_sha256": JSON, "longrepr": JSON})
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(meta=st.dictionaries(st.sampled_from(["format", "splits", "group", "exitstatus", "target"]), JSON),
+       runs=st.lists(FIELDS, max_size=3) | JSON)
+def test_any_session_json_is_merged_or_refused_never_a_traceback(meta: dict[str, Any], runs: Any,
+                                                                  tmp_path_factory: pytest.TempPathFactory) -> None:
+    root = tmp_path_factory.mktemp("fuzz")
+    (root / "s").mkdir()
+    (root / "s" / SESSION).write_text(json.dumps({"format": 1, **meta, "runs": runs}))
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main(["report", "--merge", str(root / "s"), "--out", str(root / "m")])
+    assert code in (0, 1, 2), err.getvalue()
+    if code == 2:
+        assert err.getvalue() and all(line.startswith("lastcall report") for line in err.getvalue().splitlines())
+        assert not (root / "m").exists()
+    else:
+        assert (root / "m" / "index.html").is_file()
