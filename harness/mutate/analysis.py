@@ -21,12 +21,17 @@ from typing import Any
 from harness.errors import ConfigError
 from harness.mutate.mutator import Mutant, diff_of
 from harness.mutate.plan import Entry, as_json, choose
-from harness.mutate.run import SURVIVED, Outcome, Subject, run_one
+from harness.mutate.run import SURVIVED, Outcome, Subject, freeze, run_one
 
-__all__ = ["Analysis", "analyse", "score_line"]
+__all__ = ["Analysis", "analyse", "score_line", "say"]
 
 TIMEOUT_FACTOR = 3.0  # a mutant's run may take this many times the unmutated run's ...
 TIMEOUT_FLOOR_S = 90.0  # ... and at least this long
+
+
+def say(line: str) -> None:
+    """Print one line at once (a long run's progress, also into a file)."""
+    print(line, flush=True)
 
 
 @dataclass
@@ -39,6 +44,7 @@ class Analysis:
     sources: dict[str, str]  # file (as ids name it) -> unmutated source
     total: int  # mutants there were to choose from
     baselines: dict[str, float] = field(default_factory=dict)  # group -> seconds of the unmutated run
+    flaky: list[str] = field(default_factory=list)  # items that failed once on the unmutated code, then passed
 
     @property
     def killed(self) -> list[Outcome]:
@@ -75,12 +81,20 @@ def score_line(a: Analysis) -> str:
 def analyse(groups: Sequence[tuple[str, list[Subject], list[str]]], *, target: str | None, sample: int | None,
             seed: int, only: Sequence[str] = (), timeout: float | None = None,
             equivalent: dict[str, Entry] | None = None, explained: dict[str, Entry] | None = None,
-            echo: Callable[[str], None] = print) -> Analysis:
+            echo: Callable[[str], None] = say, keyword: str | None = None) -> Analysis:
     """Run the chosen mutants of each group (name, its subjects, its scenario files).
 
     Error handling: ConfigError when a group has no scenario, or when its scenarios fail on the unmutated
         code (nothing could be measured against them).
     """
+    with freeze([s for _, subjects, _ in groups for s in subjects]):
+        return _analyse(groups, target=target, sample=sample, seed=seed, only=only, timeout=timeout,
+                        equivalent=equivalent, explained=explained, echo=echo, keyword=keyword)
+
+
+def _analyse(groups: Sequence[tuple[str, list[Subject], list[str]]], *, target: str | None, sample: int | None,
+             seed: int, only: Sequence[str], timeout: float | None, equivalent: dict[str, Entry] | None,
+             explained: dict[str, Entry] | None, echo: Callable[[str], None], keyword: str | None) -> Analysis:
     everything: list[tuple[str, Subject, Mutant]] = []
     sources: dict[str, str] = {}
     for name, subjects, _ in groups:
@@ -97,7 +111,17 @@ def analyse(groups: Sequence[tuple[str, list[Subject], list[str]]], *, target: s
     for name in dict.fromkeys(g for g, _, _ in plan):
         if not paths[name]:
             raise ConfigError(f"mutate: no scenario drives the {name} listener: give scenario paths")
-        base = run_one(subjects_by[name][0], None, paths[name], target=target, timeout=timeout or 1800.0)
+        base = run_one(subjects_by[name][0], None, paths[name], target=target, timeout=timeout or 1800.0,
+                       keyword=keyword)
+        if base.status != SURVIVED:  # once more: on a loaded machine a bound can be missed once
+            echo(f"  unmutated: {base.status} by {', '.join(map(_short_item, base.failed[:1]))}: once more")
+            again = run_one(subjects_by[name][0], None, paths[name], target=target, timeout=timeout or 1800.0,
+                            keyword=keyword)
+            if again.status == SURVIVED:
+                result.flaky += [_short_item(f) for f in base.failed[:1]]
+                echo(f"  unmutated: passed the second time: {', '.join(base.failed[:1])} is FLAKY here; a mutant "
+                     "it kills may not be broken")
+            base = again
         if base.status != SURVIVED:
             raise ConfigError(f"mutate: the {name} scenarios fail on the unmutated code ({base.status}: "
                               f"{', '.join(base.failed[:2]) or base.tail.splitlines()[-1:]}); nothing can be "
@@ -106,7 +130,7 @@ def analyse(groups: Sequence[tuple[str, list[Subject], list[str]]], *, target: s
         echo(f"  unmutated: {len(paths[name])} {name} scenario files pass in {base.seconds:.0f} s")
     for i, (name, subject, m) in enumerate(plan, 1):
         limit = timeout or max(TIMEOUT_FLOOR_S, TIMEOUT_FACTOR * result.baselines[name])
-        o = run_one(subject, m, paths[name], target=target, timeout=limit, echo=echo)
+        o = run_one(subject, m, paths[name], target=target, timeout=limit, echo=echo, keyword=keyword)
         result.outcomes.append(o)
         _first(paths[name], o.failed)
         by = f" by {_short_item(o.failed[0])}" if o.failed else ""
@@ -130,7 +154,7 @@ def _short_item(nodeid: str) -> str:
     return nodeid.rsplit("/", 1)[-1]
 
 
-def print_report(a: Analysis, echo: Callable[[str], None] = print) -> None:
+def print_report(a: Analysis, echo: Callable[[str], None] = say) -> None:
     """The scores, then every survivor: id, file:line, the mutation, why (if explained), the diff."""
     echo(score_line(a))
     for o in a.survivors:
@@ -162,7 +186,7 @@ def to_json(a: Analysis, *, sample: int | None, seed: int, target: str | None, c
     ne = a.non_equivalent
     return {"command": command, "sample": sample, "seed": seed, "target": target, "mutants_in_scope": a.total,
             "commit": _commit(), "date": datetime.date.today().isoformat(), "python": sys.version.split()[0],
-            "unmutated_seconds": {k: round(v, 1) for k, v in a.baselines.items()},
+            "unmutated_seconds": {k: round(v, 1) for k, v in a.baselines.items()}, "flaky_on_unmutated": a.flaky,
             "raw": {"killed": len(a.killed), "all": len(a.outcomes)},
             "non_equivalent": {"killed": sum(1 for o in ne if o.killed), "all": len(ne)},
             "mutants": [one(o) for o in a.outcomes]}

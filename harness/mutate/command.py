@@ -57,6 +57,8 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--timeout", type=_seconds, metavar="SECONDS", help="per mutant (default: 3x the unmutated "
                    "run, at least 90 s); a run past it is killed and the mutant counts as killed by timeout")
     p.add_argument("--json", metavar="FILE", help="write every mutant's outcome and the scores here")
+    p.add_argument("-k", metavar="EXPR", dest="keyword", help="only the scenario items matching the expression "
+                   "(as lastcall run -k; the planted-bug items are always left out)")
 
 
 class _Intermixed(argparse.ArgumentParser):
@@ -140,7 +142,7 @@ def cmd_mutate(args: argparse.Namespace) -> int:
     scenarios = scenarios_for(paths, ("worker", "handshake"))  # a listener's; an engine tree's are not mutated here
     equivalent = read_entries(Path(args.equivalent), equivalent=True) if args.equivalent else {}
     a = analyse([("given", [subject], scenarios)], target=args.target, sample=args.sample, seed=args.seed,
-                only=args.only, timeout=args.timeout, equivalent=equivalent)
+                only=args.only, timeout=args.timeout, equivalent=equivalent, keyword=args.keyword)
     return _finish(a, args, "lastcall mutate " + " ".join(sys.argv[2:]))
 
 
@@ -155,6 +157,9 @@ def dev_main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--record", action="store_true", help="write docs/data/mutation.json and docs/mutation.md's "
                    "table (the recorded measurement)")
     args = p.parse_args(argv)
+    from harness.interrupts import sigterm_interrupts
+
+    restore = sigterm_interrupts()  # SIGTERM as ^C: the mutant's run is stopped and cleaned up too
     try:
         subjects = subjects_of(read_stop_path(STOP_PATH))
         library = str(STOP_PATH.parents[1] / "scenarios")
@@ -165,10 +170,15 @@ def dev_main(argv: Sequence[str] | None = None) -> int:
                 groups.append((cast, mine, scenarios_for([library], (cast,))))
         a = analyse(groups, target=None, sample=args.sample, seed=args.seed, only=args.only, timeout=args.timeout,
                     equivalent=read_entries(EQUIVALENT, equivalent=True),
-                    explained=read_entries(SURVIVORS, equivalent=False))
+                    explained=read_entries(SURVIVORS, equivalent=False), keyword=args.keyword)
     except ConfigError as exc:
         print(f"./dev mutate: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    except KeyboardInterrupt:
+        print("./dev mutate: interrupted", file=sys.stderr)
+        return 130
+    finally:
+        restore()
     if args.record:
         from harness.mutate.table import DATA, render_doc
 

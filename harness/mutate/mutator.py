@@ -106,8 +106,10 @@ def _body(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> Iterator[ast.AST]:
 
 
 def _tests_of(fn: ast.AST) -> set[int]:
-    """ids of the conditions of ``fn``'s if, while and conditional expressions."""
-    return {id(n.test) for n in ast.walk(fn) if isinstance(n, (ast.If, ast.While, ast.IfExp))}
+    """ids of what negate or flip_return negates as a whole: the conditions of ``fn``'s if, while and conditional
+    expressions, and its returned values."""
+    return {id(n.test) for n in ast.walk(fn) if isinstance(n, (ast.If, ast.While, ast.IfExp))} | {
+        id(n.value) for n in ast.walk(fn) if isinstance(n, ast.Return) and n.value is not None}
 
 
 def _lock_name(expr: ast.expr) -> str | None:
@@ -164,7 +166,7 @@ def _candidates(fn: ast.FunctionDef | ast.AsyncFunctionDef, source: str) -> Iter
                 swap = _SWAP.get(type(op))
                 if swap is None or (id(node) in tests and len(node.ops) == 1 and not isinstance(
                         op, (ast.Lt, ast.LtE, ast.Gt, ast.GtE))):
-                    continue  # the swap of ==, is, in as a whole condition is its negation: negate made it
+                    continue  # the swap of ==, is, in as a whole condition (or returned) is its negation: made already
                 new = ast.Compare(left=node.left, ops=[*node.ops[:i], swap(), *node.ops[i + 1:]],
                                   comparators=node.comparators)
                 text = ast.get_source_segment(source, node) or ""
@@ -201,11 +203,12 @@ def mutants_of(source: str, file: str, qualnames: Sequence[str] | None = None) -
         raise KeyError(", ".join(missing))
     out: list[Mutant] = []
     seen: set[str] = set()
+    lines = source.splitlines(keepends=True)
     for name in names:
-        for op, (line, col, end_line, end_col, new), about in _candidates(funcs[name], source):
+        fn = funcs[name]
+        for op, (line, col, end_line, end_col, new), about in _candidates(fn, source):
             m = Mutant(file, name, op, line, col, end_line, end_col, new, about)
-            text = apply(source, m)
-            if text == source or not _compiles(text):
+            if m.new == source_of(lines, m) or not _function_compiles(lines, fn, m):
                 continue
             key, n = m.id, 1
             while m.id in seen:  # two mutations of one op at one place (a compare with two operators)
@@ -217,9 +220,32 @@ def mutants_of(source: str, file: str, qualnames: Sequence[str] | None = None) -
     return out
 
 
+def source_of(lines: list[str], m: Mutant) -> str:
+    """The text ``m`` replaces."""
+    text = "".join(lines)
+    return text[_offset(lines, m.line, m.col):_offset(lines, m.end_line, m.end_col)]
+
+
+def _function_compiles(lines: list[str], fn: ast.FunctionDef | ast.AsyncFunctionDef, m: Mutant) -> bool:
+    """Whether the function ``m`` edits still compiles (the function alone: the rest of the file is unchanged)."""
+    assert fn.end_lineno is not None
+    first = min([fn.lineno, *(d.lineno for d in fn.decorator_list)])
+    part = lines[first - 1:fn.end_lineno]
+    edited = apply("".join(part), Mutant(m.file, m.qualname, m.op, m.line - first + 1, m.col, m.end_line - first + 1,
+                                         m.end_col, m.new, m.about))
+    text = edited.replace("\n" + " " * fn.col_offset, "\n")[fn.col_offset:] if fn.col_offset else edited
+    try:
+        compile(text, "<mutant>", "exec", dont_inherit=True)
+    except SyntaxError:  # the function alone may not dedent (a multi-line string): judge the whole file
+        return _compiles(apply("".join(lines), m))
+    except ValueError:
+        return False
+    return True
+
+
 def _compiles(text: str) -> bool:
     try:
-        compile(text, "<mutant>", "exec")
+        compile(text, "<mutant>", "exec", dont_inherit=True)
     except (SyntaxError, ValueError):
         return False
     return True

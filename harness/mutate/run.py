@@ -11,6 +11,7 @@ then SIGKILL: the mutant is "killed by timeout".
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
 import re
@@ -20,14 +21,14 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.errors import ConfigError
 from harness.mutate.mutator import Mutant, apply, mutants_of
 
-__all__ = ["Subject", "Outcome", "resolve", "run_one", "KILLED", "SURVIVED", "TIMEOUT", "ERROR",
+__all__ = ["Subject", "Outcome", "resolve", "run_one", "freeze", "KILLED", "SURVIVED", "TIMEOUT", "ERROR",
            "scenarios_for", "cast_of_file"]
 
 KILLED, SURVIVED, TIMEOUT, ERROR = "killed", "survived", "killed by timeout", "killed by an error"
@@ -44,6 +45,7 @@ class Subject:
     root: Path  # the sys.path entry that holds ``top``
     top: str  # the first component of ``module``
     qualnames: list[str] | None  # None: every function of the module
+    base: Path | None = None  # a frozen copy of ``top`` (freeze): mutants are made of it and copied from it
 
     @property
     def rel(self) -> str:
@@ -51,7 +53,7 @@ class Subject:
         return self.file.relative_to(self.root).as_posix()
 
     def source(self) -> str:
-        return self.file.read_text()
+        return ((self.base or self.root) / self.rel).read_text()
 
     def mutants(self) -> list[Mutant]:
         return mutants_of(self.source(), self.rel, self.qualnames)
@@ -142,27 +144,51 @@ class Outcome:
 
 
 def _copy(subject: Subject, into: Path, mutant: Mutant | None) -> None:
-    src = subject.root / subject.top
+    base = subject.base or subject.root
+    src = base / subject.top
     if src.is_dir():
         shutil.copytree(src, into / subject.top, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"),
                         symlinks=True)
     else:
-        shutil.copy2(subject.root / f"{subject.top}.py", into / f"{subject.top}.py")
+        shutil.copy2(base / f"{subject.top}.py", into / f"{subject.top}.py")
     if mutant is not None:
         (into / subject.rel).write_text(apply(subject.source(), mutant))
 
 
+@contextlib.contextmanager
+def freeze(subjects: Sequence[Subject]) -> Iterator[None]:
+    """Snapshot each subject's package once, for the whole run: files edited while it runs (a shared working
+    tree) change neither the mutants' offsets nor the code around them."""
+    with tempfile.TemporaryDirectory(prefix="lc-mut-base-") as tmp:
+        bases: dict[tuple[Path, str], Path] = {}
+        for s in subjects:
+            key = (s.root, s.top)
+            if key not in bases:
+                bases[key] = Path(tmp) / str(len(bases))
+                bases[key].mkdir()
+                _copy(s, bases[key], None)
+            s.base = bases[key]
+        try:
+            yield
+        finally:
+            for s in subjects:
+                s.base = None
+
+
 def run_one(subject: Subject, mutant: Mutant | None, scenarios: Sequence[str], *, target: str | None,
-            timeout: float, echo: Callable[[str], None] | None = None) -> Outcome:
+            timeout: float, echo: Callable[[str], None] | None = None, keyword: str | None = None) -> Outcome:
     """Run ``scenarios`` (reference items only, first failure stops) against ``mutant`` in a temporary copy."""
     with tempfile.TemporaryDirectory(prefix="lc-mut-") as tmp:
         here = Path(tmp)
         _copy(subject, here, mutant)
         path = [tmp, str(subject.root), os.getcwd(), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(dict.fromkeys(path)), "PYTHONDONTWRITEBYTECODE": "1"}
+        # LASTCALL_FAST_EXIT: tens of runs, as the planted-bug table's: each worker skips its module teardown
+        env = {"LASTCALL_FAST_EXIT": "1", **os.environ, "PYTHONPATH": os.pathsep.join(dict.fromkeys(path)),
+               "PYTHONDONTWRITEBYTECODE": "1"}
         env.pop("PYTEST_XDIST_WORKER", None)
         env.pop("PYTEST_CURRENT_TEST", None)
-        cmd = [sys.executable, "-m", "harness.cli", "run", *scenarios, "-k", "not catches", "--lastcall-reports", "",
+        only = f"not catches and ({keyword})" if keyword else "not catches"
+        cmd = [sys.executable, "-m", "harness.cli", "run", *scenarios, "-k", only, "--lastcall-reports", "",
                *(["--target", target] if target else []), "-x"]
         start = time.monotonic()
         proc = subprocess.Popen(cmd, cwd=tmp, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
@@ -173,6 +199,9 @@ def run_one(subject: Subject, mutant: Mutant | None, scenarios: Sequence[str], *
         except subprocess.TimeoutExpired:
             timed_out = True
             out = _stop(proc)
+        except BaseException:  # ^C or SIGTERM of this process: the run (its own session) is stopped too
+            _stop(proc)
+            raise
         seconds = time.monotonic() - start
     if timed_out:
         status = TIMEOUT

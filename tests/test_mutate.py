@@ -1,0 +1,172 @@
+"""The mutator and lastcall mutate's input checks (fast: nothing is run against a mutant here).
+
+Each operator is shown on a small module: the edit it makes, what it leaves alone (docstrings, pass,
+instrumentation calls, signatures, f-strings), that every mutant compiles and keeps the file's line count,
+and that ids are unique and stable.  The command's bad input exits 2 with one located line.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from harness.errors import ConfigError
+from harness.mutate.mutator import apply, diff_of, mutants_of
+from harness.mutate.plan import choose
+from harness.mutate.run import _copy, resolve, scenarios_for
+
+ROOT = Path(__file__).resolve().parent.parent
+
+SMALL = textwrap.dedent('''\
+    import threading
+
+    from harness import failpoints
+
+
+    class L:
+        def __init__(self, flag: bool = False) -> None:
+            self._lock = threading.Lock()
+            self.n = 0
+
+        def stop(self, limit=3):
+            """A docstring is never mutated."""
+            failpoints.hit("cleanup.unlink")
+            self.rec.emit("stop_started", n=1, ok=True)
+            with self._lock:
+                if self.n < limit:
+                    self.n += 1
+            pass
+            return True
+
+        def ok(self):
+            return self.n == 0
+
+        def msg(self):
+            return f"{self.n + 1} left"
+
+
+    def free(x):
+        while x is not None:
+            x = None
+        return x
+    ''')
+
+
+def _by_op(ms: list, op: str) -> list:  # type: ignore[type-arg]
+    return [m for m in ms if m.op.rstrip("0123456789") == op]
+
+
+def test_each_operator_makes_its_edit_and_nothing_else() -> None:
+    ms = mutants_of(SMALL, "small.py")
+    texts = {m.id: apply(SMALL, m) for m in ms}
+    assert len(texts) == len(ms), "ids are unique"
+    assert {m.op.rstrip("0123456789") for m in ms} == {"remove", "negate", "unlock", "flip_return", "compare",
+                                                      "constant"}
+    unlock = _by_op(ms, "unlock")
+    assert len(unlock) == 1 and "if True:\n" in texts[unlock[0].id] and "with self._lock" not in texts[unlock[0].id]
+    negate = {m.about for m in _by_op(ms, "negate")}
+    assert negate == {"condition `self.n < limit` negated", "condition `x is not None` negated"}
+    compare = {m.about for m in _by_op(ms, "compare")}
+    # < -> <= as a condition (not its negation); `is not` as a whole condition is left to negate, and a
+    # returned `==` to flip_return (its swap would be the same mutant)
+    assert compare == {"`self.n < limit` -> `self.n <= limit`"}  # `return self.n == 0` is flip_return's
+    flips = {m.about for m in _by_op(ms, "flip_return")}
+    assert flips == {"`return True` -> `return False`", "`return self.n == 0` -> `return not (...)`"}
+    # self.n = 0, += 1 and == 0; not the f-string's 1, not the signature's defaults
+    assert sorted(m.about for m in _by_op(ms, "constant")) == ["`0` -> `1`", "`0` -> `1`", "`1` -> `2`"]
+    removed = {m.about for m in _by_op(ms, "remove")}
+    assert "`self.n += 1` removed" in removed and "`return x` removed" in removed
+    assert not any("emit" in a or "failpoints" in a or "docstring" in a or "pass" in a for a in removed)
+    for m in ms:
+        text = texts[m.id]
+        compile(text, m.id, "exec")
+        assert text != SMALL and text.count("\n") == SMALL.count("\n"), m.id
+    # the signature's defaults (flag=False, limit=3) and the instrumentation's arguments are not mutated
+    assert not any(m.line in (7, 11, 14) and m.op == "constant" for m in ms)
+
+
+def test_only_the_functions_named_are_mutated_and_ids_are_stable() -> None:
+    ms = mutants_of(SMALL, "small.py", ["free"])
+    assert {m.qualname for m in ms} == {"free"} and ms == mutants_of(SMALL, "small.py", ["free"])
+    assert [m.id for m in ms] == ["small.py:29:10:negate", "small.py:30:8:remove", "small.py:31:4:remove"]
+    with pytest.raises(KeyError, match=r"L\.nope"):
+        mutants_of(SMALL, "small.py", ["L.stop", "L.nope"])
+
+
+def test_a_multi_line_edit_keeps_the_line_count_and_the_diff_shows_it() -> None:
+    src = "def f(a, b):\n    if (a <\n            b):\n        return 1\n    return 2\n"
+    ms = mutants_of(src, "m.py")
+    cmp = next(m for m in ms if m.op == "compare")
+    assert apply(src, cmp).count("\n") == src.count("\n")
+    compile(apply(src, cmp), "m", "exec")
+    d = diff_of(src, cmp)
+    assert d.startswith("--- a/m.py\n+++ b/m.py\n") and "a <= b" in d
+
+
+def test_the_sample_is_seeded_and_only_names_known_mutants() -> None:
+    ms = mutants_of(SMALL, "small.py")
+    a = choose(ms, sample=4, seed=7)
+    assert a == choose(ms, sample=4, seed=7) and len(a) == 4
+    assert [m.id for m in a] == sorted((m.id for m in a), key=[m.id for m in ms].index)  # in source order
+    assert choose(ms, sample=None, seed=7) == ms
+    assert choose(ms, sample=99, seed=7, only=[ms[2].id]) == [ms[2]]
+    with pytest.raises(ConfigError, match=r"--only small.py:99:1:remove: no such mutant; did you mean"):
+        choose(ms, sample=None, seed=1, only=["small.py:99:1:remove"])
+
+
+def test_a_mutant_is_written_only_into_the_copy(tmp_path: Path) -> None:
+    subject = resolve("harness.reference.registry:Registry.stop_all")
+    assert subject.root == ROOT and subject.top == "harness" and subject.rel == "harness/reference/registry.py"
+    before = subject.file.read_bytes()
+    m = subject.mutants()[0]
+    _copy(subject, tmp_path, m)
+    assert subject.file.read_bytes() == before
+    assert (tmp_path / subject.rel).read_text() == apply(before.decode(), m) != before.decode()
+    assert (tmp_path / "harness" / "cli.py").read_bytes() == (ROOT / "harness" / "cli.py").read_bytes()
+    assert not list(tmp_path.rglob("__pycache__"))
+
+
+def test_scenarios_are_picked_by_the_listener_they_drive() -> None:
+    worker = scenarios_for([str(ROOT / "scenarios")], ("worker",))
+    handshake = scenarios_for([str(ROOT / "scenarios")], ("handshake",))
+    assert handshake and all(Path(p).name.startswith("handshake-") for p in handshake)
+    assert worker and not set(worker) & set(handshake)
+    engine = {str(p) for p in (ROOT / "scenarios").glob("*.yaml") if "\ntarget: engine_standin" in p.read_text()}
+    assert engine and not engine & (set(worker) | set(handshake))
+
+
+def _lastcall(*argv: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "harness.cli", "mutate", *argv], capture_output=True, text=True,
+                          cwd=ROOT, timeout=120)
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["nope.listener", "--target", "reference"],
+     "lastcall: error: mutate: nope.listener: cannot mutate it: ModuleNotFoundError: No module named 'nope'"),
+    (["harness.reference.registry:Registry.stop_all,Nope.stop", "--target", "reference"],
+     f"lastcall: error: {ROOT}/harness/reference/registry.py: no function Nope.stop in harness.reference.registry "
+     "(its functions: Registry.__init__,"),
+    (["tests.thirdparty.listener", "--target", "nosuch"], "lastcall: error: mutate: --target: unknown target "
+                                                          "'nosuch'"),
+    (["harness.reference.registry", "--target", "reference", "no/such/dir"],
+     "lastcall: error: mutate: no/such/dir: no such scenario file or directory"),
+    (["harness..registry", "--target", "reference"], "lastcall: error: mutate: 'harness..registry': 'harness.."),
+    (["harness.reference.registry"], "lastcall mutate: error: the following arguments are required: --target"),
+    (["harness.reference.registry", "--target", "reference", "--sample", "0"],
+     "lastcall mutate: error: argument --sample: 0 must be between 1 and 100000"),
+])
+def test_bad_input_exits_2_with_one_located_line(argv: list[str], message: str) -> None:
+    r = _lastcall(*argv)
+    assert r.returncode == 2, r.stderr
+    assert r.stdout == "" and r.stderr.count("\n") == 1 and r.stderr.startswith(message), r.stderr
+
+
+def test_an_unknown_mutant_id_exits_2_before_anything_runs() -> None:
+    r = _lastcall("harness.reference.registry:Registry.stop_all", "--target", "reference", "--only", "x:1:0:remove",
+                  str(ROOT / "scenarios" / "exit-hook-stops-what-is-left.yaml"))
+    assert r.returncode == 2 and r.stderr.startswith("lastcall: error: --only x:1:0:remove: no such mutant"), r.stderr
+    assert "unmutated" not in r.stdout  # refused before the unmutated run

@@ -1,0 +1,60 @@
+"""docs/mutation.md's measured table is what harness.mutate.table renders from docs/data/mutation.json, and
+every survivor recorded there is explained (mutation/survivors.yaml or equivalent.yaml)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from harness.mutate.plan import EQUIVALENT, SURVIVORS, read_entries
+from harness.mutate.table import BEGIN, DATA, END, PAGE, markdown, render_doc
+
+README = Path(__file__).resolve().parent.parent / "README.md"
+
+
+def _recorded() -> dict:  # type: ignore[type-arg]
+    if not DATA.exists():
+        pytest.fail(f"{DATA} is missing: record a measurement with ./dev mutate --sample 60 --seed 1 --record")
+    data: dict = json.loads(DATA.read_text())  # type: ignore[type-arg]
+    return data
+
+
+def test_the_table_is_rendered_from_its_data() -> None:
+    text = PAGE.read_text()
+    shown = text[text.index(BEGIN) + len(BEGIN):text.index(END)].strip("\n")
+    assert shown == markdown(_recorded()), "re-render: python -m harness.mutate.table"
+
+
+def test_the_measurement_is_a_seeded_sample_of_at_least_60_and_every_survivor_is_explained() -> None:
+    data = _recorded()
+    assert data["raw"]["all"] == len(data["mutants"]) >= 60 and isinstance(data["seed"], int)
+    assert data["raw"]["killed"] == sum(m["status"] != "survived" for m in data["mutants"])
+    explained = set(read_entries(SURVIVORS, equivalent=False)) | set(read_entries(EQUIVALENT, equivalent=True))
+    missing = [m["id"] for m in data["mutants"] if m["status"] == "survived" and m["id"] not in explained]
+    assert not missing, f"explain each in mutation/survivors.yaml (or show it equivalent): {missing}"
+    assert "docs/mutation.md" in README.read_text()
+
+
+def test_rendering_replaces_only_the_text_between_the_markers(tmp_path: Path) -> None:
+    page, data = tmp_path / "p.md", tmp_path / "d.json"
+    shutil.copy(DATA, data) if DATA.exists() else data.write_text(json.dumps(_sample()))
+    page.write_text(f"before\n{BEGIN}\nold\n{END}\nafter\n")
+    render_doc(data, page)
+    text = page.read_text()
+    assert text.startswith(f"before\n{BEGIN}\n") and text.endswith(f"\n{END}\nafter\n") and "old" not in text
+
+
+def _sample() -> dict:  # type: ignore[type-arg]
+    return {"command": "x", "commit": "c", "date": "d", "python": "3", "seed": 1, "mutants_in_scope": 2,
+            "raw": {"killed": 1, "all": 2}, "non_equivalent": {"killed": 1, "all": 2},
+            "mutants": [{"id": "a:1:0:remove", "qualname": "f", "op": "remove", "about": "x", "status": "killed"},
+                        {"id": "a:2:0:negate", "qualname": "f", "op": "negate", "about": "y", "status": "survived"}]}
+
+
+def test_an_unexplained_survivor_is_shown_as_such() -> None:
+    text = markdown(_sample(), explanations={})
+    assert "| `a:2:0:negate` | `f` | y | **not explained** |" in text
+    assert "| raw (killed / all) | 1 | 2 | 50.0 % |" in text
