@@ -11,8 +11,9 @@ from typing import Any
 import pytest
 
 from harness.checkers import RunRecord, judge
+from harness.errors import ConfigError
 from harness.history import Event
-from harness.reference.race_variants import DroppedLock
+from harness.reference.race_variants import DroppedLock, marked_line
 from harness.scenario.errors import ScenarioError
 from harness.scenario.loader import expand, load, loads
 from harness.scenario.stress import SITES, schedule
@@ -153,9 +154,11 @@ class _Two:
 
 def test_a_dropped_lock_is_dropped_only_on_its_marked_line() -> None:
     two = _Two()
-    two._lock = DroppedLock(two._lock, "# the marked decision")
+    two._lock = DroppedLock(two._lock, marked_line(_Two, "# the marked decision"))
     assert two.kept() is True and two.dropped() is False
     assert two.kept() is True and not two._lock.locked()  # every enter released what it took
+    with pytest.raises(ConfigError, match="on 0 "):
+        marked_line(_Two, "# nowhere")
 
 
 def test_each_race_variant_drops_a_lock_the_reference_marks() -> None:

@@ -4,7 +4,7 @@ The reference takes its listener lock (``_lock``) around every decision that rac
 dispatch decision, the frame-completion decision and the accept decision, each marked by a comment on its
 ``with self._lock:`` line; and it serialises teardown between concurrent stops with ``_stop_lock``.  A
 variant here runs the reference's own code with exactly one of those ``with`` statements not locking
-(:class:`DroppedLock`: the listener's lock, not taken when entered from the line that carries the marker),
+(:class:`DroppedLock`: the listener's lock, not taken by the ``with`` on the line that carries the marker),
 so nothing else changes.  They are caught only under pressure at the racing point: the stress scenarios
 (harness.scenario.stress) widen it with a failpoint delay and stop the listener inside the window.
 
@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import contextlib
 import inspect
-import linecache
 import sys
 import threading
 from types import TracebackType
@@ -24,32 +23,36 @@ from harness.errors import ConfigError
 from harness.reference.listener import WorkerListener
 
 __all__ = ["DroppedLock", "UnlockedDispatchDecision", "UnlockedFrameCompletion", "UnlockedAccept",
-           "UnlockedConcurrentStops", "DISPATCH", "FRAME", "ACCEPT"]
+           "UnlockedConcurrentStops", "DISPATCH", "FRAME", "ACCEPT", "marked_line"]
 
 DISPATCH = "# the dispatch decision"  # the comment on the reference's with-line of each decision
 FRAME = "# the frame-completion decision"
 ACCEPT = "# the accept decision"
 
 
-def _require_marker(marker: str) -> None:
-    """The reference's source must still mark the decision: otherwise the variant would drop nothing."""
-    if marker not in inspect.getsource(WorkerListener):
-        raise ConfigError(f"harness.reference.listener no longer marks {marker!r} on a `with self._lock:` line; "
-                          f"the race variant dropping that lock has nothing to drop")
+def marked_line(cls: type, marker: str) -> tuple[str, int]:
+    """(file, line) of the one ``with self._lock:`` line of ``cls``'s source that carries ``marker``."""
+    lines, first = inspect.getsourcelines(cls)
+    found = [first + i for i, line in enumerate(lines) if "with self._lock:" in line and marker in line]
+    if len(found) != 1:
+        raise ConfigError(f"{cls.__module__} marks {marker!r} on {len(found)} `with self._lock:` lines, not one; "
+                          f"the race variant dropping that lock cannot tell which to drop")
+    code_file = next(f.__code__.co_filename for f in vars(cls).values() if inspect.isfunction(f))
+    return code_file, found[0]  # the file name its code objects carry, as its frames show it
 
 
 class DroppedLock:
-    """A stand-in for the listener's lock that is not taken by the ``with`` statement on a line containing
-    ``marker`` (and is the real lock everywhere else).  Each thread remembers whether its last enter locked."""
+    """A stand-in for the listener's lock that is not taken by the ``with`` statement at ``where`` (file, line)
+    and is the real lock everywhere else.  Each thread remembers whether its last enter locked."""
 
-    def __init__(self, lock: threading.Lock, marker: str) -> None:
+    def __init__(self, lock: threading.Lock, where: tuple[str, int]) -> None:
         self._lock = lock
-        self._marker = marker
+        self._where = where
         self._held = threading.local()
 
     def _dropped_here(self) -> bool:
-        frame = sys._getframe(2)  # the caller of __enter__ / acquire
-        return self._marker in linecache.getline(frame.f_code.co_filename, frame.f_lineno)
+        frame = sys._getframe(2)  # the caller of __enter__
+        return (frame.f_code.co_filename, frame.f_lineno) == self._where
 
     def __enter__(self) -> bool:
         stack = self._held.__dict__.setdefault("stack", [])
@@ -80,8 +83,7 @@ class _DropsOneLock(WorkerListener):
 
     def __init__(self, *args: object, **kw: object) -> None:
         super().__init__(*args, **kw)  # type: ignore[arg-type]
-        _require_marker(self.MARKER)
-        self._lock = DroppedLock(self._lock, self.MARKER)  # type: ignore[assignment]
+        self._lock = DroppedLock(self._lock, marked_line(WorkerListener, self.MARKER))  # type: ignore[assignment]
 
 
 class UnlockedDispatchDecision(_DropsOneLock):
