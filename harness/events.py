@@ -164,6 +164,10 @@ _BUILTIN: tuple[EventKind, ...] = (
     # the worker side: the registry of listeners and the backend
     _k("stop_all_returned", "worker", "the registry's stop of every listener returned",
        {"ok": "bool", "left": "int"}),
+    _k("listener_registered", "worker", "a started listener entered its registry (kept there until it stops)",
+       {**_L, "ipc": "str"}),
+    _k("listener_unregistered", "worker", "a listener left its registry (its stop returned True, or a restart "
+       "replaced it)", {**_L, "ipc": "str"}),
     _k("exit_hook_started", "worker", "the exit hook began stopping what is left",
        {"listeners": "int", "budget": "float|null"}),
     _k("exit_hook_finished", "worker", "the exit hook ended", {"ok": "bool", "left": "int"}),

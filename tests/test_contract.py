@@ -95,13 +95,26 @@ def test_a_checker_that_cannot_judge_is_a_crash_not_a_keep(lc_root: Path) -> Non
                                      "no stop step returned")
 
 
-def test_a_check_without_a_history_for_its_checkers_is_a_crash(lc_root: Path) -> None:
-    """The exit probes run a child interpreter and record nothing here: naming a checker for one is a crash."""
-    from harness.contract.exit_probe import exit_hook_bounded
+def _records_nothing(variant: object, root: Path) -> None:
+    """A check that drives no rig and reads no child's history back (and asserts nothing)."""
 
-    wrong = Check(8, "exit_hook_bounded", exit_hook_bounded, (), ("exit_without_stall",))
+
+def test_a_check_without_a_history_for_its_checkers_is_a_crash(lc_root: Path) -> None:
+    """A check that records no history cannot be kept on its checkers: naming a checker for one is a crash."""
+    wrong = Check(8, "records_nothing", _records_nothing, (), ("exit_without_stall",))
     outcome = run_check(wrong, REFERENCE, lc_root)
     assert not outcome.kept and outcome.detail.startswith("check crashed: it recorded no history")
+
+
+def test_the_exit_probes_judge_the_childs_history_read_back(lc_root: Path) -> None:
+    """The child interpreter writes its history (the exit hook's events included) for the checkers; the
+    harness adds the child's exit as it saw it, and snapshots of the root before and after."""
+    check = next(c for c in CHECKS if c.name == "exit_hook_retries")
+    outcome = run_check(check, REFERENCE, lc_root)
+    assert outcome.kept, outcome.detail
+    assert [(v.checker, v.status) for v in outcome.verdicts] == [
+        ("failed_stop_retried", "ok"), ("registration_kept", "ok"), ("no_leftover_paths", "ok")]
+    assert outcome.verdicts[0].message == "1 failed stop(s), each retried until it returned True"
 
 
 def test_every_variant_is_caught_by_a_check_or_a_scenario() -> None:

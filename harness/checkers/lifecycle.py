@@ -250,3 +250,87 @@ def stop_latency(run: RunRecord, p: StopLatency) -> Verdict:
     return ok("stop_latency", f"worst {p.phase} {worst * 1e3:.2f} ms over {len(stops)} stop(s)")
 
 
+def _lives(evs: list[Event]) -> dict[Key, list[list[Event]]]:
+    """Each listener's events, split into its lives (a restart reuses the label: a new listener_started or
+    listener_registered after the last one's unregistration begins a new life)."""
+    lives: dict[Key, list[list[Event]]] = {}
+    for e in evs:
+        if "listener" not in e.data:
+            continue
+        mine = lives.setdefault(key_of(e), [[]])
+        if e.kind == "listener_started" and any(x.kind in ("listener_started", "listener_unregistered")
+                                                for x in mine[-1]):
+            mine.append([])
+        mine[-1].append(e)
+    return lives
+
+
+@checker("registration_kept", "a listener leaves its registry only once a stop of it returned True: a failed stop "
+         "(False, or a cleanup error) keeps it registered for a retry",
+         judges=("listener_registered", "listener_unregistered", "stop_returned"),
+         evidence={**observed("listener"), "worker": ("listener_registered",)})
+def registration_kept(run: RunRecord, p: Params) -> Verdict:
+    bad: list[tuple[Event, Event | None]] = []  # (the unregistration, the stop before it, if any)
+    gone = 0
+    for life in (x for lives in _lives(run.ordered).values() for x in lives):
+        for i, e in enumerate(life):
+            if e.kind != "listener_unregistered":
+                continue
+            gone += 1
+            stops = [x for x in life[:i] if x.kind == "stop_returned"]
+            if not stops or not stops[-1].data.get("ok"):
+                bad.append((e, stops[-1] if stops else None))
+    if bad:
+        e, last = bad[0]
+        why = "its last stop returned False" if last is not None else "no stop of it had returned"
+        return violated("registration_kept", f"{e.data.get('listener')} left its registry although {why}: "
+                        f"nothing is left to retry ({len(bad)} such)",
+                        [x for u, s in bad for x in ((s, u) if s is not None else (u,))])
+    return ok("registration_kept", f"{gone} listener(s) left the registry, each after a stop returned True")
+
+
+@checker("failed_stop_retried", "a listener whose stop returned False is stopped later: a retry, or the exit hook, "
+         "returns True for it", judges=("listener_started", "stop_returned"), evidence=observed("listener"))
+def failed_stop_retried(run: RunRecord, p: Params) -> Verdict:
+    failed, open_ = 0, []
+    for life in (x for lives in _lives(run.ordered).values() for x in lives):
+        pending: Event | None = None
+        for e in (x for x in life if x.kind == "stop_returned"):
+            if not e.data.get("ok"):
+                failed += pending is None
+                pending = pending or e
+            else:
+                pending = None
+        if pending is not None:
+            open_.append(pending)
+    if not failed:  # as retained_for_retry: the listener was observed, and no stop of it failed
+        return ok("failed_stop_retried", "no stop returned False: nothing to retry")
+    if open_:
+        return violated("failed_stop_retried", f"{len(open_)} listener(s) whose stop returned False were never "
+                        f"stopped afterwards: {[e.data.get('listener') for e in open_]}", open_)
+    return ok("failed_stop_retried", f"{failed} failed stop(s), each retried until it returned True")
+
+
+@checker("exit_hook_within", "the exit hook stops what is left within a bound (seconds, however many listeners "
+         "cannot drain): interpreter exit is never stalled for long",
+         judges=("exit_hook_started", "exit_hook_finished"), evidence={"worker": ("exit_hook_started",)})
+def exit_hook_within(run: RunRecord, p: Within) -> Verdict:
+    bad: list[Event] = []
+    took: list[str] = []
+    for start in run.of("exit_hook_started"):
+        end = next((e for e in run.ordered if e.kind == "exit_hook_finished" and e.pid == start.pid
+                    and e.t_ns >= start.t_ns), None)
+        if end is None:
+            bad.append(start)
+            took.append(f"pid {start.pid}: never finished")
+            continue
+        seconds = (end.t_ns - start.t_ns) / 1e9
+        took.append(f"pid {start.pid}: {seconds:.3f}s for {start.data.get('listeners')} listener(s), budget "
+                    f"{start.data.get('budget')}")
+        if seconds > p.within * run.scale:
+            bad += [start, end]
+    if bad:
+        return violated("exit_hook_within", f"an exit hook took longer than {p.within * run.scale:.2f}s: "
+                        + "; ".join(took), bad)
+    return ok("exit_hook_within", "; ".join(took))
+

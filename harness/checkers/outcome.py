@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from harness.categories import LIFECYCLE, category_of
 from harness.checkers.base import RunRecord, Verdict, checker, observed, ok, unknown, violated
-from harness.checkers.params import CallsAnswered, CtlCleans, FaultFired, Params, StopResult, Within
+from harness.checkers.params import CallsAnswered, CtlCleans, FaultFired, Params, RestartRefused, StopResult, Within
 from harness.history import Event
 
 BAD_FAULTS = {"zero_length", "oversize_length", "garbage_body", "partial_header", "reset_mid_frame"}
@@ -37,6 +37,25 @@ def stop_result(run: RunRecord, p: StopResult) -> Verdict:
         got = bad[0].data.get("value") if bad[0].data.get("ok") else f"an error ({bad[0].data.get('error')})"
         return violated("stop_result", f"{bad[0].data.get('step')} returned {got!r}, expected {p.returns}", bad)
     return ok("stop_result", f"{len(rets)} stop(s) returned {p.returns}")
+
+
+@checker("restart_refused", "a restart over a listener that cannot stop is refused (with the error class named): "
+         "the old listener is left as it was", judges=("step_returned",))
+def restart_refused(run: RunRecord, p: RestartRefused) -> Verdict:
+    rets = [e for e in _returned(run, "start") if p.step is None or e.data.get("step") == p.step]
+    if not rets:
+        return unknown("restart_refused", f"no restart step {p.step or ''} returned in the history".replace("  ", " "))
+    started = [e for e in rets if e.data.get("ok") and e.data.get("value") is not False]
+    if started:
+        return violated("restart_refused", f"{started[0].data.get('step')} started a new listener over one that "
+                        "could not stop", started)
+    wrong = [e for e in rets if p.error_class is not None and e.data.get("error_class") != p.error_class]
+    if wrong:
+        return violated("restart_refused", f"{wrong[0].data.get('step')} was refused with "
+                        f"{wrong[0].data.get('error_class') or 'no error'} ({wrong[0].data.get('error')}), "
+                        f"not {p.error_class}", wrong)
+    return ok("restart_refused", f"{len(rets)} restart(s) refused" + (f" with {p.error_class}" if p.error_class
+                                                                        else ""))
 
 
 @checker("fault_fired", "every armed fault reached its site: a scenario whose fault never fired proves nothing",

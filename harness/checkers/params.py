@@ -12,7 +12,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 __all__ = ["CHECKER_PARAMS", "Params", "StopResult", "StopLatency", "Within", "FaultFired", "PortReleased",
-           "CallsAnswered", "CtlCleans"]
+           "CallsAnswered", "CtlCleans", "RestartRefused"]
 
 
 class Params(BaseModel):
@@ -34,6 +34,14 @@ class StopLatency(Params):
     step: str | None = None
     within: float = Field(2.0, gt=0, description="seconds (write 500ms, 2s)")
     phase: Literal["total", "stop_accepting", "cancel_reads", "drain", "teardown"] = "total"
+
+
+class RestartRefused(Params):
+    """restart_refused: the restart named ``step`` (None: every restart) was refused, with ``error_class``."""
+
+    step: str | None = Field(None, description="the `as:` name of a restart step; None = every restart")
+    error_class: str | None = Field(None, description="the exception class the refusal raised (ListenerBusy); "
+                                    "None = any")
 
 
 class Within(Params):

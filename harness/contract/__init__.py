@@ -22,7 +22,7 @@ from typing import Any
 
 from harness.checkers import RunRecord, Verdict, judge
 from harness.contract import lines
-from harness.contract.exit_probe import exit_hook_bounded, exit_hook_retries
+from harness.contract.exit_probe import EXIT_BUDGET_S, exit_hook_bounded, exit_hook_retries
 from harness.contract.rig import ContractViolation, recorded
 from harness.contract.table import HARNESS, LINES, ContractLine
 from harness.names import temp_root
@@ -102,12 +102,22 @@ CHECKS: tuple[Check, ...] = (
           (("stop_result", {"step": "inner", "returns": False}), ("stop_latency", {"step": "inner", "within": 0.5})),
           _by(stop_from_handler_deadlocks=("stop_latency", HARNESS))),
     Check(6, "cleanup_error_keeps_registration", lines.cleanup_error_keeps_registration,
-          ("drop_registration_on_error",)),
+          ("drop_registration_on_error",),
+          ("registration_kept", ("stop_result", {"step": "s1", "returns": False}),
+           ("stop_result", {"step": "s2", "returns": True}), "no_leftover_paths"),
+          _by(drop_registration_on_error=("registration_kept", "no_leftover_paths", HARNESS))),
     Check(7, "stop_without_socket_path", lines.stop_without_socket_path, ("wake_by_connect",),
           (("stop_result", {"returns": True}),), _by(wake_by_connect=("stop_result",)), own=False),
-    Check(8, "exit_hook_bounded", exit_hook_bounded, ("unbounded_exit_hook",)),
-    Check(8, "exit_hook_retries", exit_hook_retries, ("drop_registration_on_error",)),
-    Check(9, "restart_refused_while_draining", lines.restart_refused_while_draining, ("restart_drops_old",)),
+    Check(8, "exit_hook_bounded", exit_hook_bounded, ("unbounded_exit_hook",),
+          (("exit_hook_within", {"within": EXIT_BUDGET_S + 1.0}), ("exit_without_stall", {"within": 10.0})),
+          _by(unbounded_exit_hook=("exit_hook_within", HARNESS))),
+    Check(8, "exit_hook_retries", exit_hook_retries, ("drop_registration_on_error",),
+          ("failed_stop_retried", "registration_kept", "no_leftover_paths"),
+          _by(drop_registration_on_error=("failed_stop_retried", "registration_kept", "no_leftover_paths", HARNESS))),
+    Check(9, "restart_refused_while_draining", lines.restart_refused_while_draining, ("restart_drops_old",),
+          (("restart_refused", {"step": "r1", "error_class": "ListenerBusy"}),
+           ("stop_result", {"step": "r2", "returns": True}), "registration_kept"),
+          _by(restart_drops_old=("restart_refused", "registration_kept", HARNESS))),
     Check(10, "teardown_deferred", lines.teardown_deferred,
           ("teardown_ignores_stop", "timed_join_teardown", "drop_registration_on_error"),
           ("teardown_deferred", "no_dispatch_after_teardown", ("stop_result", {"step": "x1", "returns": False}),

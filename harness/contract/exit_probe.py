@@ -12,9 +12,11 @@ parent times how long interpreter exit then takes and looks at what is left.
 
 from __future__ import annotations
 
+import os
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -24,15 +26,23 @@ from harness.timeouts import scaled
 EXIT_BUDGET_S = 0.5  # the child's exit budget
 STUCK_DRAIN_S = 2.0  # drain_timeout of each stuck listener in the child
 STUCK_LISTENERS = 2
-CHILD_MAIN = "import sys; from harness.contract.exit_probe import _child; _child(*sys.argv[1:4])"
+CHILD_MAIN = "import sys; from harness.contract.exit_probe import _child; _child(*sys.argv[1:5])"
 
 
-def _child(mode: str, variant_name: str, root: str) -> None:
+def _child(mode: str, variant_name: str, root: str, history: str) -> None:
     import atexit
+
+    from harness.history import Recorder
+
+    rec = Recorder(role="worker")
+
+    def done() -> None:
+        print(f"hooks-done {time.monotonic_ns()}", flush=True)
+        rec.write(history)  # the whole history, the exit hook's events included, for the checkers
 
     # atexit runs hooks last-registered-first: this one, registered before any listener's,
     # runs after every other hook and marks the moment exit hooks are done.
-    atexit.register(lambda: print(f"hooks-done {time.monotonic_ns()}", flush=True))
+    atexit.register(done)
     from harness import failpoints
     from harness.reference import wire
     from harness.reference.listener import ListenerConfig
@@ -40,14 +50,14 @@ def _child(mode: str, variant_name: str, root: str) -> None:
     from harness.reference.worker import WorkerSpec
 
     variant = get_variant(variant_name)
-    registry = variant.registry(exit_budget=EXIT_BUDGET_S, exit_hook=True)
+    registry = variant.registry(exit_budget=EXIT_BUDGET_S, exit_hook=True, recorder=rec)
     drain = STUCK_DRAIN_S if mode == "stuck" else 0.1
     count = STUCK_LISTENERS if mode == "stuck" else 1
     fp = failpoints.arm("backend.map_to_kv_tensors", "pause")
     workers = []
     for rank in range(count):
         spec = WorkerSpec("x", rank=rank, root=root, config=ListenerConfig(drain_timeout=drain), capacity=1 << 24)
-        w = variant.worker(spec, registry=registry, listener_cls=variant.listener)
+        w = variant.worker(spec, registry=registry, listener_cls=variant.listener, recorder=rec)
         w.start()
         workers.append(w)
 
@@ -71,20 +81,43 @@ def _child(mode: str, variant_name: str, root: str) -> None:
         fp.release()
         threads[0].join(scaled())
         print(f"stop-before-exit {stopped} registered {len(registry)}", flush=True)
+    rec.emit("exit_requested", reason="main returned")
     print(f"exiting {time.monotonic_ns()}", flush=True)
 
 
 def _run_child(mode: str, variant: str, root: Path) -> tuple[float, list[str], str]:
     """Run the child; returns the seconds its exit hooks delayed exit (from main's return to the
-    last hook), without the interpreter's own teardown, which load makes noisy."""
-    # -c rather than -m: the package imports this module, and runpy warns when it runs one already imported
-    proc = subprocess.Popen([sys.executable, "-c", CHILD_MAIN, mode, variant, str(root)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    last hook), without the interpreter's own teardown, which load makes noisy.
+
+    The child's history (read back from the file it writes last) and snapshots of the paths under ``root``
+    before it starts and after it exited go to the checkers (:func:`harness.contract.rig.collect`), with
+    the child's ``process_exited`` as the harness saw it."""
+    from harness.contract.rig import collect
+    from harness.history import Event, Recorder, read_jsonl
+
+    fd, history = tempfile.mkstemp(prefix="lastcall-exit-probe-", suffix=".jsonl")
+    os.close(fd)
+    rec = Recorder(role="harness")
+    taken = collect(rec)
+    taken.snapshot("before", root)
     try:
-        out, err = proc.communicate(timeout=scaled(60))
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        out, err = proc.communicate()
+        # -c rather than -m: the package imports this module, and runpy warns when it runs one already imported
+        proc = subprocess.Popen([sys.executable, "-c", CHILD_MAIN, mode, variant, str(root), history],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            out, err = proc.communicate(timeout=scaled(60))
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            out, err = proc.communicate()
+        exited = time.monotonic_ns()
+        taken.snapshot("after", root)
+        events, _ = read_jsonl(history) if os.path.getsize(history) else ([], [])
+    finally:
+        os.unlink(history)
+    for ev in events:
+        rec.add(ev)
+    if events:  # the child ran: its exit as the harness saw it (reaped), in its own pid
+        rec.add(Event(exited, proc.pid, "harness", "", "MainThread", "process_exited", {"status": proc.returncode}))
     lines = out.splitlines()
     exiting = [int(x.split()[1]) for x in lines if x.startswith("exiting ")]
     done = [int(x.split()[1]) for x in lines if x.startswith("hooks-done ")]
@@ -112,7 +145,10 @@ class ExitProbeFailed(RuntimeError):
 
 
 def exit_hook_bounded(variant: object, root: Path) -> None:
-    """8. With listeners that cannot drain, exit hooks delay interpreter exit by about the budget only."""
+    """8. With listeners that cannot drain, exit hooks delay interpreter exit by about the budget only.
+
+    The child's history is judged by checkers exit_hook_within (its exit hook, 1.5 s) and exit_without_stall
+    (from main's return to the child reaped, 10 s); asserted here too: how long the exit hooks delayed exit."""
     from harness.contract.rig import violated
 
     name = getattr(variant, "name", str(variant))
@@ -127,7 +163,11 @@ def exit_hook_bounded(variant: object, root: Path) -> None:
 
 
 def exit_hook_retries(variant: object, root: Path) -> None:
-    """8. A listener whose stop timed out is stopped by the exit hook on a clean exit."""
+    """8. A listener whose stop timed out is stopped by the exit hook on a clean exit.
+
+    The child's history and the paths before and after it are judged by checkers failed_stop_retried (the
+    exit hook's stop returned True), registration_kept (the timed-out listener stayed registered) and
+    no_leftover_paths; asserted here too: nothing left under the root."""
     from harness.contract.rig import violated
 
     name = getattr(variant, "name", str(variant))
@@ -153,5 +193,5 @@ def _clean(root: Path) -> None:
 
 
 if __name__ == "__main__":
-    _child(sys.argv[1], sys.argv[2], sys.argv[3])
+    _child(sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4])
 

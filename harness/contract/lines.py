@@ -254,17 +254,24 @@ def stop_from_handler_returns(variant: Variant, root: Path) -> None:
 
 
 def cleanup_error_keeps_registration(variant: Variant, root: Path) -> None:
-    """6. A cleanup error makes stop return False, never raise, and keeps the registration for a retry."""
+    """6. A cleanup error makes stop return False, never raise, and keeps the registration for a retry.
+
+    The two stops are recorded as harness steps and the paths snapshotted before and after: checkers
+    registration_kept (the registry's events: the listener leaves it only once stopped), stop_result (s1
+    False, the retry s2 True) and no_leftover_paths judge them; asserted here too: the registry's size, what
+    each stop returned, the socket after the retry."""
     with Rig(variant, root) as rig:
+        rig.snapshot("before")
         w = rig.worker()
         failpoints.arm("cleanup.unlink", "raise", count=1, message="unlink failed")
         ok: object
         try:
-            ok = rig.registry.stop_all()
+            ok = rig.step("stop", "s1", rig.registry.stop_all)
         except Exception as exc:
             ok = exc
         kept = len(rig.registry) == 1
-        retry = rig.registry.stop_all()
+        retry = rig.step("stop", "s2", rig.registry.stop_all)
+        rig.snapshot("after")
         if ok is not False:
             raise violated(f"stop_all with a failing cleanup returned {ok!r}, not False")
         if not kept:
@@ -290,13 +297,18 @@ def stop_without_socket_path(variant: Variant, root: Path) -> None:
 
 # --------------------------------------------------------------------------- 9
 def restart_refused_while_draining(variant: Variant, root: Path) -> None:
-    """9. start() on a registered key replaces the old listener only if it stops; else raises, old intact."""
+    """9. start() on a registered key replaces the old listener only if it stops; else raises, old intact.
+
+    The restarts are recorded as harness steps (start, with the refusal's error class): checkers
+    restart_refused (r1 refused with ListenerBusy), stop_result (r2, after the drain, started) and
+    registration_kept (the old listener stays registered) judge them; asserted here too: the refusal, the old
+    listener registered with its socket, the restart after the drain."""
     with Rig(variant, root, drain_timeout=SHORT_DRAIN_S) as rig:
         w = rig.worker()
         old = rig.listener(w)
         fp, parked = _park_map(rig, w)
         try:
-            rig.worker()  # same ipc, rank and pp
+            rig.step("restart", "r1", rig.worker, category="start")  # same ipc, rank and pp
             raised: Exception | None = None
         except Exception as exc:
             raised = exc
@@ -307,7 +319,7 @@ def restart_refused_while_draining(variant: Variant, root: Path) -> None:
             raise violated(f"restart over a draining listener raised {raised!r}, not ListenerBusy")
         if not intact:
             raise violated("a refused restart did not leave the old listener registered with its socket")
-        if rig.worker().listener is None:
+        if not rig.step("restart", "r2", lambda: rig.worker().listener is not None, category="start"):
             raise violated("restart after the drain did not start")
 
 

@@ -28,7 +28,10 @@ def _exit_budget_from_env() -> float:
 class Registry:
     """Listeners of one process by (ipc, rank, pp).
 
-    ``exit_hook=True`` registers :meth:`exit_hook` with atexit on first start.
+    ``exit_hook=True`` registers :meth:`exit_hook` with atexit on first start.  Its recorder gets
+    ``listener_registered`` / ``listener_unregistered`` as a listener enters and leaves it (checker
+    registration_kept judges that only a stopped listener leaves), ``stop_all_returned`` and the exit hook's
+    ``exit_hook_started`` / ``exit_hook_finished``.
     """
 
     def __init__(self, *, exit_budget: float | None = None, exit_hook: bool = False,
@@ -79,6 +82,7 @@ class Registry:
             if self._want_hook and not self._hooked:
                 atexit.register(self.exit_hook)
                 self._hooked = True
+        self.rec.emit("listener_registered", listener=listener.label, ipc=listener.ipc)
         return listener
 
     def _stop_old(self, old: WorkerListener) -> bool:
@@ -86,8 +90,10 @@ class Registry:
 
     def _forget(self, key: Key, listener: WorkerListener) -> None:
         with self._lock:
-            if self._entries.get(key) is listener:
-                del self._entries[key]
+            if self._entries.get(key) is not listener:
+                return
+            del self._entries[key]
+        self.rec.emit("listener_unregistered", listener=listener.label, ipc=listener.ipc)
 
     def stop_all(self, timeout: float | None = None) -> bool:
         """Stop every registered listener.
