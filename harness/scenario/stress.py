@@ -192,55 +192,57 @@ def _round(pl: Player, s: Any, name: str, rnd: dict[str, Any]) -> dict[str, Any]
                                       tally, limit)) for k, cseed in enumerate(rnd["client_seeds"])]
     for t in threads:
         t.start()
-    if not tally.wait_replies(rnd["warm"], limit):
-        raise StepError(f"stress round {i}: the clients got fewer than {rnd['warm']} replies in {limit}s")
     held: list[cf.Peer] = []
     extra: list[threading.Thread] = []  # the harness's own one-request clients (trigger, parked handler)
     stops = [f"{tag}_stop"]
     site_arm, delay = f"{tag}_widen", rnd["delay_ms"] / 1000
-    if point == "snapshot":  # the other clients finish first: nothing else may take the serving thread
-        for t in threads:
-            t.join(limit)
-        mark = pl.c.mark()
-        for k in range(rnd["held"]):
-            req = wire.Request(cmd="kv_tensors_created", id=f"{tag}h{k}")
-            held.append(cf.stall_mid_body(path, req, pl.codec.encode_request))
-        _events(pl, "frame_started", proc.pid, mark, rnd["held"], limit)
-    arm(pl, _Obj(on=s.on, site=rnd["site"], action="delay", count=1, delay=delay), site_arm)
-    if point == "concurrent_stops":
-        if rnd["park"]:
-            arm(pl, _Obj(on=s.on, site=PARK_SITE, action="pause", count=1, delay=0.0), f"{tag}_park")
-            extra.append(_one(pl, path, f"{tag}park", {"fresh": 1.0, "split": 0.0}, tally, limit))
-            wait(pl, _Obj(what="reached", reached=f"{tag}_park", hits=1, timeout=s.timeout), name)
-        mark = pl.c.mark()
-        _issue_stop(pl, s, stops[0], tally)
-        stops.append(f"{tag}_stop2")
-        if rnd["park"]:  # both stops drain the parked handler, then race to tear down
-            _events(pl, "drain_started", proc.pid, mark, 1, limit)
-            _issue_stop(pl, s, stops[1], tally)
-            _events(pl, "drain_started", proc.pid, mark, 2, limit)
-            release(pl, f"{tag}_park", name)
+    try:
+        if not tally.wait_replies(rnd["warm"], limit):
+            raise StepError(f"stress round {i}: the clients got fewer than {rnd['warm']} replies in {limit}s")
+        if point == "snapshot":  # the other clients finish first: nothing else may take the serving thread
+            for t in threads:
+                t.join(limit)
+            mark = pl.c.mark()
+            for k in range(rnd["held"]):
+                req = wire.Request(cmd="kv_tensors_created", id=f"{tag}h{k}")
+                held.append(cf.stall_mid_body(path, req, pl.codec.encode_request))
+            _events(pl, "frame_started", proc.pid, mark, rnd["held"], limit)
+        arm(pl, _Obj(on=s.on, site=rnd["site"], action="delay", count=1, delay=delay), site_arm)
+        if point == "concurrent_stops":
+            if rnd["park"]:
+                arm(pl, _Obj(on=s.on, site=PARK_SITE, action="pause", count=1, delay=0.0), f"{tag}_park")
+                extra.append(_one(pl, path, f"{tag}park", {"fresh": 1.0, "split": 0.0}, tally, limit))
+                wait(pl, _Obj(what="reached", reached=f"{tag}_park", hits=1, timeout=s.timeout), name)
+            mark = pl.c.mark()
+            _issue_stop(pl, s, stops[0], tally)
+            stops.append(f"{tag}_stop2")
+            if rnd["park"]:  # both stops drain the parked handler, then race to tear down
+                _events(pl, "drain_started", proc.pid, mark, 1, limit)
+                _issue_stop(pl, s, stops[1], tally)
+                _events(pl, "drain_started", proc.pid, mark, 2, limit)
+                release(pl, f"{tag}_park", name)
+                wait(pl, _Obj(what="reached", reached=site_arm, hits=1, timeout=s.timeout), name)
+            else:
+                wait(pl, _Obj(what="reached", reached=site_arm, hits=1, timeout=s.timeout), name)
+                _issue_stop(pl, s, stops[1], tally)
+        elif point == "snapshot":
+            _issue_stop(pl, s, stops[0], tally)
             wait(pl, _Obj(what="reached", reached=site_arm, hits=1, timeout=s.timeout), name)
+            for peer in held:  # the frames complete while stop holds its snapshot
+                peer.finish()
         else:
+            # a connection of the harness's own hits the site for sure (the other clients may have finished)
+            extra.append(_one(pl, path, f"{tag}t", {"fresh": 1.0, "split": rnd["split"]}, tally, limit))
             wait(pl, _Obj(what="reached", reached=site_arm, hits=1, timeout=s.timeout), name)
-            _issue_stop(pl, s, stops[1], tally)
-    elif point == "snapshot":
-        _issue_stop(pl, s, stops[0], tally)
-        wait(pl, _Obj(what="reached", reached=site_arm, hits=1, timeout=s.timeout), name)
-        for peer in held:  # the frames complete while stop holds its snapshot
-            peer.finish()
-    else:
-        # a connection of the harness's own hits the site for sure (the other clients may have finished)
-        extra.append(_one(pl, path, f"{tag}t", {"fresh": 1.0, "split": rnd["split"]}, tally, limit))
-        wait(pl, _Obj(what="reached", reached=site_arm, hits=1, timeout=s.timeout), name)
-        _issue_stop(pl, s, stops[0], tally)
-    for stop_name in stops:
-        wait(pl, _Obj(what="returned", returned=stop_name, timeout=s.timeout), name)
-    tally.over.set()
-    for t in threads + extra:  # each ends with its reply or its close, within the safety net
-        t.join(limit)
-    for peer in held:
-        peer.close()
+            _issue_stop(pl, s, stops[0], tally)
+        for stop_name in stops:
+            wait(pl, _Obj(what="returned", returned=stop_name, timeout=s.timeout), name)
+    finally:  # a failed wait too: no client of the round outlives it
+        tally.over.set()
+        for t in threads + extra:  # each ends with its reply or its close, within the safety net
+            t.join(limit)
+        for peer in held:
+            peer.close()
     out = {"round": i, "point": point, "clients": dict(tally.counts), "stops": stops}
     pl.emit("stress_round", step=name, **out)
     if tally.bad:
