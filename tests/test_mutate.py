@@ -170,3 +170,29 @@ def test_an_unknown_mutant_id_exits_2_before_anything_runs() -> None:
                   str(ROOT / "scenarios" / "exit-hook-stops-what-is-left.yaml"))
     assert r.returncode == 2 and r.stderr.startswith("lastcall: error: --only x:1:0:remove: no such mutant"), r.stderr
     assert "unmutated" not in r.stdout  # refused before the unmutated run
+
+
+def test_the_report_gives_both_scores_every_survivor_with_its_diff_and_a_wrong_equivalent() -> None:
+    from harness.mutate.analysis import Analysis, print_report, to_json
+    from harness.mutate.plan import Entry
+    from harness.mutate.run import KILLED, SURVIVED, TIMEOUT, Outcome
+
+    ms = mutants_of(SMALL, "small.py", ["L.stop"])
+    eq = Entry(ms[1].id, "x", "no one can tell", "same_behaviour", "tests/test_mutate.py::t")
+    wrong = Entry(ms[2].id, "x", "claimed", "unreachable", "tests/test_mutate.py::t")
+    a = Analysis([Outcome(ms[0], KILLED, 1.0, ["scenarios/a.yaml::a[tp1]"]), Outcome(ms[1], SURVIVED, 2.0),
+                  Outcome(ms[2], TIMEOUT, 3.0), Outcome(ms[3], SURVIVED, 2.0)],
+                 {eq.id: eq, wrong.id: wrong}, {}, {"small.py": SMALL}, len(ms), planned=4)
+    lines: list[str] = []
+    print_report(a, lines.append)
+    text = "\n".join(lines)
+    # raw: 2 killed of 4; non-equivalent: ms[1] is left out (ms[2] too: listed, but killed, so reported wrong)
+    assert lines[0] == "raw score 2/4 (50.0 %); non-equivalent 1/2 (50.0 %); 2 equivalent"
+    assert f"equivalent (same_behaviour) {ms[1].id}" in text and "why: no one can tell" in text
+    assert f"survivor {ms[3].id}  small.py:{ms[3].line}  L.stop: {ms[3].about}" in text
+    assert diff_of(SMALL, ms[3]).splitlines()[3] in text  # the diff, indented
+    assert f"WRONG: {ms[2].id} is listed in mutation/equivalent.yaml but was killed by timeout" in text
+    data = to_json(a, sample=4, seed=1, target=None, command="x")
+    assert data["raw"] == {"killed": 2, "all": 4} and data["non_equivalent"] == {"killed": 1, "all": 2}
+    assert [m["status"] for m in data["mutants"]] == [KILLED, SURVIVED, TIMEOUT, SURVIVED]
+    assert data["mutants"][0]["failed"] == ["a.yaml::a[tp1]"] and "diff" in data["mutants"][3]

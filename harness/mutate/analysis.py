@@ -45,6 +45,7 @@ class Analysis:
     total: int  # mutants there were to choose from
     baselines: dict[str, float] = field(default_factory=dict)  # group -> seconds of the unmutated run
     flaky: list[str] = field(default_factory=list)  # items that failed once on the unmutated code, then passed
+    planned: int = 0  # mutants chosen (outcomes has fewer while the run is under way)
 
     @property
     def killed(self) -> list[Outcome]:
@@ -81,7 +82,8 @@ def score_line(a: Analysis) -> str:
 def analyse(groups: Sequence[tuple[str, list[Subject], list[str]]], *, target: str | None, sample: int | None,
             seed: int, only: Sequence[str] = (), timeout: float | None = None,
             equivalent: dict[str, Entry] | None = None, explained: dict[str, Entry] | None = None,
-            echo: Callable[[str], None] = say, keyword: str | None = None) -> Analysis:
+            echo: Callable[[str], None] = say, keyword: str | None = None,
+            after: Callable[[Analysis], None] | None = None) -> Analysis:
     """Run the chosen mutants of each group (name, its subjects, its scenario files).
 
     Error handling: ConfigError when a group has no scenario, or when its scenarios fail on the unmutated
@@ -89,12 +91,13 @@ def analyse(groups: Sequence[tuple[str, list[Subject], list[str]]], *, target: s
     """
     with freeze([s for _, subjects, _ in groups for s in subjects]):
         return _analyse(groups, target=target, sample=sample, seed=seed, only=only, timeout=timeout,
-                        equivalent=equivalent, explained=explained, echo=echo, keyword=keyword)
+                        equivalent=equivalent, explained=explained, echo=echo, keyword=keyword, after=after)
 
 
 def _analyse(groups: Sequence[tuple[str, list[Subject], list[str]]], *, target: str | None, sample: int | None,
              seed: int, only: Sequence[str], timeout: float | None, equivalent: dict[str, Entry] | None,
-             explained: dict[str, Entry] | None, echo: Callable[[str], None], keyword: str | None) -> Analysis:
+             explained: dict[str, Entry] | None, echo: Callable[[str], None], keyword: str | None,
+             after: Callable[[Analysis], None] | None) -> Analysis:
     everything: list[tuple[str, Subject, Mutant]] = []
     sources: dict[str, str] = {}
     for name, subjects, _ in groups:
@@ -105,7 +108,7 @@ def _analyse(groups: Sequence[tuple[str, list[Subject], list[str]]], *, target: 
     plan = [(g, s, m) for g, s, m in everything if m.id in chosen]
     echo(f"lastcall mutate: {len(plan)} of {len(everything)} mutants"
          + (f" (sample {sample}, seed {seed})" if sample is not None and not only else ""))
-    result = Analysis([], equivalent or {}, explained or {}, sources, len(everything))
+    result = Analysis([], equivalent or {}, explained or {}, sources, len(everything), planned=len(plan))
     paths = {name: scenarios for name, _, scenarios in groups}
     subjects_by = {name: subs for name, subs, _ in groups}
     for name in dict.fromkeys(g for g, _, _ in plan):
@@ -133,6 +136,8 @@ def _analyse(groups: Sequence[tuple[str, list[Subject], list[str]]], *, target: 
         o = run_one(subject, m, paths[name], target=target, timeout=limit, echo=echo, keyword=keyword)
         result.outcomes.append(o)
         _first(paths[name], o.failed)
+        if after is not None:  # e.g. the JSON so far: a long run cut short keeps what it measured
+            after(result)
         by = f" by {_short_item(o.failed[0])}" if o.failed else ""
         eq = " (equivalent)" if m.id in result.equivalent else ""
         echo(f"  [{i}/{len(plan)}] {m.id} {m.qualname}: {m.about}: {o.status}{by}{eq} ({o.seconds:.0f} s)")
@@ -184,7 +189,8 @@ def to_json(a: Analysis, *, sample: int | None, seed: int, target: str | None, c
                 **({"diff": diff_of(a.sources[m.file], m)} if not o.killed else {})}
 
     ne = a.non_equivalent
-    return {"command": command, "sample": sample, "seed": seed, "target": target, "mutants_in_scope": a.total,
+    return {"command": command, "planned": a.planned, "sample": sample, "seed": seed, "target": target,
+            "mutants_in_scope": a.total,
             "commit": _commit(), "date": datetime.date.today().isoformat(), "python": sys.version.split()[0],
             "unmutated_seconds": {k: round(v, 1) for k, v in a.baselines.items()}, "flaky_on_unmutated": a.flaky,
             "raw": {"killed": len(a.killed), "all": len(a.outcomes)},

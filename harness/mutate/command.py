@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -125,11 +125,26 @@ def _finish(a: Any, args: argparse.Namespace, command: str) -> int:
     return EXIT_SURVIVORS if bad else EXIT_OK
 
 
+def _progress(args: argparse.Namespace, command: str) -> Callable[[Any], None] | None:
+    """After each mutant: the JSON so far (``--json``), so a run cut short keeps what it measured."""
+    if not args.json:
+        return None
+    from harness.mutate.analysis import to_json, write_json
+
+    def write(a: Any) -> None:
+        write_json(to_json(a, sample=args.sample, seed=args.seed, target=getattr(args, "target", None),
+                           command=command), args.json)
+
+    return write
+
+
 def cmd_mutate(args: argparse.Namespace) -> int:
     from harness.mutate.analysis import analyse
     from harness.mutate.plan import read_entries
     from harness.mutate.run import resolve, scenarios_for
 
+    command = " ".join(["lastcall mutate", args.spec, "--target", args.target, *args.paths,
+                        *([f"--sample {args.sample} --seed {args.seed}"] if args.sample else [])])
     subject = resolve(args.spec)
     _check_target(args.target)
     paths = args.paths or (["scenarios"] if os.path.isdir("scenarios") else [])
@@ -142,8 +157,9 @@ def cmd_mutate(args: argparse.Namespace) -> int:
     scenarios = scenarios_for(paths, ("worker", "handshake"))  # a listener's; an engine tree's are not mutated here
     equivalent = read_entries(Path(args.equivalent), equivalent=True) if args.equivalent else {}
     a = analyse([("given", [subject], scenarios)], target=args.target, sample=args.sample, seed=args.seed,
-                only=args.only, timeout=args.timeout, equivalent=equivalent, keyword=args.keyword)
-    return _finish(a, args, "lastcall mutate " + " ".join(sys.argv[2:]))
+                only=args.only, timeout=args.timeout, equivalent=equivalent, keyword=args.keyword,
+                after=_progress(args, command))
+    return _finish(a, args, command)
 
 
 def dev_main(argv: Sequence[str] | None = None) -> int:
@@ -157,6 +173,11 @@ def dev_main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--record", action="store_true", help="write docs/data/mutation.json and docs/mutation.md's "
                    "table (the recorded measurement)")
     args = p.parse_args(argv)
+    if args.record:
+        from harness.mutate.table import DATA
+
+        args.json = args.json or str(DATA)
+    command = ("./dev mutate " + " ".join(argv if argv is not None else sys.argv[1:])).strip()
     from harness.interrupts import sigterm_interrupts
 
     restore = sigterm_interrupts()  # SIGTERM as ^C: the mutant's run is stopped and cleaned up too
@@ -170,7 +191,8 @@ def dev_main(argv: Sequence[str] | None = None) -> int:
                 groups.append((cast, mine, scenarios_for([library], (cast,))))
         a = analyse(groups, target=None, sample=args.sample, seed=args.seed, only=args.only, timeout=args.timeout,
                     equivalent=read_entries(EQUIVALENT, equivalent=True),
-                    explained=read_entries(SURVIVORS, equivalent=False), keyword=args.keyword)
+                    explained=read_entries(SURVIVORS, equivalent=False), keyword=args.keyword,
+                    after=_progress(args, command))
     except ConfigError as exc:
         print(f"./dev mutate: {exc}", file=sys.stderr)
         return EXIT_USAGE
@@ -179,12 +201,9 @@ def dev_main(argv: Sequence[str] | None = None) -> int:
         return 130
     finally:
         restore()
+    code = _finish(a, args, command)
     if args.record:
-        from harness.mutate.table import DATA, render_doc
+        from harness.mutate.table import render_doc
 
-        args.json = args.json or str(DATA)
-    command = "./dev mutate " + " ".join(argv if argv is not None else sys.argv[1:])
-    code = _finish(a, args, command.strip())
-    if args.record:
         render_doc()
     return code

@@ -40,7 +40,9 @@ def markdown(data: dict[str, Any], explanations: dict[str, str] | None = None) -
     mutants = data["mutants"]
     lines = [f"Measured with `{data['command']}` at commit {data['commit']} ({data['date']}, Python "
              f"{data['python']}): a sample of **{raw['all']}** of the {data['mutants_in_scope']} mutants of "
-             f"mutation/stop-path.txt, seed **{data['seed']}**.",
+             f"mutation/stop-path.txt, seed **{data['seed']}**"
+             + (f" (cut short: {raw['all']} of the {data['planned']} drawn were run)."
+                if data.get("planned", raw["all"]) != raw["all"] else "."),
              "",
              "| score | killed | of | % |",
              "|---|---:|---:|---:|",
