@@ -69,7 +69,7 @@ def test_never_read_is_closed_at_the_drain_and_slow_reader_gets_it_all(lc_root: 
     listener = WorkerListener(socket_path("t", 0, 0, lc_root), NoopBackend(), ipc="t",
                               config=ListenerConfig(drain_timeout=0.2))
     listener.start()
-    req = wire.Request(cmd="kv_tensors_created", id=cf.padded_id("q", 400_000))
+    req = wire.Request(cmd="kv_tensors_created", id=cf.padded_id("q", 250_000))
     slow = cf.slow_reader(str(listener.path), req)
     reply = cf.read_slowly(slow.sock, 10.0, wire.decode_reply)
     assert reply is not None and reply.id == req.id

@@ -38,7 +38,7 @@ BEFORE_EXIT = frozenset({
     "stop_result", "stop_latency", "fault_fired", "served_while_stalled", "calls_answered", "requests_served",
     "survives_bad_input", "kv_state_consistent", "no_late_dispatch", "no_dispatch_after_teardown",
     "reads_cancelled", "handler_drained", "retained_for_retry", "teardown_deferred", "no_leaked_threads",
-    "no_leaked_fds", "ctl_cleans",
+    "no_leaked_fds", "ctl_cleans", "ctl_sees_live_owners", "stop_snapshot_exact",
 })
 # Judged from the after snapshot (every process reaped): the same after either exit for the harness's own code.
 AFTER_EXIT = frozenset({"no_leftover_paths", "no_leftover_shm", "no_orphan_processes", "port_released",
