@@ -40,7 +40,7 @@ import socket
 import statistics
 import time
 from dataclasses import asdict, dataclass
-from typing import Any, cast
+from typing import Any, Protocol, cast
 
 from harness import failpoints
 from harness.bench.interleave import Request, Step
@@ -53,7 +53,7 @@ from harness.reference.worker import ReferenceWorker
 
 __all__ = ["BusyWait", "BUSY_WAIT", "calibrate", "spin", "TrackingNoop", "PlantedDelay", "LeaksAnFd",
            "TRACKING_NOOP", "PLANTED_DELAY_2US", "LEAKS_AN_FD", "BENCH_VARIANTS", "BACKENDS", "flavoured",
-           "OPS", "check_op", "Client"]
+           "OPS", "check_op", "Codec", "Client"]
 
 PLANTED_DELAY_NS = 2000  # the planted delay per request
 MAX_TIMED_WAITS = 1_000_000  # in-run waits a PlantedDelay listener keeps for its median
@@ -269,12 +269,22 @@ def check_op(name: str) -> str:
     raise ConfigError(f"unknown op {name!r}{hint} (known: {', '.join(OPS)}, or map<N> for N offsets)")
 
 
+class Codec(Protocol):
+    """A target's framing as the client needs it (the reference's :mod:`harness.reference.wire`, kvcached's
+    PickleCodec): both put a 4-byte big-endian length before the body, so :func:`wire.recv_frame` reads either."""
+
+    def encode_request(self, req: wire.Request, /) -> bytes: ...
+
+    def decode_reply(self, body: bytes, /) -> wire.Reply: ...
+
+
 class Client:
-    """The workload's requests to one worker socket; offsets rotate over ``pages`` pages."""
+    """The workload's requests to one worker socket in its target's codec; offsets rotate over ``pages`` pages."""
 
     def __init__(self, path: str, *, pages: int, page_size: int, keep_alive: bool = False,
-                 timeout: float = 30.0) -> None:
+                 timeout: float = 30.0, codec: Codec | None = None) -> None:
         self.path = path
+        self.codec: Codec = wire if codec is None else codec  # the target's wire format (the reference's: msgpack)
         self.pages, self.page_size = pages, page_size
         self.keep_alive = keep_alive
         self.timeout = timeout
@@ -297,13 +307,13 @@ class Client:
         if self.keep_alive:
             if self._sock is None:
                 self._sock = self._connect()
-            self._sock.sendall(wire.encode_request(req))
-            rep = wire.decode_reply(wire.recv_frame(self._sock))
+            self._sock.sendall(self.codec.encode_request(req))
+            rep = self.codec.decode_reply(wire.recv_frame(self._sock))
         else:
             s = self._connect()
             try:
-                s.sendall(wire.encode_request(req))
-                rep = wire.decode_reply(wire.recv_frame(s))
+                s.sendall(self.codec.encode_request(req))
+                rep = self.codec.decode_reply(wire.recv_frame(s))
             finally:
                 s.close()
         if rep.status != expect:

@@ -34,6 +34,7 @@ import contextlib
 import html
 import json
 import random
+import shutil
 import sys
 import time
 from dataclasses import dataclass, field
@@ -42,10 +43,14 @@ from typing import Any
 
 from harness.bench.arms import OPS, Client, check_op, flavoured
 from harness.bench.interleave import ORDERS, Arm, Result, Window, format_rows, run_interleaved
+from harness.bench.serverproc import ServerProcess
 from harness.bench.stats import MIN_SAMPLES, Comparison, compare
+from harness.bench.target_arm import expand, new_root, resolve
 from harness.bench.workload import WORKLOAD_KEYS, load_workload
 from harness.errors import ConfigError, HarnessError
 from harness.launch.cluster import Cluster
+from harness.launch.spawn import LaunchError
+from harness.timeouts import scaled
 from harness.probes.model import FdEntry
 from harness.probes.procs import proc_entry
 
@@ -195,6 +200,21 @@ def arm_variant(spec: str) -> Any:
     return target
 
 
+def _leave(label: str, sp: ServerProcess, problems: list[str]) -> None:
+    """Stop a target arm's child; a stop that failed or left files is a problem of the run, not a traceback."""
+    try:
+        sp.__exit__(None, None, None)
+    except RuntimeError as exc:
+        problems.append(f"{label}: {exc}")
+
+
+def _remove_root(label: str, root: str, problems: list[str]) -> None:
+    left = sorted(str(p) for p in Path(root).rglob("*"))
+    if left:
+        problems.append(f"{label}: leftovers {left}")
+    shutil.rmtree(root, ignore_errors=True)
+
+
 def _labels(specs: list[str]) -> list[str]:
     labels = [s.rpartition(":")[2] if ":" in s else s for s in specs]
     return labels if len(set(labels)) == len(labels) else list(specs)
@@ -235,29 +255,56 @@ def run_bench(arms: list[str], ops: list[str], windows: int = 15, requests: int 
     if order not in ORDERS:
         raise ConfigError(f"unknown order {order!r}; known: {', '.join(ORDERS)}")
     ops = [check_op(op) for op in dict.fromkeys(ops or OPS)]
-    for spec in arms:
-        arm_variant(spec)  # a bad name fails here, before anything starts
-    variants = [flavoured(spec, backend, record) for spec in arms]
+    given = list(arms)
+    arms, aa_of = expand(given)  # --arm T alone (a worker target): T+tracking-noop, then T with its A/A
+    targets = {spec: resolve(spec) for spec in arms}  # a bad name fails here, before anything starts
+    for spec, ta in targets.items():
+        if ta is None:
+            arm_variant(spec)
+        elif keep_alive:
+            raise ConfigError(f"arm {spec!r}: its listener serves one request per connection; drop --keep-alive")
+        elif backend != "noop" or record:
+            raise ConfigError(f"arm {spec!r}: a target's arm runs with its backend stubbed and no events; "
+                              f"drop --backend {backend}")
+    variants = [flavoured(spec, backend, record) if targets[spec] is None else "" for spec in arms]
     labels = _labels(arms)
     seed = random.randrange(1 << 32) if seed is None else seed
     settings = {"arms": arms, "ops": ops, "windows": windows, "requests": requests, "warmup": warmup,
                 "order": order, "keep_alive": keep_alive, "aa": aa, "alpha": alpha, "confidence": confidence,
-                "seed": seed, "backend": backend, "record": record}
+                "seed": seed, "backend": backend, "record": record, "given_arms": given, "aa_of": arms[aa_of]}
     plan = list(zip(labels, variants, arms, strict=True))
-    aa_label = f"{labels[0]} (A/A)" if aa else None
+    aa_label = f"{labels[aa_of]} (A/A)" if aa else None
     if aa_label is not None:
-        plan.append((aa_label, variants[0], arms[0]))
+        plan.append((aa_label, variants[aa_of], arms[aa_of]))
     clusters: dict[str, Cluster] = {}
+    served: dict[str, ServerProcess] = {}
+    problems: list[str] = []
     with contextlib.ExitStack() as stack:
-        clients: dict[str, Client] = {}
-        for label, variant, _spec in plan:
-            c = clusters[label] = Cluster(tp=1, variant=variant, capacity=CAPACITY, deadline=DEADLINE_S)
-            c.start()
-            stack.callback(c.close)
-            clients[label] = cl = Client(c.worker(0).path, pages=CAPACITY // PAGE_SIZE, page_size=PAGE_SIZE,
-                                         keep_alive=keep_alive)
+        started: dict[str, Client] = {}
+        # target arms first: each is a fork of this process, made before the clusters start their threads
+        for label, variant, spec in sorted(plan, key=lambda p: targets[p[2]] is None):
+            ta = targets[spec]
+            if ta is None:
+                c = clusters[label] = Cluster(tp=1, variant=variant, capacity=CAPACITY, deadline=DEADLINE_S)
+                c.start()
+                stack.callback(c.close)
+                path, codec = c.worker(0).path, None
+            else:
+                root = new_root()
+                stack.callback(_remove_root, label, root, problems)
+                sp = served[label] = ServerProcess(ta.factory(root), name=f"arm {label}", timeout=scaled(60.0))
+                try:
+                    sp.__enter__()
+                except RuntimeError as exc:  # its child said why (an import, a bind): one line, exit 1
+                    raise LaunchError(str(exc)) from None
+                stack.callback(_leave, label, sp, problems)
+                path, codec = sp.path, ta.codec
+            started[label] = cl = Client(path, pages=CAPACITY // PAGE_SIZE, page_size=PAGE_SIZE,
+                                         keep_alive=keep_alive, codec=codec)
             stack.callback(cl.close)
-        leaks = _LeakCheck({label: c.worker(0).pid for label, c in clusters.items()})
+        clients = {label: started[label] for label, _v, _s in plan}
+        pids = {label: c.worker(0).pid for label, c in clusters.items()} | {k: v.pid for k, v in served.items()}
+        leaks = _LeakCheck({label: pids[label] for label in clients})
         for label, cl in clients.items():
             cl.created()  # opens the kept-alive connection before the baseline
             leaks.baseline(label)
@@ -273,19 +320,21 @@ def run_bench(arms: list[str], ops: list[str], windows: int = 15, requests: int 
         res = run_interleaved(bench_arms, ops=ops, windows=windows, requests=requests, warmup=warmup,
                               baseline=labels[0], progress=after_window, order=order, seed=seed)
         seconds = time.monotonic() - t0
-    infos = [_info(label, spec, clusters[label]) for label, _variant, spec in plan]  # closed: every event is in
-    problems = [f"{label}: {c.outcome.status}, exits {c.outcome.exits}, leftovers {c.outcome.leftovers} "
-                f"{c.outcome.detail}".rstrip() for label, c in clusters.items()
-                if c.outcome.status != "ok" or c.outcome.leftovers or any(c.outcome.exits.values())]
+    infos = [_info(label, spec, clusters[label]) if label in clusters else ArmInfo(label, spec, served[label].pid)
+             for label, _variant, spec in plan]  # closed: every event is in
+    problems += [f"{label}: {c.outcome.status}, exits {c.outcome.exits}, leftovers {c.outcome.leftovers} "
+                 f"{c.outcome.detail}".rstrip() for label, c in clusters.items()
+                 if c.outcome.status != "ok" or c.outcome.leftovers or any(c.outcome.exits.values())]
 
-    def vs(op: str, label: str) -> Comparison:
+    def vs(op: str, label: str, base: str = labels[0]) -> Comparison:
         st = res.per_op[op]
-        return compare(st.arms[labels[0]].window_medians_ns, st.arms[label].window_medians_ns, alpha=alpha,
+        return compare(st.arms[base].window_medians_ns, st.arms[label].window_medians_ns, alpha=alpha,
                        confidence=confidence, seed=seed, paired=True)
 
     out = BenchResult(settings, [i for i in infos if i.label != aa_label], aa_label, res,
                       {op: {label: vs(op, label) for label in labels[1:]} for op in ops},
-                      {op: vs(op, aa_label) for op in ops} if aa_label else {}, leaks.checks, seconds, problems)
+                      {op: vs(op, aa_label, labels[aa_of]) for op in ops} if aa_label else {}, leaks.checks,
+                      seconds, problems)
     if json_path:
         Path(json_path).write_text(json.dumps(out.as_dict(), indent=2) + "\n")
     if svg_path:
