@@ -7,7 +7,6 @@ and that ids are unique and stable.  The command's bad input exits 2 with one lo
 
 from __future__ import annotations
 
-import subprocess
 import sys
 import textwrap
 from pathlib import Path
@@ -139,9 +138,15 @@ def test_scenarios_are_picked_by_the_listener_they_drive() -> None:
     assert engine and not engine & (set(worker) | set(handshake))
 
 
-def _lastcall(*argv: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "harness.cli", "mutate", *argv], capture_output=True, text=True,
-                          cwd=ROOT, timeout=120)
+def _lastcall(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, *argv: str) -> tuple[int, str,
+                                                                                                        str]:
+    from harness.cli import main
+
+    monkeypatch.chdir(ROOT)
+    monkeypatch.setattr(sys, "path", list(sys.path))  # resolve() puts the working directory on it
+    rc = main(["mutate", *argv])
+    out, err = capsys.readouterr()
+    return rc, out, err
 
 
 @pytest.mark.parametrize(("argv", "message"), [
@@ -159,17 +164,20 @@ def _lastcall(*argv: str) -> subprocess.CompletedProcess[str]:
     (["harness.reference.registry", "--target", "reference", "--sample", "0"],
      "lastcall mutate: error: argument --sample: 0 must be between 1 and 100000"),
 ])
-def test_bad_input_exits_2_with_one_located_line(argv: list[str], message: str) -> None:
-    r = _lastcall(*argv)
-    assert r.returncode == 2, r.stderr
-    assert r.stdout == "" and r.stderr.count("\n") == 1 and r.stderr.startswith(message), r.stderr
+def test_bad_input_exits_2_with_one_located_line(argv: list[str], message: str, capsys: pytest.CaptureFixture[str],
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    rc, out, err = _lastcall(capsys, monkeypatch, *argv)
+    assert rc == 2, err
+    assert out == "" and err.count("\n") == 1 and err.startswith(message), err
 
 
-def test_an_unknown_mutant_id_exits_2_before_anything_runs() -> None:
-    r = _lastcall("harness.reference.registry:Registry.stop_all", "--target", "reference", "--only", "x:1:0:remove",
-                  str(ROOT / "scenarios" / "exit-hook-stops-what-is-left.yaml"))
-    assert r.returncode == 2 and r.stderr.startswith("lastcall: error: --only x:1:0:remove: no such mutant"), r.stderr
-    assert "unmutated" not in r.stdout  # refused before the unmutated run
+def test_an_unknown_mutant_id_exits_2_before_anything_runs(capsys: pytest.CaptureFixture[str],
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    rc, out, err = _lastcall(capsys, monkeypatch, "harness.reference.registry:Registry.stop_all", "--target",
+                             "reference", "--only", "x:1:0:remove",
+                             str(ROOT / "scenarios" / "exit-hook-stops-what-is-left.yaml"))
+    assert rc == 2 and err.startswith("lastcall: error: --only x:1:0:remove: no such mutant"), err
+    assert "unmutated" not in out  # refused before the unmutated run
 
 
 def test_the_report_gives_both_scores_every_survivor_with_its_diff_and_a_wrong_equivalent() -> None:

@@ -21,7 +21,7 @@ from typing import Any
 from harness.errors import ConfigError
 from harness.mutate.mutator import Mutant, diff_of
 from harness.mutate.plan import Entry, as_json, choose
-from harness.mutate.run import SURVIVED, Outcome, Subject, freeze, run_one
+from harness.mutate.run import KILLED, SURVIVED, Outcome, Subject, freeze, run_one
 
 __all__ = ["Analysis", "analyse", "score_line", "say"]
 
@@ -44,7 +44,7 @@ class Analysis:
     sources: dict[str, str]  # file (as ids name it) -> unmutated source
     total: int  # mutants there were to choose from
     baselines: dict[str, float] = field(default_factory=dict)  # group -> seconds of the unmutated run
-    flaky: list[str] = field(default_factory=list)  # items that failed once on the unmutated code, then passed
+    flaky: list[str] = field(default_factory=list)  # items that failed once, then passed on the same code
     planned: int = 0  # mutants chosen (outcomes has fewer while the run is under way)
 
     @property
@@ -134,6 +134,16 @@ def _analyse(groups: Sequence[tuple[str, list[Subject], list[str]]], *, target: 
     for i, (name, subject, m) in enumerate(plan, 1):
         limit = timeout or max(TIMEOUT_FLOOR_S, TIMEOUT_FACTOR * result.baselines[name])
         o = run_one(subject, m, paths[name], target=target, timeout=limit, echo=echo, keyword=keyword)
+        if o.status == KILLED and o.failed:  # confirmed by that scenario failing once more, else run again
+            file = _file_of(paths[name], o.failed[0])
+            again = run_one(subject, m, file, target=target, timeout=limit, keyword=keyword) if file else o
+            if not again.killed:
+                flaky = _short_item(o.failed[0])
+                result.flaky.append(flaky)
+                echo(f"    {flaky} failed once on this mutant and passed the second time (FLAKY): the whole run "
+                     "once more, that scenario last; its outcome stands")
+                o = run_one(subject, m, [p for p in paths[name] if p not in file] + file, target=target,
+                            timeout=limit, echo=echo, keyword=keyword)
         result.outcomes.append(o)
         _first(paths[name], o.failed)
         if after is not None:  # e.g. the JSON so far: a long run cut short keeps what it measured
@@ -153,6 +163,12 @@ def _first(scenarios: list[str], failed: list[str]) -> None:
         for s in hit:
             scenarios.remove(s)
             scenarios.insert(0, s)
+
+
+def _file_of(scenarios: list[str], nodeid: str) -> list[str]:
+    """The scenario file (of ``scenarios``) an item id names, as a one-element list; [] if none does."""
+    name = nodeid.split("::", 1)[0].rsplit("/", 1)[-1]
+    return [s for s in scenarios if s.rsplit("/", 1)[-1] == name][:1]
 
 
 def _short_item(nodeid: str) -> str:
