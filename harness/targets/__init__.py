@@ -153,19 +153,29 @@ def _checked(spec: str, obj: Any) -> Any:
 
 
 def catalogue() -> list[tuple[str, str, str, str]]:
-    """(name, availability, capabilities, about) for every target name and ``lastcall.targets`` entry point.
+    """(name, availability, capabilities, about) for every ``lastcall.targets`` entry point.
 
+    lastcall's own targets are entry points of its distribution too (pyproject.toml, harness.targets.builtin):
+    they come first, in harness.targets.names' order, then those of other distributions.  A built-in name
+    the installed metadata lacks (an install older than pyproject.toml) is listed all the same, saying so.
     Loads each (the reference's variants import torch); a target that cannot be loaded, or whose
     ``unavailable()`` says why it cannot run here, is listed as unavailable with the reason in one line.
     """
+    registered = entrypoints.names(entrypoints.TARGETS)
     known = names.target_names()
     rows = []
-    for name in [*known, *(n for n in entrypoints.names(entrypoints.TARGETS) if n not in known)]:
+    for name in [*known, *(n for n in registered if n not in known)]:
         try:
-            rows.append(describe_one(name))
+            row = describe_one(name)
         except Exception as exc:  # a missing dependency of one target is a line of the table, not a traceback
-            rows.append((name, f"unavailable: {_first_line(exc)}", "", ""))
+            row = (name, f"unavailable: {_first_line(exc)}", "", "")
+        if name not in registered:
+            row = (row[0], f"{row[1]} ({UNREGISTERED})", *row[2:])
+        rows.append(row)
     return rows
+
+
+UNREGISTERED = "no lastcall.targets entry point: refresh the install, pip install --no-deps -e ."
 
 
 def describe_one(spec: str) -> tuple[str, str, str, str]:

@@ -61,7 +61,8 @@ def target_names() -> list[str]:
 
 def unknown_target(name: str) -> str:
     """The one-line message for a name that is no target, with the nearest known name."""
-    known = [*target_names(), *entrypoints.names(entrypoints.TARGETS)]
+    builtin = target_names()  # each is an entry point of lastcall's own distribution too: listed once
+    known = [*builtin, *(n for n in entrypoints.names(entrypoints.TARGETS) if n not in builtin)]
     near = difflib.get_close_matches(name, known, n=1)
     hint = f" (did you mean {near[0]!r}?)" if near else ""
     return f"unknown target {name!r}{hint}; known: {', '.join(known)}; or give module:attribute"
