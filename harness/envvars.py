@@ -48,6 +48,7 @@ NUMERIC: dict[str, Bounds] = {  # every numeric LASTCALL_* variable; a module th
     "LASTCALL_TIMEOUT_SCALE": Bounds(1.0, 0.0, 100.0, False, "2"),  # multiplies every safety-net timeout
     "LASTCALL_IPC_TIMEOUT": Bounds(60.0, 0.0, 3600.0, False, "60", " seconds"),  # the client's request timeout
     "LASTCALL_EXIT_BUDGET": Bounds(1.0, 0.0, 3600.0, True, "1", " seconds"),  # the exit hook's drain budget
+    "LASTCALL_ENGINE_LAUNCH_S": Bounds(60.0, 0.0, 3600.0, False, "180", " seconds"),  # one real vLLM launch's bound
 }
 
 

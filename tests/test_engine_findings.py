@@ -63,3 +63,23 @@ def test_a_repeat_is_judged_against_the_rate_scaled_to_its_size() -> None:
     assert rate_differences(all_violated, want) == ["a: expected violated in 1-3 of 5 runs (here 0-2 of 3), got "
                                                     "violated in 3 of 3"]
     assert rate_differences([{"a": "ok", "b": "violated"}], want) == ["run 1: b: expected ok, got violated"]
+
+
+def test_tally_counts_each_checkers_statuses_over_the_stored_runs(tmp_path: Path,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    """python -m harness.engine.expected tally: the k-of-N figures the findings page gives, from stored runs."""
+    import shutil
+
+    from harness.engine.expected import main, tally
+
+    for i in range(2):
+        shutil.copytree(FINDINGS / "reports" / "engine-sigterm-idle", tmp_path / f"run{i}")
+    got = tally([tmp_path])["engine-sigterm-idle"]
+    assert got["runs"] == 2 and got["outcomes"] == {"ok": 2}
+    assert got["checkers"]["engine_nothing_left"] == {"violated": 2}
+    assert main(["tally", str(tmp_path)]) == 0
+    assert "engine_nothing_left: violated 2 of 2" in capsys.readouterr().out
+    assert tally([tmp_path], variant="engine_standin") == {}
+    assert main(["tally", str(tmp_path / "nope")]) == 2
+    assert "no such directory" in capsys.readouterr().err
+    assert main([]) == 2

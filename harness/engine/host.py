@@ -93,7 +93,8 @@ class EngineHost:
         if not callable(getattr(self.target, "engine_command", None)):
             raise ConfigError(f"target {cluster.variant!r} has no engine_command: an engine run needs an engine "
                               f"target (vllm_engine, engine_standin)")
-        self.launch_s = scaled(float(getattr(self.target, "launch_s", 10.0)))
+        bound = getattr(self.target, "launch_bound", None)
+        self.launch_s = scaled(float(bound() if callable(bound) else getattr(self.target, "launch_s", 10.0)))
         self.scenario = getattr(cluster, "scenario", None)
         self.launches = launches_of(self.scenario)
         cluster.deadline_s += self.launches * self.launch_s  # the scenario's own deadline, plus each launch

@@ -1,0 +1,158 @@
+"""Launch-to-ready of each engine target: what one engine launch costs a real-engine scenario (issue 15 item 7).
+
+    .venv-vllm-engine/bin/python benchmarks/engine_launch.py [--reps 3] [--tp2] [--write]
+    .venv/bin/python benchmarks/engine_launch.py --from-reports DIR... [--write]
+
+Each launch is the harness's own (harness.engine.tree.EngineTree, the target's command as a scenario's run
+launches it, in a fresh temporary directory, on a free port): seconds from the launch to the engine's ready
+line, then SIGTERM and the seconds until the whole tree is gone.  Launches take turns (one engine at a time).
+The stand-in engine always runs; ``vllm_engine`` runs where vLLM is installed (the engine venv), TP=1 and,
+with ``--tp2``, TP=2.  From the medians: each real-engine scenario's cost is 60 s of its own plus one launch
+bound (harness.targets.vllm_engine: launch_s) per launch, its watchdog deadline (harness.engine.host).
+``--from-reports`` launches no vLLM: it reads the same figure (``engine_ready``'s ready_s, each launch the
+harness made) from stored scenario runs (``lastcall run --lastcall-reports DIR``), by target and TP, so the
+launches real-engine scenarios already paid for are the sample.  ``--write`` commits the result:
+docs/data/engine_launch.json and its table in docs/benchmarks.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import signal
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import docpage
+
+from harness.engine.host import free_port
+from harness.engine.tree import EngineStartError, EngineTree
+from harness.targets.vllm_engine import STANDIN, TARGET, EngineFlags, EngineTarget
+
+NAME = "engine-launch"
+
+
+def launch_once(target: EngineTarget, flags: EngineFlags) -> dict[str, Any]:
+    """One launch: seconds to ready, processes, seconds from SIGTERM to gone."""
+    port = free_port()
+    cmd = target.engine_command(port) if flags.default() else target.engine_command(port, flags)
+    with tempfile.TemporaryDirectory(prefix="lc-bench-engine-") as d:
+        tree = EngineTree(cmd.argv, Path(d) / "run", ready=cmd.ready, failed=cmd.failed, env=cmd.env,
+                          path_vars=cmd.path_vars)
+        try:
+            try:
+                ready_s = tree.start(timeout=600.0)  # a safety net: the figure is what is measured
+            except EngineStartError as exc:
+                return {"error": str(exc).splitlines()[0]}
+            procs = len([m for m in tree.members() if m.state != "Z"])
+            t0 = time.monotonic()
+            tree.signal(signal.SIGTERM)
+            gone = tree.wait_gone(120.0)
+            return {"ready_s": round(ready_s, 3), "processes": procs, "gone": gone,
+                    "stop_s": round(time.monotonic() - t0, 3)}
+        finally:
+            tree.close()
+
+
+def from_reports(dirs: list[Path]) -> list[dict[str, Any]]:
+    """Each stored run's launches (engine_launched, then engine_ready or engine_start_failed), by target and TP."""
+    groups: dict[tuple[str, int], list[dict[str, Any]]] = {}
+    for d in dirs:
+        for f in sorted(d.glob("*/verdicts.json")):
+            doc = json.loads(f.read_text())
+            events = [json.loads(line) for line in (f.parent / "history.jsonl").read_text().splitlines() if line]
+            for e in events:
+                if e["kind"] == "engine_ready":
+                    run = {"ready_s": e["data"]["ready_s"], "processes": len(e["data"]["members"])}
+                elif e["kind"] == "engine_start_failed":
+                    run = {"error": e["data"]["error"]}
+                else:
+                    continue
+                groups.setdefault((doc["variant"], int(doc["params"].get("tp", 1))), []).append(run)
+    return [summary(target, tp, runs) for (target, tp), runs in sorted(groups.items())]
+
+
+def summary(target: str, tp: int, runs: list[dict[str, Any]]) -> dict[str, Any]:
+    ok = [r for r in runs if "ready_s" in r]
+    out: dict[str, Any] = {"target": target, "tp": tp, "runs": runs, "failed": len(runs) - len(ok)}
+    if ok:
+        ready = [r["ready_s"] for r in ok]
+        out.update(ready_median_s=round(statistics.median(ready), 2), ready_min_s=round(min(ready), 2),
+                   ready_max_s=round(max(ready), 2), processes=ok[0]["processes"])
+        if all("stop_s" in r for r in ok):
+            out["stop_median_s"] = round(statistics.median(r["stop_s"] for r in ok), 2)
+    return out
+
+
+def measure(target: EngineTarget, flags: EngineFlags, reps: int) -> dict[str, Any]:
+    return summary(target.name, flags.tp, [launch_once(target, flags) for _ in range(reps)])
+
+
+def table(result: Mapping[str, Any]) -> str:
+    lines = [f"Measured {result['date']} on {result['machine']} ({result['cpus']} CPUs, shared with other "
+             f"work), {result['source']}:", "",
+             "| target | TP | processes | launches | launch to ready, median (min-max) | SIGTERM to gone, median | "
+             "failed |", "| --- | --- | --- | --- | --- | --- | --- |"]
+    for m in result["targets"]:
+        if "ready_median_s" in m:
+            stop = f"{m['stop_median_s']:.2f} s" if "stop_median_s" in m else "-"
+            lines.append(f"| {m['target']} | {m['tp']} | {m['processes']} | {len(m['runs'])} | "
+                         f"{m['ready_median_s']:.2f} s ({m['ready_min_s']:.2f}-{m['ready_max_s']:.2f}) | {stop} | "
+                         f"{m['failed']} |")
+        else:
+            lines.append(f"| {m['target']} | {m['tp']} | - | {len(m['runs'])} | every launch failed: "
+                         f"{m['runs'][0].get('error')} | - | {m['failed']} |")
+    lines += ["", f"Cost rule (issue 15 item 7): a real-engine scenario's watchdog deadline is 60 s plus "
+              f"{result['launch_bound_s']:.0f} s (the launch bound) per launch it needs."]
+    return "\n".join(lines)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--reps", type=int, default=3, help="launches per target (default 3)")
+    ap.add_argument("--tp2", action="store_true", help="also vllm_engine at TP=2")
+    ap.add_argument("--from-reports", nargs="+", type=Path, metavar="DIR",
+                    help="launch nothing: read the launches of the stored runs under DIR")
+    ap.add_argument("--write", action="store_true", help="commit docs/data/engine_launch.json and the table")
+    a = ap.parse_args()
+    if not 1 <= a.reps <= 20:
+        print("error: --reps is 1 to 20", file=sys.stderr)
+        return 2
+    if a.from_reports:
+        missing = [str(d) for d in a.from_reports if not d.is_dir()]
+        if missing:
+            print(f"error: no such directory: {', '.join(missing)}", file=sys.stderr)
+            return 2
+        targets = [measure(STANDIN, EngineFlags(), a.reps),
+                   *[t for t in from_reports(a.from_reports) if t["target"] == TARGET.name]]
+        source = f"the stand-in {a.reps} launch(es), vLLM each launch the stored scenario runs made"
+    else:
+        targets = [measure(STANDIN, EngineFlags(), a.reps)]
+        why = TARGET.unavailable()
+        if why:
+            print(f"vllm_engine skipped: {why}", file=sys.stderr)
+        else:
+            targets.append(measure(TARGET, EngineFlags(), a.reps))
+            if a.tp2:
+                targets.append(measure(TARGET, EngineFlags(tp=2), a.reps))
+        source = f"{a.reps} launch(es) each, one at a time"
+    result = {"date": datetime.date.today().isoformat(), "machine": platform.machine(), "cpus": os.cpu_count(),
+              "source": source, "launch_bound_s": TARGET.launch_s, "targets": targets}
+    text = table(result)
+    print(text)
+    if a.write:
+        docpage.write(NAME, result, text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
