@@ -505,7 +505,9 @@ def build_parser() -> argparse.ArgumentParser:
                               "cleanly), 2 bad flag or unknown arm or op, 3 internal error")
     p.add_argument("--arm", action="append", default=[], metavar="NAME",
                    help="an arm, the first is the baseline (repeatable; default: reference and "
-                        "harness.bench.arms:TRACKING_NOOP)")
+                        "harness.bench.arms:TRACKING_NOOP); a worker target such as kvcached==0.1.6 runs its own "
+                        "listener, backend stubbed; T+tracking-noop is T with connection tracking a no-op, and "
+                        "--arm T alone compares T with T+tracking-noop")
     p.add_argument("--op", action="append", default=[], metavar="OP",
                    help="kv_tensors_created, map16 (or map<N>), unmap_pair (repeatable; default: all three)")
     p.add_argument("--workload", metavar="FILE", help="a YAML workload: ops, and optionally arms, windows, "

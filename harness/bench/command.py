@@ -50,9 +50,9 @@ from harness.bench.workload import WORKLOAD_KEYS, load_workload
 from harness.errors import ConfigError, HarnessError
 from harness.launch.cluster import Cluster
 from harness.launch.spawn import LaunchError
-from harness.timeouts import scaled
 from harness.probes.model import FdEntry
 from harness.probes.procs import proc_entry
+from harness.timeouts import scaled
 
 __all__ = ["BenchResult", "LeakFound", "run_bench", "format_bench", "render_svg", "bench_main", "DEFAULT_ARMS",
            "WORKLOAD_KEYS", "load_workload"]
