@@ -1,5 +1,6 @@
 """docs/mutation.md's measured table is what harness.mutate.table renders from docs/data/mutation.json, and
-every survivor recorded there is explained (mutation/survivors.yaml or equivalent.yaml)."""
+every survivor recorded there is explained (mutation/survivors.yaml or equivalent.yaml); survivors.yaml
+explains only survivors of that measurement."""
 
 from __future__ import annotations
 
@@ -35,6 +36,9 @@ def test_the_measurement_is_a_seeded_sample_of_at_least_60_and_every_survivor_is
     explained = set(read_entries(SURVIVORS, equivalent=False)) | set(read_entries(EQUIVALENT, equivalent=True))
     missing = [m["id"] for m in data["mutants"] if m["status"] == "survived" and m["id"] not in explained]
     assert not missing, f"explain each in mutation/survivors.yaml (or show it equivalent): {missing}"
+    survived = {m["id"] for m in data["mutants"] if m["status"] == "survived"}
+    stale = sorted(set(read_entries(SURVIVORS, equivalent=False)) - survived)
+    assert not stale, f"mutation/survivors.yaml explains mutants that are no survivor of the measurement: {stale}"
     assert "docs/mutation.md" in README.read_text()
 
 

@@ -83,7 +83,7 @@ def analyse(groups: Sequence[tuple[str, list[Subject], list[str]]], *, target: s
             seed: int, only: Sequence[str] = (), timeout: float | None = None,
             equivalent: dict[str, Entry] | None = None, explained: dict[str, Entry] | None = None,
             echo: Callable[[str], None] = say, keyword: str | None = None,
-            after: Callable[[Analysis], None] | None = None) -> Analysis:
+            after: Callable[[Analysis], None] | None = None, workers: int | None = None) -> Analysis:
     """Run the chosen mutants of each group (name, its subjects, its scenario files).
 
     Error handling: ConfigError when a group has no scenario, or when its scenarios fail on the unmutated
@@ -91,13 +91,14 @@ def analyse(groups: Sequence[tuple[str, list[Subject], list[str]]], *, target: s
     """
     with freeze([s for _, subjects, _ in groups for s in subjects]):
         return _analyse(groups, target=target, sample=sample, seed=seed, only=only, timeout=timeout,
-                        equivalent=equivalent, explained=explained, echo=echo, keyword=keyword, after=after)
+                        equivalent=equivalent, explained=explained, echo=echo, keyword=keyword, after=after,
+                        workers=workers)
 
 
 def _analyse(groups: Sequence[tuple[str, list[Subject], list[str]]], *, target: str | None, sample: int | None,
              seed: int, only: Sequence[str], timeout: float | None, equivalent: dict[str, Entry] | None,
              explained: dict[str, Entry] | None, echo: Callable[[str], None], keyword: str | None,
-             after: Callable[[Analysis], None] | None) -> Analysis:
+             after: Callable[[Analysis], None] | None, workers: int | None) -> Analysis:
     everything: list[tuple[str, Subject, Mutant]] = []
     sources: dict[str, str] = {}
     for name, subjects, _ in groups:
@@ -115,11 +116,11 @@ def _analyse(groups: Sequence[tuple[str, list[Subject], list[str]]], *, target: 
         if not paths[name]:
             raise ConfigError(f"mutate: no scenario drives the {name} listener: give scenario paths")
         base = run_one(subjects_by[name][0], None, paths[name], target=target, timeout=timeout or 1800.0,
-                       keyword=keyword)
+                       keyword=keyword, workers=workers)
         if base.status != SURVIVED:  # once more: on a loaded machine a bound can be missed once
             echo(f"  unmutated: {base.status} by {', '.join(map(_short_item, base.failed[:1]))}: once more")
             again = run_one(subjects_by[name][0], None, paths[name], target=target, timeout=timeout or 1800.0,
-                            keyword=keyword)
+                            keyword=keyword, workers=workers)
             if again.status == SURVIVED:
                 result.flaky += [_short_item(f) for f in base.failed[:1]]
                 echo(f"  unmutated: passed the second time: {', '.join(base.failed[:1])} is FLAKY here; a mutant "
@@ -133,7 +134,8 @@ def _analyse(groups: Sequence[tuple[str, list[Subject], list[str]]], *, target: 
         echo(f"  unmutated: {len(paths[name])} {name} scenario files pass in {base.seconds:.0f} s")
     for i, (name, subject, m) in enumerate(plan, 1):
         limit = timeout or max(TIMEOUT_FLOOR_S, TIMEOUT_FACTOR * result.baselines[name])
-        o = run_one(subject, m, paths[name], target=target, timeout=limit, echo=echo, keyword=keyword)
+        o = run_one(subject, m, paths[name], target=target, timeout=limit, echo=echo, keyword=keyword,
+                    workers=workers)
         if o.status == KILLED and o.failed:  # confirmed by that scenario failing once more, else run again
             file = _file_of(paths[name], o.failed[0])
             again = run_one(subject, m, file, target=target, timeout=limit, keyword=keyword) if file else o
@@ -143,7 +145,7 @@ def _analyse(groups: Sequence[tuple[str, list[Subject], list[str]]], *, target: 
                 echo(f"    {flaky} failed once on this mutant and passed the second time (FLAKY): the whole run "
                      "once more, that scenario last; its outcome stands")
                 o = run_one(subject, m, [p for p in paths[name] if p not in file] + file, target=target,
-                            timeout=limit, echo=echo, keyword=keyword)
+                            timeout=limit, echo=echo, keyword=keyword, workers=workers)
         result.outcomes.append(o)
         _first(paths[name], o.failed)
         if after is not None:  # e.g. the JSON so far: a long run cut short keeps what it measured

@@ -57,6 +57,8 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--timeout", type=_seconds, metavar="SECONDS", help="per mutant (default: 3x the unmutated "
                    "run, at least 90 s); a run past it is killed and the mutant counts as killed by timeout")
     p.add_argument("--json", metavar="FILE", help="write every mutant's outcome and the scores here")
+    p.add_argument("--workers", type=_count, metavar="N", help="each mutant's run on N pytest-xdist workers "
+                   "(lastcall run -n N; default: one process)")
     p.add_argument("-k", metavar="EXPR", dest="keyword", help="only the scenario items matching the expression "
                    "(as lastcall run -k; the planted-bug items are always left out)")
 
@@ -158,7 +160,7 @@ def cmd_mutate(args: argparse.Namespace) -> int:
     equivalent = read_entries(Path(args.equivalent), equivalent=True) if args.equivalent else {}
     a = analyse([("given", [subject], scenarios)], target=args.target, sample=args.sample, seed=args.seed,
                 only=args.only, timeout=args.timeout, equivalent=equivalent, keyword=args.keyword,
-                after=_progress(args, command))
+                after=_progress(args, command), workers=args.workers)
     return _finish(a, args, command)
 
 
@@ -192,7 +194,7 @@ def dev_main(argv: Sequence[str] | None = None) -> int:
         a = analyse(groups, target=None, sample=args.sample, seed=args.seed, only=args.only, timeout=args.timeout,
                     equivalent=read_entries(EQUIVALENT, equivalent=True),
                     explained=read_entries(SURVIVORS, equivalent=False), keyword=args.keyword,
-                    after=_progress(args, command))
+                    after=_progress(args, command), workers=args.workers)
     except ConfigError as exc:
         print(f"./dev mutate: {exc}", file=sys.stderr)
         return EXIT_USAGE

@@ -4,8 +4,9 @@
 comments); ``mutation/equivalent.yaml`` names the mutants that cannot change what the listener does, each
 with a checkable reason (``unreachable`` or ``same_behaviour``) and the test that shows it;
 ``mutation/survivors.yaml`` explains each survivor of the recorded measurement (what the library misses).
-Each entry of both YAML files carries the source line its id points at, so an entry whose code has moved
-fails tests/test_mutate_plan.py instead of naming another mutant.
+Each entry carries the source line its id points at: an equivalent.yaml entry whose code has moved fails
+tests/test_mutate_plan.py instead of naming another mutant (survivors.yaml is held to the measurement's
+JSON by tests/test_mutate_docs.py).
 """
 
 from __future__ import annotations

@@ -176,7 +176,8 @@ def freeze(subjects: Sequence[Subject]) -> Iterator[None]:
 
 
 def run_one(subject: Subject, mutant: Mutant | None, scenarios: Sequence[str], *, target: str | None,
-            timeout: float, echo: Callable[[str], None] | None = None, keyword: str | None = None) -> Outcome:
+            timeout: float, echo: Callable[[str], None] | None = None, keyword: str | None = None,
+            workers: int | None = None) -> Outcome:
     """Run ``scenarios`` (reference items only, first failure stops) against ``mutant`` in a temporary copy."""
     with tempfile.TemporaryDirectory(prefix="lc-mut-") as tmp:
         here = Path(tmp)
@@ -189,7 +190,7 @@ def run_one(subject: Subject, mutant: Mutant | None, scenarios: Sequence[str], *
         env.pop("PYTEST_CURRENT_TEST", None)
         only = f"not catches and ({keyword})" if keyword else "not catches"
         cmd = [sys.executable, "-m", "harness.cli", "run", *scenarios, "-k", only, "--lastcall-reports", "",
-               *(["--target", target] if target else []), "-x"]
+               *(["--target", target] if target else []), *(["-n", str(workers)] if workers else []), "-x"]
         start = time.monotonic()
         proc = subprocess.Popen(cmd, cwd=tmp, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                 stderr=subprocess.STDOUT, text=True, start_new_session=True)
