@@ -3,9 +3,13 @@
 :func:`run_bench` starts one ``Cluster(tp=1)`` per arm (an arm is a variant
 name or a ``module:attribute`` Variant, every one in the same flavour, see
 :mod:`harness.bench.arms`) and measures from this process against each
-worker's socket with :func:`harness.bench.interleave.run_interleaved`.
+worker's socket with :func:`harness.bench.interleave.run_interleaved`.  An arm
+named by a worker target (``kvcached==0.1.6``, or ``T+tracking-noop``) is served
+instead by the target's own listener in a forked child and spoken to in its
+codec (:mod:`harness.bench.target_arm`); ``--arm T`` alone runs
+``T+tracking-noop`` (the baseline) and ``T``, with the A/A control of ``T``.
 
-The A/A control is a *second cluster of the first arm*, measured as one more
+The A/A control is a *second cluster of the first arm* (of ``T`` for ``--arm T`` alone), measured as one more
 interleaved arm: a separate worker process, as every real arm is, so the floor
 includes what differs between two processes of one implementation (placement,
 memory layout, a neighbour's load), not only what differs between windows of
