@@ -36,6 +36,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import Protocol
 
+import torch  # noqa: F401 - a child makes tensors (the allocator, kvcached): it finds torch loaded, as a fork server's do
+
 from harness.timeouts import scaled
 
 __all__ = ["Served", "ServerProcess"]
