@@ -204,16 +204,17 @@ def run_one(subject: Subject, mutant: Mutant | None, scenarios: Sequence[str], *
             _stop(proc)
             raise
         seconds = time.monotonic() - start
+    failed = list(dict.fromkeys(_FAILED.findall(out)))
     if timed_out:
         status = TIMEOUT
     elif proc.returncode == 0:
         status = SURVIVED
-    elif proc.returncode == 1:
+    elif proc.returncode == 1 or failed:  # (with -n, -x ends the run as interrupted: 130, its failure named)
         status = KILLED
     else:
         status = ERROR
     tail = "\n".join(out.splitlines()[-12:])
-    outcome = Outcome(mutant, status, seconds, list(dict.fromkeys(_FAILED.findall(out))), tail)
+    outcome = Outcome(mutant, status, seconds, failed, tail)
     if echo is not None and status == ERROR:
         echo(f"    (lastcall run exited {proc.returncode}: {tail.splitlines()[-1] if tail else 'no output'})")
     return outcome
