@@ -1,0 +1,261 @@
+"""How long lastcall's own test suite takes: pytest alone, ``-n 2``, on a clean clone, the median of N runs.
+
+Run:  .venv/bin/python benchmarks/suite_time.py [--runs 3] [--select default|not-slow ...] [--tree]
+          [--census FILE] [--write [--append]]
+
+The tree's HEAD is cloned (``git clone``; ``--tree`` runs in the working tree instead) and set up as .ci/run
+does (``./dev setup``: its own .venv), untimed; each run starts from a clean clone (``git clean -fdx``, the
+.venv kept) and runs ``.venv/bin/python -m pytest -n 2 -q -p no:randomly`` there, timing pytest alone.
+Beside the wall time it takes the CPU time of everything pytest ran (``RUSAGE_CHILDREN``: every descendant
+that was reaped), which a busy machine inflates far less than the wall time.
+
+``--write`` commits the figures: docs/data/suite_time.json and its table in docs/running.md (between the
+``suite-time-table`` markers; tests/test_suite_time.py re-renders it from the JSON).  With ``--append`` the
+selections of this run replace only their own rows.
+
+``--census FILE`` (one run, no timing table): every Python process the suite starts writes one line of JSON
+to FILE when it exits through its atexit hooks (a ``sitecustomize`` put first on PYTHONPATH): its argv,
+whether it is a fork of a fork server, whether torch was imported, its CPU time until then and its
+children's.  A fork server's children's CPU time (reaped by it) minus what they had used at their atexit is
+what their interpreter finalization cost.  ``--census`` prints the totals per kind of process.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import re
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import docpage
+
+NAME = "suite-time"
+ROOT = Path(__file__).resolve().parent.parent
+PAGE = ROOT / "docs" / "running.md"
+SELECTIONS: dict[str, list[str]] = {"default": [], "not-slow": ["-m", "not slow"]}
+TARGET_S = {"default": 240.0, "not-slow": 90.0}  # issue 17: <= 4 min, <= 90 s
+_SUMMARY = re.compile(r"^=*\s*(\d+ \w+.*?) in ([\d.]+)s", re.M)
+_COUNT = re.compile(r"(\d+) (passed|failed|skipped|errors?|xfailed|xpassed|deselected)")
+
+# Written into a temp dir put first on PYTHONPATH for --census.  Kept to the standard library.
+CENSUS_SITE = '''\
+import atexit, json, os, resource, sys, time
+_LOG = os.environ.get("LASTCALL_CENSUS")
+_PID = os.getpid()
+def _lastcall_census():
+    ru, ch = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    rec = {"pid": os.getpid(), "ppid": os.getppid(), "forked": os.getpid() != _PID, "argv": sys.argv[:6],
+           "torch": "torch" in sys.modules, "cpu": ru.ru_utime + ru.ru_stime,
+           "children_cpu": ch.ru_utime + ch.ru_stime, "t": time.monotonic()}
+    fd = os.open(_LOG, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    try:
+        os.write(fd, (json.dumps(rec) + "\\n").encode())
+    finally:
+        os.close(fd)
+if _LOG:
+    atexit.register(_lastcall_census)
+'''
+
+
+def parse_summary(output: str) -> dict[str, Any]:
+    """pytest's last summary line: the counts and pytest's own seconds; {} when there is none."""
+    found = _SUMMARY.findall(output)
+    if not found:
+        return {}
+    text, secs = found[-1]
+    counts = {k.rstrip("s") if k.startswith("error") else k: int(n) for n, k in _COUNT.findall(text)}
+    return {"counts": counts, "pytest_s": float(secs)}
+
+
+def clone(tree: Path, into: Path) -> str:
+    subprocess.run(["git", "clone", "-q", "--no-hardlinks", str(tree), str(into)], check=True)
+    return subprocess.run(["git", "-C", str(into), "rev-parse", "--short", "HEAD"], check=True,
+                          capture_output=True, text=True).stdout.strip()
+
+
+def one_run(where: Path, select: str, extra_env: Mapping[str, str] | None = None,
+            paths: tuple[str, ...] = (), python: Path | None = None) -> dict[str, Any]:
+    """One pytest run in ``where`` (with ``python``, default this one): wall seconds, CPU seconds of
+    everything it ran, its summary."""
+    cmd = [str(python or sys.executable), "-m", "pytest", "-n", "2", "-q", "-p", "no:randomly",
+           *SELECTIONS[select], *paths]
+    env = {**os.environ, **(extra_env or {})}
+    env.pop("PYTEST_ADDOPTS", None)
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.monotonic()
+    proc = subprocess.run(cmd, cwd=where, env=env, capture_output=True, text=True)
+    wall = time.monotonic() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    summary = parse_summary(proc.stdout)
+    return {"wall_s": round(wall, 1), "cpu_s": round(cpu, 1), "rc": proc.returncode, **summary,
+            "tail": proc.stdout[-1500:] if proc.returncode not in (0, 1) or not summary else ""}
+
+
+def set_up(where: Path) -> None:
+    """The clone's own set-up, untimed: ``./dev setup`` (its .venv, as .ci/run makes it before ``./dev test``)."""
+    subprocess.run(["./dev", "setup"], cwd=where, check=True, stdout=subprocess.DEVNULL)
+
+
+def clean(where: Path) -> None:
+    """Back to a clean clone between runs, its set-up kept: everything untracked goes but .venv."""
+    subprocess.run(["git", "-C", str(where), "clean", "-q", "-fdx", "-e", ".venv"], check=True)
+
+
+def measure(tree: Path, selects: list[str], runs: int, in_tree: bool) -> dict[str, Any]:
+    """``runs`` timed runs per selection; a clean clone (set up once, cleaned before each run) unless
+    ``in_tree``."""
+    rows: dict[str, Any] = {}
+    commit = "working tree"
+    tmp = None if in_tree else Path(tempfile.mkdtemp(prefix="lc-suite-"))
+    where = tree if tmp is None else tmp / "tree"
+    try:
+        if tmp is not None:
+            commit = clone(tree, where)
+            set_up(where)
+        for select in selects:
+            rows[select] = measure_one(where, select, runs, clean_first=tmp is not None)
+    finally:
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
+    return {"date": datetime.date.today().isoformat(), "commit": commit,
+            "machine": f"{platform.machine()}, {os.cpu_count()} CPUs", "python": platform.python_version(),
+            "where": "working tree" if in_tree else "clean clone", "selections": rows}
+
+
+def measure_one(where: Path, select: str, runs: int, clean_first: bool) -> dict[str, Any]:
+    results = []
+    for i in range(runs):
+        if clean_first:
+            clean(where)
+        r = one_run(where, select, python=where / ".venv" / "bin" / "python" if clean_first else None)
+        print(f"{select} run {i + 1}/{runs}: {r['wall_s']:.0f} s wall, {r['cpu_s']:.0f} s CPU, "
+              f"{r.get('counts', {})}", flush=True)
+        if r.get("tail"):
+            print(r["tail"], file=sys.stderr)
+        results.append(r)
+    return {"runs": [{k: v for k, v in r.items() if k != "tail"} for r in results],
+            "median_wall_s": statistics.median(r["wall_s"] for r in results),
+            "median_cpu_s": statistics.median(r["cpu_s"] for r in results), "target_s": TARGET_S[select]}
+
+
+def _mmss(s: float) -> str:
+    return f"{int(s // 60)} min {round(s % 60):02d} s" if s >= 60 else f"{s:.0f} s"
+
+
+def table(result: Mapping[str, Any]) -> str:
+    """The markdown table of docs/running.md, from the JSON this script writes."""
+    lines = ["| selection | runs (wall) | median wall | median CPU | items | target | met |",
+             "|---|---|---|---|---|---|---|"]
+    for select, row in result["selections"].items():
+        counts = row["runs"][-1].get("counts", {})
+        items = ", ".join(f"{n} {k}" for k, n in counts.items())
+        flag = "**yes**" if row["median_wall_s"] <= row["target_s"] else "no (missed)"
+        lines.append(f"| `{' '.join(SELECTIONS[select]) or '(default)'}` | "
+                     f"{' / '.join(_mmss(r['wall_s']) for r in row['runs'])} | {_mmss(row['median_wall_s'])} | "
+                     f"{_mmss(row['median_cpu_s'])} | {items} | <= {_mmss(row['target_s'])} | {flag} |")
+    lines.append("")
+    lines.append(f"{result['where']} of {result['commit']}, {result['date']}, {result['machine']}, "
+                 f"python {result['python']}; `pytest -n 2 -q -p no:randomly`, pytest alone timed.")
+    return "\n".join(lines)
+
+
+def census(tree: Path, select: str, log: Path, in_tree: bool, paths: tuple[str, ...] = ()) -> dict[str, Any]:
+    """One run with every process's exit recorded into ``log``; the totals per kind of process."""
+    site = Path(tempfile.mkdtemp(prefix="lc-census-"))
+    (site / "sitecustomize.py").write_text(CENSUS_SITE)
+    tmp = None if in_tree else Path(tempfile.mkdtemp(prefix="lc-suite-"))
+    where = tree if tmp is None else tmp / "tree"
+    try:
+        if tmp is not None:
+            clone(tree, where)
+            set_up(where)
+        log.unlink(missing_ok=True)
+        env = {"LASTCALL_CENSUS": str(log),
+               "PYTHONPATH": os.pathsep.join(filter(None, [str(site), os.environ.get("PYTHONPATH")]))}
+        run = one_run(where, select, env, paths, python=None if tmp is None else where / ".venv" / "bin" / "python")
+    finally:
+        shutil.rmtree(site, ignore_errors=True)
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
+    recs = [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
+    return {"run": {k: v for k, v in run.items() if k != "tail"}, **summarise(recs)}
+
+
+def kind_of(rec: Mapping[str, Any]) -> str:
+    argv = " ".join(rec["argv"])
+    if "harness/launch/forkserver" in argv or "harness.launch.forkserver" in argv:
+        return "forked child" if rec["forked"] else "fork server"
+    if rec["forked"]:
+        return "other fork"
+    if os.path.basename(rec["argv"][0] if rec["argv"] else "") == "lastcall" or "harness.cli" in argv:
+        return "lastcall CLI"
+    if "pytest" in argv or "xdist" in argv or argv.startswith("-c"):
+        return "pytest process"
+    return "other python"
+
+
+def summarise(recs: list[Mapping[str, Any]]) -> dict[str, Any]:
+    kinds: dict[str, dict[str, float]] = defaultdict(lambda: {"n": 0, "cpu_s": 0.0, "with_torch": 0})
+    for r in recs:
+        k = kinds[kind_of(r)]
+        k["n"] += 1
+        k["cpu_s"] += r["cpu"]
+        k["with_torch"] += bool(r["torch"])
+    # A fork server reaps its children: their CPU (with finalization) minus theirs at atexit = finalization.
+    servers = {r["pid"]: r for r in recs if kind_of(r) == "fork server"}
+    at_exit: dict[int, float] = defaultdict(float)
+    for r in recs:
+        if kind_of(r) == "forked child" and r["ppid"] in servers:
+            at_exit[r["ppid"]] += r["cpu"]
+    final = sum(max(0.0, servers[p]["children_cpu"] - c) for p, c in at_exit.items())
+    return {"kinds": {k: {"n": int(v["n"]), "cpu_s": round(v["cpu_s"], 1), "with_torch": int(v["with_torch"])}
+                      for k, v in sorted(kinds.items())},
+            "forked_children_finalization_cpu_s": round(final, 1)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    p.add_argument("--runs", type=int, default=3, help="runs per selection (default 3; the median is kept)")
+    p.add_argument("--select", nargs="+", choices=sorted(SELECTIONS), default=["default", "not-slow"])
+    p.add_argument("--tree", action="store_true", help="run in the working tree, not a clean clone")
+    p.add_argument("--census", type=Path, metavar="FILE", help="one run recording every process's exit")
+    p.add_argument("paths", nargs="*", help="with --census: only these test paths (default: the whole selection)")
+    p.add_argument("--write", action="store_true", help="commit the figures to docs/running.md and docs/data/")
+    p.add_argument("--append", action="store_true", help="with --write: keep the other selections' rows")
+    args = p.parse_args(argv)
+    if args.runs < 1:
+        p.error(f"--runs {args.runs}: give 1 or more")
+    if args.census is not None:
+        if args.write:
+            p.error("--census measures where the time goes; it writes no table (leave out --write)")
+        out = census(ROOT, args.select[0], args.census, args.tree, tuple(args.paths))
+        print(json.dumps(out, indent=2))
+        return 0
+    if args.paths:
+        p.error("test paths are for --census only: the timed runs take the whole selection")
+    result = measure(ROOT, args.select, args.runs, args.tree)
+    print(table(result))
+    if args.write:
+        if args.append and docpage.data_path(NAME).exists():
+            old = json.loads(docpage.data_path(NAME).read_text())
+            result["selections"] = {**old.get("selections", {}), **result["selections"]}
+        docpage.write(NAME, result, table(result), page=PAGE)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
