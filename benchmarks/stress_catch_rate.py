@@ -50,14 +50,18 @@ def measure(repeat: int, scenarios: list[str], workers: int = 2) -> dict[str, ob
             name = _REPEAT.sub("]", case.get("name", ""))
             row = items.setdefault(name, {"passed": 0, "runs": 0, "times": []})
             row["runs"] = int(row["runs"]) + 1  # type: ignore[call-overload]
-            if not any(child.tag in ("failure", "error", "skipped") for child in case):
+            bad = [child for child in case if child.tag in ("failure", "error", "skipped")]
+            if not bad:
                 row["passed"] = int(row["passed"]) + 1  # type: ignore[call-overload]
+            elif "why" not in row:  # the first failure's message, kept in the JSON (not the table)
+                row["why"] = (bad[0].get("message") or bad[0].text or "")[:2000]  # type: ignore[assignment]
             row["times"].append(float(case.get("time", "0")))  # type: ignore[union-attr]
     rows = []
     for name, row in sorted(items.items()):
         times = list(row["times"])  # type: ignore[call-overload]
         rows.append({"item": name, "passed": row["passed"], "runs": row["runs"],
-                     "median_s": round(statistics.median(times), 2), "max_s": round(max(times), 2)})
+                     "median_s": round(statistics.median(times), 2), "max_s": round(max(times), 2),
+                     **({"why": row["why"]} if "why" in row else {})})
     return {"repeat": repeat, "workers": workers, "bound_s": BOUND_S, "rows": rows, "exit": proc.returncode,
             "cpus": os.cpu_count()}
 

@@ -10,10 +10,11 @@ from typing import Any
 
 import pytest
 
+from harness import failpoints
 from harness.checkers import RunRecord, judge
 from harness.errors import ConfigError
 from harness.history import Event
-from harness.reference.race_variants import DroppedLock, marked_line
+from harness.reference.race_variants import DroppedLock, with_line
 from harness.scenario.errors import ScenarioError
 from harness.scenario.loader import expand, load, loads
 from harness.scenario.stress import SITES, schedule
@@ -138,39 +139,46 @@ def test_teardown_once_violated() -> None:
 
 # --------------------------------------------------------------- the dropped lock
 class _Two:
-    """Two critical sections, the second marked as the one a variant drops."""
+    """Two critical sections, the second the one a variant drops (found by the site it hits inside)."""
 
     def __init__(self) -> None:
         self._lock: Any = threading.Lock()
 
     def kept(self) -> bool:
         with self._lock:
+            failpoints.hit("test.kept")
             return bool(self._lock.locked())
 
     def dropped(self) -> bool:
         with self._lock:  # the marked decision
+            failpoints.hit("test.dropped")
             return bool(self._lock.locked())
 
 
-def test_a_dropped_lock_is_dropped_only_on_its_marked_line() -> None:
+def test_a_dropped_lock_is_dropped_only_around_its_site() -> None:
     two = _Two()
-    two._lock = DroppedLock(two._lock, marked_line(_Two, "# the marked decision"))
+    two._lock = DroppedLock(two._lock, with_line(_Two.dropped, "test.dropped"))
     assert two.kept() is True and two.dropped() is False
     assert two.kept() is True and not two._lock.locked()  # every enter released what it took
-    with pytest.raises(ConfigError, match="on 0 "):
-        marked_line(_Two, "# nowhere")
+    with pytest.raises(ConfigError, match=r"hits no failpoint 'test\.nowhere'"):
+        with_line(_Two.dropped, "test.nowhere")
 
 
-def test_each_race_variant_drops_a_lock_the_reference_marks() -> None:
+def test_each_race_variant_drops_the_with_the_reference_marks() -> None:
+    """The with-line found in the bytecode is the one the listener's source marks for readers."""
+    import linecache
+
+    from harness.reference.listener import WorkerListener
     from harness.reference.race_variants import ACCEPT, DISPATCH, FRAME, UnlockedConcurrentStops
     from harness.reference.variants import VARIANTS
 
-    source = (ROOT / "harness" / "reference" / "listener.py").read_text()
-    for marker in (DISPATCH, FRAME, ACCEPT):
-        assert source.count(f"with self._lock:  {marker}") == 1, marker
-    for name in ("unlocked_dispatch_decision", "unlocked_frame_completion", "unlocked_accept"):
-        listener = VARIANTS[name].listener(ROOT / "x.sock", backend=None)  # type: ignore[arg-type]
-        assert isinstance(listener._lock, DroppedLock)
+    for name, marker in (("unlocked_dispatch_decision", DISPATCH), ("unlocked_frame_completion", FRAME),
+                         ("unlocked_accept", ACCEPT)):
+        cls = VARIANTS[name].listener
+        where = with_line(getattr(WorkerListener, cls.METHOD), cls.SITE)  # type: ignore[attr-defined]
+        assert linecache.getline(*where).strip() == f"with self._lock:  {marker}"
+        listener = cls(ROOT / "x.sock", backend=None)  # type: ignore[arg-type]
+        assert isinstance(listener._lock, DroppedLock) and listener._lock._where == where
     stops = UnlockedConcurrentStops(ROOT / "x.sock", backend=None)  # type: ignore[arg-type]
     with stops._stop_lock, stops._stop_lock:  # no lock at all: a second stop walks in
         pass
