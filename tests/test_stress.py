@@ -164,6 +164,29 @@ def test_a_dropped_lock_is_dropped_only_around_its_site() -> None:
         with_line(_Two.dropped, "test.nowhere")
 
 
+def test_a_dropped_lock_follows_the_loaded_code_not_the_file_on_disk(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """A source file edited after its import (lines added above the block) does not move the dropped with."""
+    import importlib
+    import linecache
+    import sys
+
+    src = "import threading\nfrom harness import failpoints\n\n\nclass Two:\n" + "".join(
+        f"    def {n}(self):\n        with self._lock:\n            failpoints.hit('test.{n}')\n"
+        f"            return self._lock.locked()\n\n" for n in ("kept", "dropped"))
+    (tmp_path / "lc_two_on_disk.py").write_text(src)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    mod = importlib.import_module("lc_two_on_disk")
+    try:
+        (tmp_path / "lc_two_on_disk.py").write_text("# two new lines\n# above everything\n" + src)
+        linecache.checkcache()
+        two = mod.Two()
+        two._lock = DroppedLock(threading.Lock(), with_line(mod.Two.dropped, "test.dropped"))
+        assert two.kept() is True and two.dropped() is False
+    finally:
+        sys.modules.pop("lc_two_on_disk", None)
+
+
 def test_each_race_variant_drops_the_with_the_reference_marks() -> None:
     """The with-line found in the bytecode is the one the listener's source marks for readers."""
     import linecache
