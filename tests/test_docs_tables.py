@@ -89,7 +89,8 @@ def test_the_hostile_input_table_is_rendered_from_its_data() -> None:
 @pytest.mark.parametrize("name, data_file", [("failpoint_cost", "failpoint_cost.json"),
                                              ("handshake_latency", "handshake_latency.json"),
                                              ("ipc_roundtrip", "ipc_roundtrip.json"),
-                                             ("bench_table", "lastcall_bench.json")])
+                                             ("bench_table", "lastcall_bench.json"),
+                                             ("engine_launch", "engine_launch.json")])
 def test_each_benchmark_table_is_rendered_from_its_data(name: str, data_file: str) -> None:
     mod = script(name)
     render = getattr(mod, "table", None) or mod.tables
