@@ -238,3 +238,14 @@ def test_lastcall_bench_arm_kvcached_end_to_end(tmp_path: Path) -> None:
         assert set(o["vs_baseline"]) == {shipped} and o["aa_floor"] is not None
     assert f"{KV}+tracking-noop (us)" in proc.stdout and "A/A floor" in proc.stdout
     assert set(Path("/tmp").glob("lcb-*")) <= roots_before  # every arm's socket root is gone
+
+
+def test_a_flavoured_module_attribute_arm_loads_as_its_worker_will() -> None:
+    """The worker loads its arm through load_target, which reads module:a.b as an attribute path: a flavoured
+    module:attribute spec must survive that (it did not: every module:attribute arm failed to start)."""
+    from harness.bench.arms import TRACKING_NOOP, flavoured
+    from harness.targets import load_target
+
+    v = load_target(flavoured("harness.bench.arms:TRACKING_NOOP"))
+    assert v.name == "TRACKING_NOOP [noop+quiet]" and issubclass(v.listener, TRACKING_NOOP.listener)
+    assert load_target(flavoured("reference", "allocator", True)).name == "reference [allocator+recorded]"

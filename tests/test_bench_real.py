@@ -37,8 +37,8 @@ BENCH = [
 @pytest.mark.parametrize("argv,message", [
     (["--op", "mapp16"], "lastcall: error: unknown op 'mapp16'; did you mean 'map16'?"),
     (["--arm", "referense"], "lastcall: error: unknown target 'referense' (did you mean 'reference'?); known: "),
-    (["--arm", "never_stopped"], "lastcall: error: arm 'never_stopped' is a target without the reference worker "
-                                 "(HandshakeTarget); a bench arm is the reference, one of its planted-bug variants"),
+    (["--arm", "never_stopped"], "lastcall: error: arm 'never_stopped' is not a worker target (HandshakeTarget: "
+                                 "no worker listener and codec); a bench arm is the reference, one of its variants"),
     (["--arm", "reference", "--arm", "reference"], "lastcall: error: give distinct arms"),
     (["--arm", "reference", "--no-aa"], "lastcall: error: one arm and no A/A control leaves nothing to compare"),
     (["--windows", "2"], "argument --windows: 2 must be >= 3"),

@@ -221,7 +221,8 @@ def flavoured(spec: str, backend: str = "noop", record: bool = False) -> str:
     """The variant spec a worker loads to run ``spec`` with this backend and recording."""
     if backend not in BACKENDS:
         raise ConfigError(f"unknown backend {backend!r}; known: {', '.join(BACKENDS)}")
-    return f"{__name__}:{backend}+{'recorded' if record else 'quiet'}/{spec}"
+    # load_target reads module:a.b.c as an attribute path: the inner spec's dots travel as "~"
+    return f"{__name__}:{backend}+{'recorded' if record else 'quiet'}/{spec.replace('.', '~')}"
 
 
 def _quiet(cls: type[WorkerListener]) -> type[WorkerListener]:
@@ -243,6 +244,7 @@ def _noop_backend(cls: type[ReferenceWorker]) -> type[ReferenceWorker]:
 @functools.cache
 def _flavour(name: str) -> Variant:
     head, _, spec = name.partition("/")
+    spec = spec.replace("~", ".")  # see flavoured
     backend, _, record = head.partition("+")
     if backend not in BACKENDS or record not in ("quiet", "recorded") or not spec:
         raise AttributeError(f"{name!r} is not a flavoured variant (<backend>+quiet|recorded/<spec>)")
