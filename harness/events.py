@@ -231,7 +231,8 @@ _BUILTIN: tuple[EventKind, ...] = (
     _k("engine_start_failed", "harness", "the engine exited before it was ready, or was not ready in time (hung: "
        "neither ready nor gone at the bound; its stacks were taken, then it was stopped)", {"error": "str"},
        {"launch": "int", "seconds": "float", "hung": "bool", "status": "int|null", "tail": "str", "failure_s": "float",
-        "members": "list", "shm": "list", "owners": "dict", "gone_after_sigterm": "bool", "killed": "list"}),
+        "fix": "str", "members": "list", "shm": "list", "owners": "dict", "gone_after_sigterm": "bool",
+        "killed": "list"}),
     _k("engine_stream_started", "harness", "a streaming request got its first event", _STEP),
     _k("engine_client_stalled", "harness", "a streaming request stopped reading after events (its connection kept "
        "open until the tree is gone)", {**_STEP, "events": "int"}),

@@ -128,6 +128,12 @@ def test_hold_port_before_start_is_played_before_the_engine_launches() -> None:
     launched = next(e for e in result.events if e.kind == "engine_launched")
     assert held.t_ns < launched.t_ns
     assert launched.data["env"]["VLLM_NIXL_SIDE_CHANNEL_PORT"] == str(held.data["value"])
+    failed = next(e for e in result.events if e.kind == "engine_start_failed")  # the stand-in refuses it
+    assert failed.data["error"].endswith("(fix: a port the engine binds is taken by another process: stop it, or "
+                                         "let the run pick free ports)")
+    # the scenario held the port: the failed start is its outcome, not a run that did not start (its later
+    # signal step is what cannot be played here)
+    assert not result.broken and "EngineStartError" not in result.step_error
     with socket.socket() as s:  # the hold ended with the run
         s.bind(("127.0.0.1", held.data["value"]))
 
@@ -158,3 +164,34 @@ def test_a_hung_engine_run_has_every_processs_stacks() -> None:
     assert all(e.data["text"].strip() for e in stacks)
     assert set(result.outcome.stacks) == {e.data["label"] for e in stacks}
     assert all(label.startswith("e0/") for label in result.outcome.stacks)
+
+
+@pytest.mark.parametrize(("line", "fix"), [
+    ("importlib.metadata.PackageNotFoundError: No package metadata was found for vllm", "vllm_shim install"),
+    ("RuntimeError: Worker failed with error 'NIXL is not available', please check", "installs nixl and nixl-cu12"),
+    ("ModuleNotFoundError: No module named 'transformers'", "lacks a module vLLM imports"),
+    ("OSError: /m does not appear to have a file named config.json", "the model directory does not load"),
+    ("zmq.error.ZMQError: Address already in use (addr='tcp://127.0.0.1:5600')", "taken by another process"),
+    ("Fatal Python error: Illegal instruction", "--dtype float32"),
+])
+def test_a_failed_starts_output_names_its_fix(line: str, fix: str) -> None:
+    from harness.targets.vllm_engine import diagnose
+
+    assert fix in (diagnose(f"INFO starting\n{line}\nINFO the end") or "")
+    assert diagnose("INFO: Application startup complete.") is None
+
+
+BROKEN = EngineTarget("broken", "a stand-in that cannot start", "standin", variant="no_such_variant", launch_s=5.0)
+
+
+def test_a_start_that_fails_on_its_own_is_one_line_with_the_engines_last_lines_kept() -> None:
+    """The stand-in refuses an unknown variant (argparse: exit 2): a failed first start, recorded with its
+    output's last lines; no fix is claimed for output no FIXES entry knows."""
+    text = HUNG.replace("tests.test_engine_flags:STUBBORN", "tests.test_engine_flags:BROKEN").replace(
+        "config: {deadline: 500ms}\n", "")
+    result = run_item(expand(loads(text, "<broken>"))[0])
+    failed = next(e for e in result.events if e.kind == "engine_start_failed")
+    assert "exited with status 2 before it was ready" in failed.data["error"]
+    assert "invalid choice: 'no_such_variant'" in failed.data["tail"]
+    assert "fix" not in failed.data and "\n" not in failed.data["error"]
+    assert result.step_error.startswith("EngineStartError")

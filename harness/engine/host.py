@@ -212,6 +212,11 @@ class EngineHost:
                                 "tail": tree.tail(TAIL_LINES)}
         if tree.failed_at is not None and tree.started_at is not None:  # when it said so (a hang comes after)
             data["failure_s"] = round(tree.failed_at - tree.started_at, 3)
+        from harness.targets.vllm_engine import diagnose
+
+        fix = diagnose(tree.tail(TAIL_LINES))
+        if fix:
+            data["fix"] = fix
         if exc.hung:
             self.c.outcome.status = "hung"
             members = [m for m in tree.members() if m.state != "Z"]
@@ -224,7 +229,8 @@ class EngineHost:
                 tree.signal(signal.SIGTERM, m.pid)
             data["gone_after_sigterm"] = tree.wait_gone(min(scaled(CLOSE_GRACE_S), self.launch_s))
             data["killed"] = members_data(tree.close())
-        self.c.rec.emit("engine_start_failed", error=str(exc).splitlines()[0], **data)
+        self.c.rec.emit("engine_start_failed", error=str(exc).splitlines()[0] + (f" (fix: {fix})" if fix else ""),
+                        **data)
 
     def _dump_stacks(self, tree: EngineTree, launch: str) -> None:
         """Every live process's stacks into the run's outcome and its events (``stacks``)."""

@@ -26,13 +26,14 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["EngineTarget", "EngineCommand", "EngineFlags", "ENGINE_CAPABILITIES", "TARGET", "STANDIN",
-           "STANDIN_VARIANTS", "ENGINE_TARGETS"]
+__all__ = ["EngineTarget", "EngineCommand", "EngineFlags", "diagnose", "FIXES", "ENGINE_CAPABILITIES", "TARGET",
+           "STANDIN", "STANDIN_VARIANTS", "ENGINE_TARGETS"]
 
 ENGINE_CAPABILITIES = frozenset({"engine_tree"})
 READY = r"Application startup complete"
@@ -43,6 +44,34 @@ VLLM_SERVE = ("--host", "127.0.0.1", "--max-model-len", "2048", "--max-num-seqs"
               "--dtype", "float32")
 VLLM_ENV = {"HF_HUB_OFFLINE": "1", "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_NO_USAGE_STATS": "1",
             "VLLM_DO_NOT_TRACK": "1"}
+
+
+# A failed start's output -> what to do about it (the first that matches names the fix), for a one-line error
+FIXES: tuple[tuple[str, str], ...] = (
+    (r"PackageNotFoundError.*\bvllm\b|No package metadata was found for vllm",
+     "vLLM cannot find its own version (the vllm-cpu metadata shim is missing): run ./dev vllm-engine-env "
+     "(or python -m harness.targets.vllm_shim install)"),
+    (r"NIXL is not available",
+     "the nixl module is missing: run ./dev vllm-engine-env (it installs nixl and nixl-cu12 with --no-deps)"),
+    (r"No module named '?([\w.]+)'?",
+     "the engine venv lacks a module vLLM imports: run ./dev vllm-engine-env"),
+    (r"config\.json|Invalid repository ID or local directory|does not appear to have a file named|"
+     r"Can't load the configuration|not a valid JSON file|safetensors_rust\.SafetensorError",
+     "the model directory does not load: remove it (the tiny model: ~/.cache/lastcall/models, or "
+     "LASTCALL_CACHE) and run python -m harness.targets.vllm_model to build it again"),
+    (r"Address already in use|\[Errno 98\]",
+     "a port the engine binds is taken by another process: stop it, or let the run pick free ports"),
+    (r"Illegal instruction|SIGILL",
+     "the CPU kernels died on an instruction: serve with --dtype float32 (bf16 needs AMX support)"),
+)
+
+
+def diagnose(output: str) -> str | None:
+    """The fix a failed start's ``output`` points to (FIXES), or None."""
+    for rx, fix in FIXES:
+        if re.search(rx, output):
+            return fix
+    return None
 
 
 @dataclass(frozen=True)
