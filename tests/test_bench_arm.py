@@ -13,6 +13,8 @@ import json
 import os
 import pickle
 import re
+import select
+import signal
 import socket
 import subprocess
 import sys
@@ -32,6 +34,7 @@ from harness.targets.kvcached import KvcachedTarget, PickleCodec
 
 ROOT = Path(__file__).resolve().parent.parent
 KV = "kvcached==0.1.6"
+CHILD_SAFETY_S = 120.0  # the most a child may stay silent before it counts as hung
 needs_kvcached = pytest.mark.skipif(cached_source("kvcached", "0.1.6") is None,
                                     reason="kvcached 0.1.6 is not in the cache: run `lastcall fetch kvcached==0.1.6`")
 
@@ -58,7 +61,13 @@ def in_child(fn: Callable[[], Any]) -> Any:
     os.close(w)
     data = b""
     with os.fdopen(r, "rb") as f:
-        data = f.read()
+        while select.select([f], [], [], CHILD_SAFETY_S)[0]:  # a safety net: a hung child is killed, not waited on
+            chunk = f.read1(1 << 16)
+            if not chunk:
+                break
+            data += chunk
+        else:
+            os.kill(pid, signal.SIGKILL)
     os.waitpid(pid, 0)
     status, value = pickle.loads(data) if data else ("error", "the child wrote nothing")
     if status != "ok":
