@@ -495,7 +495,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_cmd_report)
 
     p = sub.add_parser("bench", help="compare listener variants in real worker processes", formatter_class=fmt,
-                       description="Start one worker process per arm (a variant name or module:attribute), send "
+                       description="Start one worker process per arm (a variant name or module:attribute, or a "
+                                   "worker target such as kvcached==0.1.6 serving its own listener), send "
                                    "each op's requests from here in windows interleaved across the arms, and "
                                    "print per op the median of window medians, the ratio to the first arm with "
                                    "a bootstrap interval, the Mann-Whitney p and a verdict, beside an A/A "
