@@ -74,7 +74,8 @@ def test_every_checker_is_registered_with_its_parameters() -> None:
 
 def test_every_checker_is_proven_both_ways() -> None:
     names = {n for n in globals() if n.startswith("test_")}
-    for other in ("test_engine_checkers.py", "test_contract_checkers.py", "test_stress.py"):  # the engine and contract checkers' proofs
+    # the engine checkers', the contract checkers' and the race checkers' proofs
+    for other in ("test_engine_checkers.py", "test_contract_checkers.py", "test_stress.py"):
         names |= set(re.findall(r"^def (test_\w+)\(", Path(__file__).with_name(other).read_text(), re.MULTILINE))
     for c in CHECKERS:
         assert f"test_{c}_ok" in names, c
