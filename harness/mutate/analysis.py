@@ -146,6 +146,7 @@ def _analyse(groups: Sequence[tuple[str, list[Subject], list[str]]], *, target: 
                      "once more, that scenario last; its outcome stands")
                 o = run_one(subject, m, [p for p in paths[name] if p not in file] + file, target=target,
                             timeout=limit, echo=echo, keyword=keyword, workers=workers)
+                o.rerun = True
         result.outcomes.append(o)
         _first(paths[name], o.failed)
         if after is not None:  # e.g. the JSON so far: a long run cut short keeps what it measured
@@ -202,7 +203,7 @@ def to_json(a: Analysis, *, sample: int | None, seed: int, target: str | None, c
         entry = a.equivalent.get(m.id) or a.explained.get(m.id)
         return {"id": m.id, "file": m.file, "line": m.line, "qualname": m.qualname, "op": m.op, "about": m.about,
                 "status": o.status, "failed": [_short_item(f) for f in o.failed[:1]],
-                "seconds": round(o.seconds, 1), "equivalent": m.id in a.equivalent,
+                "seconds": round(o.seconds, 1), "equivalent": m.id in a.equivalent, "rerun": o.rerun,
                 **({"explanation": as_json(entry)} if entry is not None else {}),
                 **({"diff": diff_of(a.sources[m.file], m)} if not o.killed else {})}
 

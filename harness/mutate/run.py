@@ -137,6 +137,7 @@ class Outcome:
     seconds: float
     failed: list[str] = field(default_factory=list)  # the items that failed (pytest node ids)
     tail: str = ""  # the last lines of the run's output
+    rerun: bool = False  # its first kill was not confirmed (a FLAKY item): this is the whole run once more
 
     @property
     def killed(self) -> bool:

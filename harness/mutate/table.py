@@ -56,6 +56,19 @@ def markdown(data: dict[str, Any], explanations: dict[str, str] | None = None) -
         counts = [sum(1 for m in mine if m["status"] == s) for s in
                   ("killed", "killed by timeout", "killed by an error", "survived")]
         lines.append(f"| {op} | {len(mine)} | " + " | ".join(map(str, counts)) + " |")
+    flaky = set(data.get("flaky_on_unmutated", []))
+    doubtful = [m for m in mutants if m["status"] == "killed" and m.get("rerun") and m.get("failed")
+                and m["failed"][0] in flaky]
+    if flaky:
+        lines += ["", "Seen FLAKY in this run (failed once, then passed on the same code): "
+                  + ", ".join(f"`{f}`" for f in sorted(flaky)) + "."]
+    if doubtful:
+        k_strict = ne["killed"] - sum(1 for m in doubtful if not m.get("equivalent"))
+        lines += [f"Killed only by such an item ({len(doubtful)}, counted as killed above: it failed in two whole "
+                  "runs on the mutant and passed alone on it in between): "
+                  + ", ".join(f"`{m['id']}`" for m in doubtful)
+                  + f". Counted as survivors instead, the non-equivalent score is {k_strict}/{ne['all']} "
+                  f"({_pct(k_strict, ne['all'])})."]
     survivors = [m for m in mutants if m["status"] == "survived"]
     lines += ["", f"Survivors ({len(survivors)}), each with its explanation (mutation/survivors.yaml, "
                   "mutation/equivalent.yaml):", ""]
@@ -69,6 +82,25 @@ def markdown(data: dict[str, Any], explanations: dict[str, str] | None = None) -
     return "\n".join(lines)
 
 
+def merge(parts: list[dict[str, Any]]) -> dict[str, Any]:
+    """One measurement from the JSON of runs of parts of one sample (``--only`` the ids of each part, the
+    same code): the mutants of all, the first run's sample, seed and number planned, the scores recomputed."""
+    first = parts[0]
+    seen: dict[str, dict[str, Any]] = {}
+    for part in parts:
+        for m in part["mutants"]:
+            seen.setdefault(m["id"], m)
+    mutants = list(seen.values())
+    ne = [m for m in mutants if not m.get("equivalent")]
+    return {**first, "command": " + ".join(p["command"] for p in parts),
+            "commit": ", ".join(dict.fromkeys(p["commit"] for p in parts)),
+            "unmutated_seconds": {k: v for p in parts for k, v in p.get("unmutated_seconds", {}).items()},
+            "flaky_on_unmutated": list(dict.fromkeys(f for p in parts for f in p.get("flaky_on_unmutated", []))),
+            "raw": {"killed": sum(m["status"] != "survived" for m in mutants), "all": len(mutants)},
+            "non_equivalent": {"killed": sum(m["status"] != "survived" for m in ne), "all": len(ne)},
+            "mutants": mutants}
+
+
 def render_doc(data_path: Path = DATA, page: Path = PAGE) -> None:
     """Write the table into ``page`` between the markers (the rest of the page is left as it is)."""
     data = json.loads(data_path.read_text())
@@ -78,5 +110,7 @@ def render_doc(data_path: Path = DATA, page: Path = PAGE) -> None:
 
 
 if __name__ == "__main__":
+    if sys.argv[1:2] == ["--merge"]:  # --merge A.json B.json ...: write their merge to DATA, then render
+        DATA.write_text(json.dumps(merge([json.loads(Path(f).read_text()) for f in sys.argv[2:]]), indent=1) + "\n")
     render_doc()
     sys.exit(0)
