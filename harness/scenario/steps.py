@@ -119,7 +119,8 @@ class Pipelined(Strict):
 class Pipeline(Strict):
     """Several requests on one kept-alive connection, in the background (``wait: {returned: NAME}`` joins it):
     written back to back in one write, or (``read_each``) each once the reply before it was read; the replies
-    are read in order.  Ok when every request got its reply, in order, none an error but shutting_down."""
+    are read in order.  Ok when every request got its reply, in order, none an error but shutting_down (once a stop
+    has begun the listener may close the connection instead: the requests it had not read go unanswered)."""
 
     to: Worker = _TO
     requests: list[Pipelined] = Field(min_length=1, max_length=64, description="the requests, in order")
