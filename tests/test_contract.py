@@ -74,6 +74,13 @@ def test_the_table_names_registered_checkers_and_planted_bugs() -> None:
         assert ln.also and set(ln.also) <= expected, (ln.number, set(ln.also) - expected)
 
 
+def test_no_planted_bug_of_the_contract_is_caught_by_the_harness_side_alone() -> None:
+    """One oracle per invariant: every bug a check names is caught by a registered checker (HARNESS, the
+    check's own assertion, may fire beside it; test_planted_bug_caught proves each cell)."""
+    alone = [(c.name, bug) for c in CHECKS for bug in c.catches if set(c.oracles(bug)) <= {HARNESS}]
+    assert not alone
+
+
 def test_the_checkers_alone_catch_a_bug_the_assertions_miss(lc_root: Path) -> None:
     """teardown_deferred's assertions pass on drop_registration_on_error (the retry finds no listener and
     tears the allocator down); the teardown_deferred checker, judging the same history, does not."""

@@ -80,7 +80,8 @@ def _by(**bugs: tuple[str, ...]) -> Mapping[str, tuple[str, ...]]:
 
 CHECKS: tuple[Check, ...] = (
     Check(1, "no_late_dispatch", lines.no_late_dispatch, ("dispatch_after_stop", "cuts_drained_reply"),
-          ("no_late_dispatch",), _by(dispatch_after_stop=("no_late_dispatch", HARNESS))),
+          ("no_late_dispatch", "requests_served"), _by(dispatch_after_stop=("no_late_dispatch", HARNESS),
+                                                      cuts_drained_reply=("requests_served", HARNESS))),
     Check(2, "reads_cancelled", lines.reads_cancelled, ("no_conn_tracking",), ("reads_cancelled", "no_late_dispatch"),
           _by(no_conn_tracking=("reads_cancelled", HARNESS))),
     Check(3, "handler_drained", lines.handler_drained, ("teardown_while_alive",), ("handler_drained",),

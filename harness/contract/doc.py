@@ -108,7 +108,9 @@ def render() -> str:
                        f"{bugs} | {_code(ln.also) if first else ''} |".replace("|  ", "| ").replace("  |", " |"))
     harness_only = [c for c in CHECKS if not any(o != HARNESS for b in c.catches for o in c.oracles(b))]
     out += ["", "Checks whose planted bugs no checker catches yet, proven by their harness-side assertions "
-            "only: " + _code(c.name for c in harness_only) + ".", ""]
+            "only: " + _code(c.name for c in harness_only) + "." if harness_only else
+            "Every planted bug of a check is caught by at least one registered checker; a check's own "
+            "assertions, where it has them, are a second oracle beside its checkers.", ""]
     out += ["The planted bugs: " + "; ".join(f"`{n}` ({v.about})" for n, v in VARIANTS.items()
                                             if n != "reference" and any(n in c.catches for c in CHECKS)) + ".", ""]
     out += [EXPLORER, "Judged over its history after every step: " + "; ".join(
