@@ -71,3 +71,18 @@ def test_an_unexplained_survivor_is_shown_as_such() -> None:
     text = markdown(_sample(), explanations={})
     assert "| `a:2:0:negate` | `f` | y | **not explained** |" in text
     assert "| raw (killed / all) | 1 | 2 | 50.0 % |" in text
+
+
+def test_parts_of_one_sample_merge_into_one_measurement() -> None:
+    from harness.mutate.table import merge
+
+    a, b = _sample(), _sample()
+    a["planned"] = 3
+    b["command"] = "./dev mutate --sample 60 --seed 1 --only a:3:0:remove --json /tmp/b.json"
+    b["mutants"] = [{"id": "a:3:0:remove", "qualname": "f", "op": "remove", "about": "z", "status": "killed",
+                     "equivalent": True}]
+    m = merge([a, b])
+    assert [x["id"] for x in m["mutants"]] == ["a:1:0:remove", "a:2:0:negate", "a:3:0:remove"]
+    assert m["raw"] == {"killed": 2, "all": 3} and m["non_equivalent"] == {"killed": 1, "all": 2}
+    assert m["planned"] == 3 and m["command"] == "x + ./dev mutate --sample 60 --seed 1 --json /tmp/b.json " \
+                                                 "--only <1 ids of the sample>"

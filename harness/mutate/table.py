@@ -82,6 +82,14 @@ def markdown(data: dict[str, Any], explanations: dict[str, str] | None = None) -
     return "\n".join(lines)
 
 
+def _short_command(command: str) -> str:
+    """A command line with its --only ids counted, not listed."""
+    words = command.split()
+    ids = [w for i, w in enumerate(words) if i and words[i - 1] == "--only"]
+    rest = [w for i, w in enumerate(words) if w != "--only" and not (i and words[i - 1] == "--only")]
+    return " ".join(rest) + (f" --only <{len(ids)} ids of the sample>" if ids else "")
+
+
 def merge(parts: list[dict[str, Any]]) -> dict[str, Any]:
     """One measurement from the JSON of runs of parts of one sample (``--only`` the ids of each part, the
     same code): the mutants of all, the first run's sample, seed and number planned, the scores recomputed."""
@@ -92,7 +100,7 @@ def merge(parts: list[dict[str, Any]]) -> dict[str, Any]:
             seen.setdefault(m["id"], m)
     mutants = list(seen.values())
     ne = [m for m in mutants if not m.get("equivalent")]
-    return {**first, "command": " + ".join(p["command"] for p in parts),
+    return {**first, "command": " + ".join(_short_command(p["command"]) for p in parts),
             "commit": ", ".join(dict.fromkeys(p["commit"] for p in parts)),
             "unmutated_seconds": {k: v for p in parts for k, v in p.get("unmutated_seconds", {}).items()},
             "flaky_on_unmutated": list(dict.fromkeys(f for p in parts for f in p.get("flaky_on_unmutated", []))),
