@@ -169,7 +169,8 @@ def table(result: Mapping[str, Any]) -> str:
                      f"{_mmss(row['median_cpu_s'])} | {items} | <= {_mmss(row['target_s'])} | {flag} |")
     lines.append("")
     lines.append(f"{result['where']} of {result['commit']}, {result['date']}, {result['machine']}, "
-                 f"python {result['python']}; `pytest -n 2 -q -p no:randomly`, pytest alone timed.")
+                 f"python {result['python']}; `pytest -n 2 -q -p no:randomly`, pytest alone timed."
+                 + (f" {result['note']}" if result.get("note") else ""))
     return "\n".join(lines)
 
 
@@ -236,6 +237,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("paths", nargs="*", help="with --census: only these test paths (default: the whole selection)")
     p.add_argument("--write", action="store_true", help="commit the figures to docs/running.md and docs/data/")
     p.add_argument("--append", action="store_true", help="with --write: keep the other selections' rows")
+    p.add_argument("--note", default="", help="with --write: a sentence printed under the table (the load, say)")
     args = p.parse_args(argv)
     if args.runs < 1:
         p.error(f"--runs {args.runs}: give 1 or more")
@@ -248,6 +250,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.paths:
         p.error("test paths are for --census only: the timed runs take the whole selection")
     result = measure(ROOT, args.select, args.runs, args.tree)
+    if args.note:
+        result["note"] = args.note
     print(table(result))
     if args.write:
         if args.append and docpage.data_path(NAME).exists():
