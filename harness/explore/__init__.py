@@ -13,8 +13,9 @@ violation breaks the line the contract table gives the checker,
 :func:`harness.contract.line_of`), and the explorer's own invariants judge what no
 checker sees (the socket path, the registry, what a client reads); a failure lists
 every checker its history violates, and :data:`CATCHES` says which fire on each
-reachable planted bug.  The package: ``machine`` (the state machine), ``model``
-(its state), ``render`` (trace and scenario), ``catalogue`` (what it reaches).
+reachable planted bug.  The package: ``machine`` (the state machine), ``drive``
+(a class per variant, a trace replayed), ``model`` (its state), ``render`` (trace
+and scenario), ``catalogue`` (what it reaches).
 
 Real threads make plain Hypothesis flaky, so every rule is taken only when it
 can complete deterministically (its precondition says when) and returns only
@@ -46,12 +47,15 @@ from harness.explore.catalogue import (
     HISTORY_CHECKERS,
     LINE_SUSPECTS,
     NOT_JUDGED_HERE,
+    OWN_INVARIANT_ONLY,
     REACHABLE,
     REFERENCE_GAPS,
     REPLAY_GAPS,
+    STEP_CHECKERS,
     UNREACHABLE,
 )
-from harness.explore.machine import ListenerMachine, Violation, machine_for, run_steps
+from harness.explore.drive import machine_for, run_steps
+from harness.explore.machine import ListenerMachine, Violation
 from harness.explore.render import (
     SCENARIO_BEGIN,
     SCENARIO_END,
@@ -64,5 +68,5 @@ from harness.explore.render import (
 __all__ = [
     "ExplorationFailure", "ListenerMachine", "TraceStep", "Violation", "machine_for", "render_scenario", "run_steps",
     "scenario_in", "SCENARIO_BEGIN", "SCENARIO_END", "REACHABLE", "UNREACHABLE", "REFERENCE_GAPS", "REPLAY_GAPS",
-    "LINE_SUSPECTS", "HISTORY_CHECKERS", "NOT_JUDGED_HERE", "CATCHES",
+    "LINE_SUSPECTS", "HISTORY_CHECKERS", "NOT_JUDGED_HERE", "CATCHES", "STEP_CHECKERS", "OWN_INVARIANT_ONLY",
 ]

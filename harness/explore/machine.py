@@ -1,8 +1,9 @@
 """The explorer's state machine: Hypothesis rules over one real worker of a variant, the contract after each.
 
 :class:`ListenerMachine` drives one real worker (rank 0, real Unix socket, real
-serving thread) started by :class:`~harness.contract.rig.Rig`; :func:`machine_for`
-makes one per variant and :func:`run_steps` replays a trace without Hypothesis.
+serving thread) started by :class:`~harness.contract.rig.Rig`;
+:func:`harness.explore.drive.machine_for` makes one per variant and
+:func:`harness.explore.drive.run_steps` replays a trace without Hypothesis.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from __future__ import annotations
 import os
 import shutil
 import socket
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, ClassVar
@@ -23,7 +24,7 @@ from harness.checkers import RunRecord, Verdict, judge
 from harness.contract import line_of
 from harness.contract.rig import ContractViolation, Pending, Rig, _force_down
 from harness.errors import ListenerBusy
-from harness.explore.catalogue import HISTORY_CHECKERS
+from harness.explore.catalogue import HISTORY_CHECKERS, STEP_CHECKERS
 from harness.explore.model import MAP, MiB, Phase, _Conn, _describe, _is_eof, _map, _Parked, _read_replies
 from harness.explore.render import AT_ONCE_S, DRAIN_S, ExplorationFailure, TraceStep, render_scenario
 from harness.faults import env
@@ -36,7 +37,7 @@ from harness.reference.variants import VARIANTS, Variant
 from harness.reference.worker import ReferenceWorker
 from harness.timeouts import scaled
 
-__all__ = ["ListenerMachine", "Violation", "machine_for", "run_steps"]
+__all__ = ["ListenerMachine", "Violation"]
 
 SHORT_STOP_S = 0.05  # stop(timeout) while a handler is parked: the drain cannot finish, so False at once
 SERVE_S = 2.0  # (scaled) a new connection is accepted and read while other clients idle or stall
@@ -93,6 +94,7 @@ class ListenerMachine(RuleBasedStateMachine):
         self.draining: list[tuple[str, Pending]] = []  # concurrent first stops still waiting for the drain
         self.eof_due: list[_Conn] = []  # connections open when a stop began: each must read EOF at once
         self.server_closed = False  # a stop's cleanup failed after closing the server socket (until a restart)
+        self.expect: list[tuple[str, dict[str, Any]]] = []  # the STEP_CHECKERS, with what each step must return
 
     # ------------------------------------------------------------- bookkeeping
     def _name(self, prefix: str) -> str:
@@ -150,6 +152,26 @@ class ListenerMachine(RuleBasedStateMachine):
                         "may hold it up)", SERVE_S, line=11)
         return int(ev.data["conn"])
 
+    def _stop_step(self, name: str, fn: Callable[[], bool], returns: bool | None, kind: str = "stop") -> bool:
+        """Run a stop as a harness step (step_returned: stop_result and handler_drained judge it); ``returns``:
+        what it must return (None: not judged here); after a True stop, snapshot the paths (after_<name>)."""
+        if returns is not None:
+            self.expect.append(("stop_result", {"step": name, "returns": returns}))
+        ok = bool(self.rig.step(kind, name, fn))
+        if ok:
+            self.rig.snapshot(f"after_{name}")
+        return ok
+
+    def _client(self, name: str, fn: Callable[[], int]) -> int:
+        """A client's connection being accepted (and read), as a harness request step: served_while_stalled
+        judges those begun while another client idles or stalls."""
+        return int(self.rig.step("connect", name, fn, category="request"))
+
+    def _closed(self, conn: _Conn) -> None:
+        conn.state = "closed"
+        conn.sock.close()
+        self.rig.rec.emit("peer_closed", step=conn.name)
+
     def _open_conns(self) -> list[_Conn]:
         return [c for c in self.conns if c.state in ("idle", "header", "kept")]
 
@@ -177,7 +199,8 @@ class ListenerMachine(RuleBasedStateMachine):
         with self._explaining(f"connect {name}"):
             mark = self.rig.mark()
             sock = self.rig.connect(self.w)
-            self.conns.append(_Conn(name, sock, "idle", self._accepted(mark)))
+            self.conns.append(_Conn(name, sock, "idle", self._client(name, lambda: self._accepted(mark))))
+            self.rig.rec.emit("peer_idle", step=name, count=1)
 
     @precondition(lambda self: self.can_serve())
     @rule(page=st.integers(0, 7))
@@ -190,10 +213,14 @@ class ListenerMachine(RuleBasedStateMachine):
             mark = self.rig.mark()
             sock = self.rig.connect(self.w)
             sock.sendall(data[:wire.HEADER.size])
-            cid = self._accepted(mark)
-            self._wait(lambda e: e.kind == "frame_started" and e.data.get("conn") == cid, mark,
-                       f"start reading the frame of {name}", SERVE_S, line=11)
-            self.conns.append(_Conn(name, sock, "header", cid, data[wire.HEADER.size:]))
+
+            def read() -> int:
+                cid = self._accepted(mark)
+                self._wait(lambda e: e.kind == "frame_started" and e.data.get("conn") == cid, mark,
+                           f"start reading the frame of {name}", SERVE_S, line=11)
+                return cid
+            self.conns.append(_Conn(name, sock, "header", self._client(name, read), data[wire.HEADER.size:]))
+            self.rig.rec.emit("peer_stalled", step=name, fault="withhold_body")
 
     @precondition(lambda self: bool(self._finishable()))
     @rule(data=st.data())
@@ -217,14 +244,14 @@ class ListenerMachine(RuleBasedStateMachine):
                 self._wait(lambda e: e.kind == "dispatch_finished" and e.data.get("conn") == conn.cid, mark,
                            f"finish dispatching {conn.name}")
                 conn.state = "kept"
+                self.rig.rec.emit("peer_finished", step=conn.name)
                 return
             try:
                 conn.sock.sendall(conn.rest)
                 sent = True
             except OSError:
                 sent = False
-            conn.state = "closed"
-            conn.sock.close()
+            self._closed(conn)
             if sent:
                 raise Violation(2, f"the connection of {conn.name}, whose read stop cancelled, still took the rest "
                                    f"of its frame")
@@ -244,7 +271,7 @@ class ListenerMachine(RuleBasedStateMachine):
             if queued:
                 payload += wire.encode_request(_map(page + 8, call + "_queued"))
             sock.sendall(payload)  # one write: both frames arrive in one read
-            cid = self._accepted(mark)
+            cid = self._client(call, lambda: self._accepted(mark))
             if not fp.wait_reached(timeout=scaled(SERVE_S)):
                 raise Violation(11, f"{call} never reached the backend within {scaled(SERVE_S):.1f}s")
             n = 2 if queued else 1
@@ -295,7 +322,7 @@ class ListenerMachine(RuleBasedStateMachine):
         self._record("stop", name=name, timeout=timeout, returns=not parked)
         with self._explaining(f"stop {name}"):
             self._stop_begins()
-            ok = self.rig.registry.stop_all(timeout)
+            ok = self._stop_step(name, lambda: self.rig.registry.stop_all(timeout), not parked)
             if parked and ok:
                 raise Violation(5, f"stop {name} returned True while a handler was parked inside the backend "
                                    f"(it must wait for the drain and return False when it times out)")
@@ -316,7 +343,7 @@ class ListenerMachine(RuleBasedStateMachine):
             fp = failpoints.arm("cleanup.unlink", "raise", count=1, message="injected cleanup failure")
             self._stop_begins()
             try:
-                ok = self.rig.registry.stop_all()
+                ok = self._stop_step(name, self.rig.registry.stop_all, False)
             finally:
                 failpoints.disarm("cleanup.unlink")
             if ok:
@@ -334,7 +361,8 @@ class ListenerMachine(RuleBasedStateMachine):
         with self._explaining(f"concurrent_stop {first}/{second}"):
             self._stop_begins()
             mark = self.rig.mark()
-            pending = self.rig.call_async(lambda: self.rig.registry.stop_all(scaled()), name=f"explore-{first}")
+            pending = self.rig.call_async(lambda: self._stop_step(first, lambda: self.rig.registry.stop_all(scaled()),
+                                                                  None), name=f"explore-{first}")
             self.draining.append((first, pending))
             self.phase = Phase.STOPPING
             ev = self._wait(lambda e: e.kind in ("drain_started", "stop_returned"), mark,
@@ -342,7 +370,7 @@ class ListenerMachine(RuleBasedStateMachine):
             if ev.kind == "stop_returned":  # it did not wait for the parked handler at all
                 raise Violation(5, f"stop {first} returned {pending.result()} without waiting for the handler "
                                    f"parked inside the backend")
-            if self.rig.registry.stop_all(SHORT_STOP_S):
+            if self._stop_step(second, lambda: self.rig.registry.stop_all(SHORT_STOP_S), False):
                 raise Violation(6, f"the concurrent stop {second} returned True while {first} was still draining")
 
     @precondition(lambda self: self.parked is not None and self.phase is Phase.SERVING)
@@ -353,7 +381,7 @@ class ListenerMachine(RuleBasedStateMachine):
         self._record("shutdown", name=name, returns=False)
         with self._explaining(f"shutdown {name}"):
             self._stop_begins()
-            ok = self.w.shutdown()
+            ok = self._stop_step(name, self.w.shutdown, False, kind="shutdown")
             self.phase = Phase.STOPPING
             if ok or self.w.allocator.torn_down:
                 raise Violation(10, f"shutdown {name} returned {ok} and "
@@ -369,8 +397,16 @@ class ListenerMachine(RuleBasedStateMachine):
         self._record("restart", name=name, returns=not busy)
         with self._explaining(f"restart {name}"):
             self._stop_begins()
+            if busy:
+                self.expect.append(("restart_refused", {"step": name, "error_class": "ListenerBusy"}))
+            started: list[WorkerListener] = []
+
+            def start() -> bool:  # the step's value says it started (the listener object is not a value)
+                started.append(self.w.start())
+                return True
             try:
-                new = self.w.start()
+                self.rig.step("restart", name, start, category="start")
+                new = started[0]
             except ListenerBusy as exc:
                 self.phase = Phase.STOPPING
                 if not busy:
@@ -410,6 +446,7 @@ class ListenerMachine(RuleBasedStateMachine):
         with self._explaining("replace_path"):
             self.replacements.append(env.replace_socket(self.w.path))
             self.replacement_ino = os.stat(self.w.path).st_ino
+            self.rig.rec.emit("path_replaced", step=self._name("r"), path=self.w.path, ino=self.replacement_ino)
             self.path_state = "replaced"
 
     # ------------------------------------------------------------- invariants
@@ -437,8 +474,7 @@ class ListenerMachine(RuleBasedStateMachine):
             if conn.state == "header":
                 conn.state = "cancelled"  # keep the socket: a later send_body tries to finish the frame
             else:
-                conn.state = "closed"
-                conn.sock.close()
+                self._closed(conn)
 
     def _history(self) -> None:
         """The checkers of HISTORY_CHECKERS judge the recorded history; a violation breaks the line the
@@ -451,8 +487,9 @@ class ListenerMachine(RuleBasedStateMachine):
                 raise ContractViolation(f"checker {verdict.checker}: {verdict.message}")
 
     def _verdicts(self) -> list[Verdict]:
-        run = RunRecord(tuple(self.rig.rec.events()))
-        return [judge(name, run) for name in HISTORY_CHECKERS]
+        run = RunRecord(tuple(self.rig.rec.events()), snapshots=dict(self.rig.taken.snapshots))
+        return [judge(name, run) for name in HISTORY_CHECKERS if name not in STEP_CHECKERS] + [
+            judge(name, run, params) for name, params in list(self.expect)]
 
     def _violated(self) -> list[Verdict]:
         """The checkers of HISTORY_CHECKERS violated over the history so far (none if judging itself fails)."""
@@ -542,41 +579,3 @@ class ListenerMachine(RuleBasedStateMachine):
             for s in self.replacements:
                 s.close()
             shutil.rmtree(self.root, ignore_errors=True)
-
-
-
-def run_steps(machine: type[ListenerMachine], steps: Sequence[tuple[str, dict[str, Any]]]) -> None:
-    """Drive one example of ``machine`` through ``steps`` in order, without Hypothesis.
-
-    Each step is a rule's name and its arguments (``("park", {"page": 0, "queued": True})``;
-    ``("send_body", {"name": "h1"})`` finishes that connection).  The invariants
-    are checked after every step, as Hypothesis does; the caller keeps each
-    step's precondition.  Raises :class:`ExplorationFailure` where the contract breaks.
-    """
-    m = machine()
-    try:
-        m.stop_contract()
-        for kind, args in steps:
-            if kind == "send_body":
-                m.finish(**args)
-            else:
-                getattr(m, kind)(**args)
-            m.stop_contract()
-    finally:
-        m.teardown()
-
-
-def machine_for(variant: Variant, root_factory: Callable[[], Path] = temp_root, *,
-                replace_after_failed_cleanup: bool = False) -> type[ListenerMachine]:
-    """A state machine class exploring ``variant``'s lifecycle; its ``TestCase`` is a test.
-
-    ``root_factory`` makes each example's private socket root (a short directory,
-    removed at the example's end).  ``replace_after_failed_cleanup`` adds an
-    interleaving where the reference itself is known to break the contract
-    (:data:`REFERENCE_GAPS`): the socket file replaced after a failed cleanup
-    closed the server socket (the retry must not unlink the replacement).
-    """
-    attrs: dict[str, Any] = {"variant": variant, "root_factory": staticmethod(root_factory),
-                             "replace_after_failed_cleanup": replace_after_failed_cleanup, "__module__": __name__,
-                             "__doc__": f"Lifecycle explorer over the {variant.name!r} variant."}
-    return type(f"Explore_{variant.name}", (ListenerMachine,), attrs)
