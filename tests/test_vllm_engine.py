@@ -9,12 +9,15 @@ judged by the engine scenarios, with their rates over repeats.
 
 from __future__ import annotations
 
+import fcntl
 import json
+import os
 import signal
 import socket
 import sys
 import time
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -46,7 +49,23 @@ def _observe(name: str, data: dict[str, object]) -> None:
         f.write(json.dumps({"test": name, **data}) + "\n")
 
 
-def test_vllm_serve_becomes_ready_answers_and_leaves_nothing_running(tmp_path: Path) -> None:
+@pytest.fixture
+def engine_lock() -> Iterator[None]:
+    """One real engine on the machine at a time, as the engine host takes turns (harness.engine.host)."""
+    from harness.engine.host import LOCK_NAME
+    from harness.targets.fetch import cache_dir
+
+    path = cache_dir() / LOCK_NAME
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+def test_vllm_serve_becomes_ready_answers_and_leaves_nothing_running(tmp_path: Path, engine_lock: None) -> None:
     from harness.targets.vllm_model import tiny_model
 
     model = tiny_model()

@@ -166,9 +166,8 @@ class EngineTree:
     def start(self, timeout: float, after_failure: float = 30.0) -> float:
         """Launch and wait until the engine prints its ready line; seconds from launch to ready.
 
-        A line matching ``failed`` does not end the wait: the engine must then exit, within ``timeout`` of the
-        launch or ``after_failure`` of that line, whichever is later (a failure printed late under load is
-        still given time to exit); one still running then has hung.
+        A line matching ``failed`` does not end the wait: the engine must then exit within ``after_failure`` of
+        that line (the bound from then on, earlier or later than ``timeout``); one still running then has hung.
 
         Error handling: EngineStartError when the engine exits first, or is not ready within the bound
             (``hung``); its message quotes the failure line or the engine's last lines. The tree is left for
@@ -193,8 +192,8 @@ class EngineTree:
         deadline = time.monotonic() + timeout
         with self._cond:  # a failure line is not the end: a start fails once the engine exits (else it hangs)
             while not (self._ready or self._eof):
-                if self.failed_at is not None:
-                    deadline = max(deadline, self.failed_at + after_failure)
+                if self.failed_at is not None:  # it said it failed: it has after_failure to exit
+                    deadline = self.failed_at + after_failure
                 left = deadline - time.monotonic()
                 if left <= 0:
                     break

