@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 from harness.contract import CHECKS, HARNESS, LINES, line_of
-from harness.explore.catalogue import CATCHES, HISTORY_CHECKERS, NOT_JUDGED_HERE
+from harness.explore.catalogue import CATCHES, HISTORY_CHECKERS, NOT_JUDGED_HERE, OWN_INVARIANT_ONLY, STEP_CHECKERS
 from harness.reference.variants import VARIANTS
 
 __all__ = ["render", "PAGE", "main"]
@@ -114,12 +114,17 @@ def render() -> str:
     out += ["The planted bugs: " + "; ".join(f"`{n}` ({v.about})" for n, v in VARIANTS.items()
                                             if n != "reference" and any(n in c.catches for c in CHECKS)) + ".", ""]
     out += [EXPLORER, "Judged over its history after every step: " + "; ".join(
-        f"`{n}` (line {line_of(n)})" for n in HISTORY_CHECKERS) + ". Not run there: " + "; ".join(
+        f"`{n}` (line {line_of(n)})" for n in HISTORY_CHECKERS) + " (" + _code(STEP_CHECKERS) + " judge each stop "
+        "and restart by what the explorer's model says it must return). Not run there: " + "; ".join(
         f"`{n}` ({why})" for n, why in NOT_JUDGED_HERE.items()) + ".", "",
-        "| planted bug | line its own invariant finds broken | checkers violated over the history then |",
+        "| planted bug | line found broken first | checkers violated over the history then |",
         "|---|---|---|"]
     out += [f"| `{bug}` | {line} | {_code(checkers) or 'none: its own invariant alone'} |"
             for bug, (line, checkers) in CATCHES.items()]
+    out += ["", "Caught by the explorer's own invariants alone: " + "; ".join(
+        f"`{b}` ({why})" for b, why in OWN_INVARIANT_ONLY.items()) + "." if OWN_INVARIANT_ONLY else
+        "Every planted bug the explorer reaches is caught by a checker over its history "
+        "(tests/test_explore_oracles.py holds it); its own invariants are a second oracle beside them."]
     out += ["", WIRE]
     return "\n".join(out).rstrip("\n") + "\n"
 
