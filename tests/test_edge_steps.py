@@ -168,14 +168,20 @@ def _listed(state: str, pid: int | None, t: int = 10) -> Event:
                                                                 "pid": pid}]}])
 
 
-def test_ctl_sees_live_owners_quiet_firing_and_unknown() -> None:
-    def verdict(*evs: Event) -> Any:
-        return judge("ctl_sees_live_owners", RunRecord(tuple(evs), {}))
+def _owners(*evs: Event) -> Any:
+    return judge("ctl_sees_live_owners", RunRecord(tuple(evs), {}))
 
-    assert verdict(_listed("alive", 42)).status == "ok"
-    fired = verdict(_listed("unknown", None))
+
+def test_ctl_sees_live_owners_ok() -> None:
+    assert _owners(_listed("alive", 42)).status == "ok"
+
+
+def test_ctl_sees_live_owners_violated() -> None:
+    fired = _owners(_listed("unknown", None))
     assert fired.status == "violated" and "'unknown'" in fired.message
-    assert verdict(_h("step_started", 5, step="s1", kind="stop", category="stop"),
-                   _listed("unknown", None)).status == "unknown"  # taken once a stop began: not judged
-    assert verdict().status == "unknown"
 
+
+def test_ctl_sees_live_owners_unknown_once_a_stop_began_or_without_a_listing() -> None:
+    assert _owners(_h("step_started", 5, step="s1", kind="stop", category="stop"),
+                   _listed("unknown", None)).status == "unknown"  # taken once a stop began: not judged
+    assert _owners().status == "unknown"

@@ -90,7 +90,8 @@ class ThreadedListener:
         self._wake_r = self._wake_w = -1
         self._conns: dict[int, socket.socket] = {}
         self._threads: dict[int, threading.Thread] = {}
-        self._busy: set[int] = set()  # connections whose handler is inside the backend
+        self._busy: set[int] = set()  # connections whose handler is inside the backend, or writing its reply
+        self._writing: set[int] = set()  # of those, the ones past the backend, writing their reply
         self._stopping = False
         self._announced = False
         self.serving = False
@@ -163,6 +164,12 @@ class ThreadedListener:
         self.rec.emit("drain_started", listener=self.label, timeout=timeout)
         with self._idle:
             ok = self._idle.wait_for(lambda: not self._busy, timeout)
+            if not ok and self._busy <= self._writing:
+                # only replies their clients do not read are left: the drain gives up on them (their
+                # connections shut, the blocked sendall raises) instead of on the stop (contract line 11)
+                for c in self._busy:  # self._idle holds self._lock
+                    _shut(self._conns[c])
+                ok = self._idle.wait_for(lambda: not self._busy, JOIN_S)
         self.rec.emit("drain_finished", listener=self.label, ok=ok)
         return ok
 
@@ -256,11 +263,14 @@ class ThreadedListener:
         except Exception as exc:  # the backend's failure (an injected fault too) is the request's answer
             reply = {"status": "error", "error_type": "operation_failed", "message": str(exc)}
         self.rec.emit("dispatch_finished", listener=self.label, conn=n, cmd=cmd, id=rid, status=reply["status"])
+        with self._idle:
+            self._writing.add(n)
         try:
             _reply(conn, {**reply, "id": rid} if rid is not None else reply)
         finally:
             with self._idle:
                 self._busy.discard(n)
+                self._writing.discard(n)
                 stopping = self._stopping
                 self._idle.notify_all()
         return not stopping
