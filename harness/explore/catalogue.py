@@ -86,8 +86,6 @@ UNREACHABLE: dict[str, str] = {
 REPLAY_GAPS: dict[str, str] = {
     "dispatch_after_stop": "the explorer pipelines the queued request on the parked one's connection; scenario steps "
                            "cannot pipeline, so the replay leaves it out (a comment says so)",
-    "unlink_by_path": "no checker sees that the socket which replaced ours was unlinked (the explorer checks the "
-                      "inode at the path); the replay runs, but nothing in it can fail",
 }
 # Interleavings where the reference itself breaks the contract; off by default (machine_for's flags turn them on).
 REFERENCE_GAPS: dict[str, str] = {}  # none open: the one found here (a freed inode reused) is fixed

@@ -159,6 +159,8 @@ def _expect(trace: Sequence[TraceStep], probe: bool = False) -> list[str]:
         out.append("- teardown_deferred")
     if not replaced:  # the file that replaced the socket is the harness's own, left at the path on purpose
         out.append("- no_leftover_paths")
+    elif stops:  # ... and teardown must leave it there (the paths snapshot after each stop that returned True)
+        out.append("- unlinks_only_own_socket")
     return out
 
 
