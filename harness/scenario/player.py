@@ -20,8 +20,8 @@ its workers inside it):
 1. a :class:`~harness.launch.parts.Cast` registered in harness.launch.parts, its parts naming the role mains
    (harness.launch.roles.ROLE_MAINS) and the target attribute each runs (``engine_server``, say);
 2. its step kinds, in a module of their own: ``@step_kind("serve_request", "request", cast="vllm")`` on a
-   function of (player, spec, name), the step's parameter model in harness.scenario.steps, and the module
-   imported by harness.scenario.runner;
+   function of (player, spec, name), the step's parameter model in harness.scenario.steps (or in a
+   ``*_spec`` module it imports), and the module imported by harness.scenario.runner;
 3. state its steps share (a port, a server handle) in an object of its own: ``player.scratch(MyState)``.
 
 Recording goes through :meth:`Player.started` / :meth:`Player.returned` (which add the kind's category), a

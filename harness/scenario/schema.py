@@ -43,7 +43,8 @@ from harness.scenario.fields import (
     Strict,
     TargetName,
 )
-from harness.scenario.steps import PortOrHeld, Step
+from harness.scenario.handshake_spec import PortOrHeld
+from harness.scenario.steps import Step
 
 SideChannelPort = PortOrHeld  # a port number, or the name of a hold_port step
 
