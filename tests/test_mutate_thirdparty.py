@@ -32,7 +32,7 @@ def test_lastcall_mutate_kills_a_planted_like_mutant_of_the_worked_listener() ->
     assert r.returncode == 1, (r.stdout, r.stderr)  # a survivor
     assert "unmutated: 1 given scenario files pass" in out
     assert f"{unlink.id} ThreadedListener._teardown: `os.unlink(self.path)` removed: killed by " \
-           "executing-handler-is-drained.yaml::executing-handler-is-drained[tp1-pp1-cpu]" in out
+           "executing-handler-is-drained.yaml::executing-handler-is-drained[tp1-pp1-cpu]" in out, out
     assert "raw score 1/2 (50.0 %); non-equivalent 1/2 (50.0 %); 0 equivalent" in out
     assert f"survivor {unlock.id}  tests/thirdparty/listener.py:{unlock.line}" in out
     assert "-        with self._lock:\n  +        if True:" in out

@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import datetime
 import json
+import shutil
 import subprocess
 import sys
+import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -89,10 +91,25 @@ def analyse(groups: Sequence[tuple[str, list[Subject], list[str]]], *, target: s
     Error handling: ConfigError when a group has no scenario, or when its scenarios fail on the unmutated
         code (nothing could be measured against them).
     """
-    with freeze([s for _, subjects, _ in groups for s in subjects]):
+    with freeze([s for _, subjects, _ in groups for s in subjects]), tempfile.TemporaryDirectory(
+            prefix="lc-mut-scenarios-") as tmp:
+        groups = [(name, subjects, _frozen(scenarios, Path(tmp) / str(i)))
+                  for i, (name, subjects, scenarios) in enumerate(groups)]
         return _analyse(groups, target=target, sample=sample, seed=seed, only=only, timeout=timeout,
                         equivalent=equivalent, explained=explained, echo=echo, keyword=keyword, after=after,
                         workers=workers)
+
+
+def _frozen(scenarios: list[str], into: Path) -> list[str]:
+    """Copies of the scenario files, for the whole run: one edited meanwhile changes no mutant's run."""
+    into.mkdir()
+    out = []
+    for i, path in enumerate(scenarios):
+        copy = into / str(i) / Path(path).name  # a directory each: two files of one name stay apart
+        copy.parent.mkdir()
+        shutil.copy2(path, copy)
+        out.append(str(copy))
+    return out
 
 
 def _analyse(groups: Sequence[tuple[str, list[Subject], list[str]]], *, target: str | None, sample: int | None,
