@@ -35,7 +35,7 @@ from harness.reference.listener import WorkerListener
 from harness.reference.paths import owner_path
 from harness.reference.variants import VARIANTS, Variant
 from harness.reference.worker import ReferenceWorker
-from harness.timeouts import scaled
+from harness.timeouts import scale, scaled
 
 __all__ = ["ListenerMachine", "Violation"]
 
@@ -487,7 +487,7 @@ class ListenerMachine(RuleBasedStateMachine):
                 raise ContractViolation(f"checker {verdict.checker}: {verdict.message}")
 
     def _verdicts(self) -> list[Verdict]:
-        run = RunRecord(tuple(self.rig.rec.events()), snapshots=dict(self.rig.taken.snapshots))
+        run = RunRecord(tuple(self.rig.rec.events()), dict(self.rig.taken.snapshots), scale=scale())
         return [judge(name, run) for name in HISTORY_CHECKERS if name not in STEP_CHECKERS] + [
             judge(name, run, params) for name, params in list(self.expect)]
 
