@@ -86,6 +86,7 @@ class ThreadedListener:
         self._stop_lock = threading.Lock()
         self._ids = itertools.count(1)
         self._sock: socket.socket | None = None
+        self._ino = 0  # the inode of the socket file this listener bound
         self._accept: threading.Thread | None = None
         self._wake_r = self._wake_w = -1
         self._conns: dict[int, socket.socket] = {}
@@ -102,6 +103,7 @@ class ThreadedListener:
             os.unlink(self.path)  # a socket left by a dead owner of this path
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         sock.bind(self.path)
+        self._ino = os.stat(self.path).st_ino  # teardown unlinks the path only while it is still this socket
         sock.listen(64)
         self._sock = sock
         self._wake_r, self._wake_w = os.pipe()
@@ -188,8 +190,9 @@ class ThreadedListener:
         os.close(self._wake_r)
         os.close(self._wake_w)
         try:
-            os.unlink(self.path)
-            self.rec.emit("teardown_step", listener=self.label, step="unlink")
+            if os.stat(self.path).st_ino == self._ino:  # another's socket that replaced ours is not ours to unlink
+                os.unlink(self.path)
+                self.rec.emit("teardown_step", listener=self.label, step="unlink")
         except FileNotFoundError:
             pass
         self.serving = False
