@@ -24,6 +24,7 @@ from harness.history import Recorder
 from harness.scenario.loader import expand, loads
 from harness.scenario.runner import run_item
 from harness.targets.vllm_engine import STANDIN, TARGET, EngineFlags, EngineTarget
+from tests.test_engine_host import HUNG
 
 NIXL = {"kv_connector": "NixlConnector", "kv_role": "kv_both"}
 
@@ -138,21 +139,7 @@ def test_hold_port_before_start_is_played_before_the_engine_launches() -> None:
         s.bind(("127.0.0.1", held.data["value"]))
 
 
-# a stand-in that ignores SIGTERM, with a short launch allowance: the watchdog ends the run
-STUBBORN = EngineTarget("stubborn", "ignores SIGTERM", "standin", variant="ignores_sigterm", launch_s=2.0)
-HUNG = """\
-name: engine-hung-stacks
-about: a tree that ignores SIGTERM outlives the run's deadline; its stacks are taken, then it is killed
-target: tests.test_engine_flags:STUBBORN
-catches: [engine_ignores_sigterm]
-config: {deadline: 500ms}
-steps:
-  - start: engine
-  - engine_signal: {to: api_server, sig: SIGTERM, as: term}
-  - wait_gone: {timeout: 60s, as: gone}
-expect:
-  - engine_tree_exits: {within: 1s}
-"""
+# the watchdog's scenario of tests/test_engine_host.py: a stand-in that ignores SIGTERM past the deadline
 
 
 def test_a_hung_engine_run_has_every_processs_stacks() -> None:
@@ -187,7 +174,7 @@ BROKEN = EngineTarget("broken", "a stand-in that cannot start", "standin", varia
 def test_a_start_that_fails_on_its_own_is_one_line_with_the_engines_last_lines_kept() -> None:
     """The stand-in refuses an unknown variant (argparse: exit 2): a failed first start, recorded with its
     output's last lines; no fix is claimed for output no FIXES entry knows."""
-    text = HUNG.replace("tests.test_engine_flags:STUBBORN", "tests.test_engine_flags:BROKEN").replace(
+    text = HUNG.replace("tests.test_engine_host:STUBBORN", "tests.test_engine_flags:BROKEN").replace(
         "config: {deadline: 500ms}\n", "")
     result = run_item(expand(loads(text, "<broken>"))[0])
     failed = next(e for e in result.events if e.kind == "engine_start_failed")
