@@ -3,6 +3,7 @@ the kvcached adapter's codec and fetch, and (marked kvcached) kvcached's own lis
 
 from __future__ import annotations
 
+import os
 import pickle
 import re
 from pathlib import Path
@@ -141,6 +142,37 @@ def test_kvcached_016_loses_the_reply_of_the_handler_its_stop_drains() -> None:
 def test_kvcached_016_cannot_stop_once_its_socket_file_is_removed() -> None:
     result = _run("socket-file-removed-while-live", KVCACHED)
     assert "stop_result" in [v.checker for v in result.violated]  # type: ignore[attr-defined]
+
+
+@pytest.mark.kvcached
+@needs_kvcached
+def test_a_fork_server_started_under_another_home_still_finds_the_cache(tmp_path: Path) -> None:
+    """The shared fork server outlives the test that started it. pytester points HOME at its temporary
+    directory: a server first started there once gave every later run's workers that HOME, and with it a
+    cache without kvcached ("kvcached 0.1.6 is not in the cache", three tests failing in a row). Children now
+    get their requester's environment of the moment."""
+    from harness.launch.spawn import ForkServer
+
+    saved_home = os.environ.get("HOME")
+    if ForkServer._shared is not None:
+        ForkServer._shared.stop()  # this test's server must be the process's only one (the probes know one)
+    ForkServer._shared = None
+    try:
+        os.environ["HOME"] = str(tmp_path)  # as inside a pytester test
+        ForkServer.shared()
+        if saved_home is None:
+            del os.environ["HOME"]
+        else:
+            os.environ["HOME"] = saved_home  # that test is over; its server lives on
+        result = _run("restart-replaces-a-stopped-listener", KVCACHED)
+    finally:
+        if saved_home is not None:
+            os.environ["HOME"] = saved_home
+        if ForkServer._shared is not None:
+            ForkServer._shared.stop()  # the next run starts its own
+        ForkServer._shared = None
+    assert result.step_error in (None, ""), result.step_error  # type: ignore[attr-defined]
+    assert result.passed, [str(v) for v in result.violated]  # type: ignore[attr-defined]
 
 
 # ------------------------------------------------------------------ vllm_nixl's wire, without vLLM

@@ -13,12 +13,19 @@ atexit hooks run and non-daemon threads are joined (multiprocessing children
 end with os._exit and skip both).
 
 Protocol (framed msgpack over a socketpair, see channel.py):
-harness -> server ``{"op": "spawn_group", "req": n, "specs": [...]}`` and ``{"op": "quit"}``;
+harness -> server ``{"op": "spawn_group", "req": n, "specs": [...], "env": {...}}`` and ``{"op": "quit"}``;
 server -> harness ``{"op": "ready"}``, ``{"op": "spawned", "req": n, "pids": [...]}``,
 ``{"op": "exited", "pid", "status", "t_ns"}`` for every child it reaps.
 In a group the first spec is the engine: it leads a new process group that the
 workers join, and holds the write end of a death pipe whose read end each
 worker watches.  If the harness goes away, the server kills its children.
+
+Each child gets the environment its requester had when it asked (``env``), as a
+subprocess would, not the one the server started with: the server is shared for
+the harness process's life, and was perhaps started inside a test that had
+changed the environment (pytester points HOME at its temporary directory, so a
+server first started there would have sent every later run's workers looking
+for ``~/.cache/lastcall`` in a directory long gone).
 """
 
 from __future__ import annotations
@@ -79,8 +86,9 @@ def _redirect(path: str | None, fds: tuple[int, ...]) -> None:
     os.close(target)
 
 
-def _fork_group(specs: list[dict[str, Any]], keep: list[int]) -> tuple[list[int], dict[str, Any] | None]:
-    """Fork every spec. In the parent: (pids, None). In a child: ([], its spec)."""
+def _fork_group(specs: list[dict[str, Any]], keep: list[int],
+                env: dict[str, str] | None = None) -> tuple[list[int], dict[str, Any] | None]:
+    """Fork every spec. In the parent: (pids, None). In a child: ([], its spec), under ``env`` if given."""
     death_r, death_w = os.pipe()
     pids: list[int] = []
     pgid = 0
@@ -98,6 +106,9 @@ def _fork_group(specs: list[dict[str, Any]], keep: list[int]) -> tuple[list[int]
             devnull = os.open(os.devnull, os.O_RDONLY)
             os.dup2(devnull, 0)
             os.close(devnull)
+            if env is not None:
+                os.environ.clear()
+                os.environ.update(env)
             _redirect(spec.get("stdout"), (1,))
             _redirect(spec.get("stderr"), (2,))
             return [], spec
@@ -144,7 +155,7 @@ def serve(fd: int) -> dict[str, Any] | None:
             msgs: list[dict[str, Any]] = [decoder.decode(b) for b in reader.feed(data)] if data else [{"op": "quit"}]
             for msg in msgs:
                 if msg.get("op") == "spawn_group":
-                    pids, spec = _fork_group(msg["specs"], keep=[fd, wake_r, wake_w])
+                    pids, spec = _fork_group(msg["specs"], keep=[fd, wake_r, wake_w], env=msg.get("env"))
                     if spec is not None:
                         sock.detach()  # its fd is closed: the object must not close a reused number
                         sel.close()

@@ -48,6 +48,15 @@ def _kill_group(pids: list[int]) -> None:
         pass
 
 
+def _child_env() -> dict[str, str]:
+    """This process's environment as it is now, with its sys.path first on PYTHONPATH: the server imports
+    what this process imports (a module:attribute target from the rootdir, say), whatever the cwd is when it
+    starts (a pytester test may have chdir'd into its temp dir by then), and so do the children's children."""
+    here = [p for p in sys.path if p and os.path.isabs(p) and os.path.isdir(p)]
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(dict.fromkeys(
+        [*here, *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]))}
+
+
 class ForkServer:
     """One preloaded fork server per harness process (``ForkServer.shared()``)."""
 
@@ -59,9 +68,7 @@ class ForkServer:
         fd, self.log_path = tempfile.mkstemp(prefix="lastcall-forkserver-", suffix=".log")
         # The server imports what this process imports (a module:attribute target from the rootdir, say),
         # whatever the cwd is when it starts: a pytester test may have chdir'd into its temp dir by then.
-        here = [p for p in sys.path if p and os.path.isabs(p) and os.path.isdir(p)]
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(dict.fromkeys(
-            [*here, *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]))}
+        env = _child_env()
         with os.fdopen(fd, "w") as log:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "harness.launch.forkserver", str(theirs.fileno())],
@@ -148,7 +155,8 @@ class ForkServer:
             self._next_req += 1
             req = self._next_req
             self._pending[req] = on_exit
-        if not self.chan.send({"op": "spawn_group", "req": req, "specs": specs}):
+        # the children get this process's environment as it is now (see harness.launch.forkserver)
+        if not self.chan.send({"op": "spawn_group", "req": req, "specs": specs, "env": _child_env()}):
             with self._cond:
                 self._pending.pop(req, None)
             raise LaunchError("the fork server is gone")
