@@ -33,6 +33,10 @@ def test_the_stored_vllm_run_rejudged_gives_the_expected_outcome(scenario: str, 
     ("engine-sigterm-idle:\n  checkers: {engine_tree_exits: fine}\n", "engine_tree_exits: give ok | violated"),
     ("engine-sigterm-idle:\n  runs: 3\n  checkers: {engine_tree_exits: {violated: [2, 4]}}\n",
      r"0 <= LO <= HI <= runs \(3\)"),
+    ("engine-sigterm-idle:\n  runs: 2\n  checkers: {engine_tree_exits: {violated: [1, 1], else: violated}}\n",
+     "optionally else: ANOTHER_STATUS"),
+    ("engine-sigterm-idle:\n  runs: 2\n  checkers: {engine_tree_exits: {violated: [1, 1], else: fine}}\n",
+     "optionally else: ANOTHER_STATUS"),
     ("engine-sigterm-idle:\n  runs: 0\n  checkers: {}\n", "runs is a count of runs"),
     ("engine-sigterm-idle:\n  outcome: slow\n  checkers: {}\n", "outcome is ok or hung"),
     ("engine-sigterm-idle: 3\n", "engine-sigterm-idle: give checkers"),
@@ -53,6 +57,13 @@ def test_a_status_must_match_and_a_rate_allows_what_its_range_allows() -> None:
     always = Expected(5, "hung", {"a": Rate("violated", 5, 5, 5)})
     assert differences({"a": "ok"}, always) == ["a: expected violated in 5-5 of 5 runs, got ok"]
     assert differences({"a": "violated"}, always, "ok") == ["outcome: expected hung, got ok"]
+    # a rate whose other runs gave another status than ok: the API server exits 0 (violated) or not at all
+    either = Expected(2, "ok", {"a": Rate("unknown", 1, 1, 2, "violated")})
+    assert differences({"a": "unknown"}, either) == differences({"a": "violated"}, either) == []
+    assert differences({"a": "ok"}, either) == ["a: expected unknown in 1-1 of 2 runs, else violated, got ok"]
+    assert rate_differences([{"a": "violated"}, {"a": "unknown"}], either) == []
+    assert rate_differences([{"a": "violated"}, {"a": "ok"}], either) == [
+        "a: expected unknown in 1-1 of 2 runs, else violated (here 1-1 of 2), got unknown in 0 of 2 and ok"]
 
 
 def test_a_repeat_is_judged_against_the_rate_scaled_to_its_size() -> None:

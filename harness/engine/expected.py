@@ -10,11 +10,13 @@ on that engine, from the runs the findings page reports::
         engine_tree_exits: ok       # the same status on every run
         engine_nothing_left: violated
         engine_port_released: {violated: [1, 3]}   # a rate: violated in 1 to 3 runs of 5 (else ok)
+        engine_exit_status: {unknown: [1, 3], else: violated}   # unknown in 1 to 3, violated in the others
 
 A status (``ok``, ``violated``, ``unknown``) is what every run gave.  A rate ``{STATUS: [LO, HI]}`` (of
-``runs``) is a nondeterministic finding: STATUS was given in LO to HI of the runs, ``ok`` in the others.
+``runs``) is a nondeterministic finding: STATUS was given in LO to HI of the runs, ``ok`` in the others
+(or the status ``else:`` names).
 :func:`differences` compares one run's verdicts with it: a rated checker may give either status the range
-allows (STATUS when HI > 0, ok when LO < runs); :func:`rate_differences` compares a repeat's counts with the
+allows (STATUS when HI > 0, the other one when LO < runs); :func:`rate_differences` compares a repeat's counts with the
 range, scaled to the repeat's size.  A checker of the run the file does not name is not judged by it.
 """
 
@@ -39,18 +41,20 @@ OUTCOMES = ("ok", "hung")
 
 @dataclass(frozen=True)
 class Rate:
-    """``status`` in ``lo`` to ``hi`` of ``of`` runs, ``ok`` in the others."""
+    """``status`` in ``lo`` to ``hi`` of ``of`` runs, ``otherwise`` (ok unless given) in the others."""
 
     status: str
     lo: int
     hi: int
     of: int
+    otherwise: str = "ok"
 
     def allows(self) -> set[str]:
-        return ({self.status} if self.hi > 0 else set()) | ({"ok"} if self.lo < self.of else set())
+        return ({self.status} if self.hi > 0 else set()) | ({self.otherwise} if self.lo < self.of else set())
 
     def __str__(self) -> str:
-        return f"{self.status} in {self.lo}-{self.hi} of {self.of} runs"
+        rest = "" if self.otherwise == "ok" else f", else {self.otherwise}"
+        return f"{self.status} in {self.lo}-{self.hi} of {self.of} runs{rest}"
 
 
 @dataclass(frozen=True)
@@ -69,12 +73,17 @@ class Expected:
 def _want(path: Path, name: str, chk: str, value: Any, runs: int) -> str | Rate:
     if isinstance(value, str) and value in STATUSES:
         return value
-    if (isinstance(value, dict) and len(value) == 1 and next(iter(value)) in STATUSES
-            and isinstance(rng := next(iter(value.values())), list) and len(rng) == 2
-            and all(isinstance(x, int) and not isinstance(x, bool) for x in rng) and 0 <= rng[0] <= rng[1] <= runs):
-        return Rate(str(next(iter(value))), rng[0], rng[1], runs)
+    if isinstance(value, dict):
+        rated = {k: v for k, v in value.items() if k != "else"}
+        otherwise = value.get("else", "ok")
+        if (len(rated) == 1 and (status := next(iter(rated))) in STATUSES and otherwise in STATUSES
+                and otherwise != status and isinstance(rng := rated[status], list) and len(rng) == 2
+                and all(isinstance(x, int) and not isinstance(x, bool) for x in rng)
+                and 0 <= rng[0] <= rng[1] <= runs):
+            return Rate(str(status), rng[0], rng[1], runs, str(otherwise))
     raise ConfigError(f"{path}: {name}: {chk}: give {' | '.join(STATUSES)}, or a rate {{STATUS: [LO, HI]}} with "
-                      f"0 <= LO <= HI <= runs ({runs}); found {value!r}")
+                      f"0 <= LO <= HI <= runs ({runs}) and optionally else: ANOTHER_STATUS (default ok); "
+                      f"found {value!r}")
 
 
 def load_expected(path: Path) -> dict[str, Expected]:
@@ -130,7 +139,7 @@ def rate_differences(runs: Sequence[Mapping[str, str]], want: Expected) -> list[
             continue
         k = sum(1 for got in runs if got.get(chk) == w.status)
         lo, hi = math.floor(w.lo * n / w.of), math.ceil(w.hi * n / w.of)
-        others = [got.get(chk) for got in runs if got.get(chk) not in (w.status, "ok")]
+        others = [got.get(chk) for got in runs if got.get(chk) not in (w.status, w.otherwise)]
         if not lo <= k <= hi or others:
             out.append(f"{chk}: expected {w} (here {lo}-{hi} of {n}), got {w.status} in {k} of {n}"
                        + (f" and {', '.join(map(str, others))}" if others else ""))
