@@ -98,8 +98,11 @@ def measure(target: EngineTarget, flags: EngineFlags, reps: int) -> dict[str, An
 
 
 def table(result: Mapping[str, Any]) -> str:
-    lines = [f"Measured {result['date']} on {result['machine']} ({result['cpus']} CPUs, shared with other "
-             f"work), {result['source']}:", "",
+    # the 1-minute load average when the table was written: the launches of --from-reports ran earlier, and
+    # their own machine's load is the findings page's to say
+    load = f", load average {result['load']} when written" if "load" in result else ", shared with other work"
+    lines = [f"Measured {result['date']} on {result['machine']} ({result['cpus']} CPUs{load}), "
+             f"{result['source']}:", "",
              "| target | TP | processes | launches | launch to ready, median (min-max) | SIGTERM to gone, median | "
              "failed |", "| --- | --- | --- | --- | --- | --- | --- |"]
     for m in result["targets"]:
@@ -146,6 +149,7 @@ def main() -> int:
                 targets.append(measure(TARGET, EngineFlags(tp=2), a.reps))
         source = f"{a.reps} launch(es) each, one at a time"
     result = {"date": datetime.date.today().isoformat(), "machine": platform.machine(), "cpus": os.cpu_count(),
+              "load": round(os.getloadavg()[0], 1),
               "source": source, "launch_bound_s": TARGET.launch_s, "targets": targets}
     text = table(result)
     print(text)
