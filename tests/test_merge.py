@@ -11,6 +11,7 @@ import hashlib
 import io
 import json
 import re
+import xml.etree.ElementTree as ET
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -20,6 +21,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from harness.cli import main
+from harness.report.junit import FLAKY_TYPE
 from harness.report.summary import SESSION, SessionRun, terminal_summary, write_summary
 
 A = "scenarios/a.yaml::a[tp1-pp1-cpu]"
@@ -58,6 +60,90 @@ def merge(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str
 
 def links(page: Path) -> list[str]:
     return re.findall(r'href="([^"]+)"', page.read_text())
+
+
+def junit(root: Path, cases: list[tuple[str, str]], name: str = "junit.xml") -> Path:
+    """A shard's JUnit file as pytest writes it: classname the node id's file (/ as .), name the rest;
+    a failed case has a <failure>, an errored one an <error>, a skipped one <skipped>."""
+    suite = ET.Element("testsuite", {"name": "pytest", "errors": "0", "failures": "0", "skipped": "0",
+                                     "tests": str(len(cases)), "time": "3.0", "timestamp": "2026-12-01T16:00:00"})
+    for nodeid, outcome in cases:
+        path, _, rest = nodeid.partition("::")
+        case = ET.SubElement(suite, "testcase", {"classname": path.replace("/", "."), "name": rest, "time": "1.5"})
+        if outcome != "passed":
+            tag = {"failed": "failure", "error": "error", "skipped": "skipped"}[outcome]
+            ET.SubElement(case, tag, {"message": f"{outcome} here"}).text = "the report"
+    top = ET.Element("testsuites", {"name": "pytest tests"})
+    top.append(suite)
+    ET.ElementTree(top).write(root / name, encoding="utf-8", xml_declaration=True)
+    return root / name
+
+
+def cases_of(path: Path) -> list[tuple[str, str, tuple[str, ...]]]:
+    """(classname, name, the tags of its children) of each testcase of a JUnit file."""
+    return [(c.get("classname", ""), c.get("name", ""), tuple(ch.tag for ch in c))
+            for c in ET.parse(path).getroot().iter("testcase")]
+
+
+def test_the_shards_junit_files_merge_into_one_testsuite(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    one = shard(tmp_path / "s1", [(A, "passed")], group=1)
+    two = shard(tmp_path / "s2", [(B, "failed")], group=2, exitstatus=1)
+    junit(one, [(A, "passed"), ("tests/test_x.py::test_skipped", "skipped")])
+    junit(two, [(B, "failed"), ("tests/test_x.py::test_setup", "error")])
+    (two / "other.xml").write_text("<coverage/>")  # XML that is not JUnit: left alone
+    out = tmp_path / "m"
+    code, stdout, err = merge(capsys, str(one), str(two), "--out", str(out))
+    assert (code, err) == (1, "")  # B failed
+    assert f"junit: {out / 'junit.xml'}, 4 testcases of 2 files" in stdout.splitlines()
+    root = ET.parse(out / "junit.xml").getroot()
+    assert root.tag == "testsuites" and [s.tag for s in root] == ["testsuite"]
+    suite = root[0]
+    assert {k: suite.get(k) for k in ("tests", "failures", "errors", "skipped", "time")} == {
+        "tests": "4", "failures": "1", "errors": "1", "skipped": "1", "time": "6.000"}
+    assert cases_of(out / "junit.xml") == [
+        ("scenarios.a.yaml", "a[tp1-pp1-cpu]", ()), ("tests.test_x.py", "test_skipped", ("skipped",)),
+        ("scenarios.b.yaml", "b[tp1-pp1-cpu]", ("failure",)), ("tests.test_x.py", "test_setup", ("error",))]
+    # the merged directory merges again, with its JUnit
+    code, stdout, _ = merge(capsys, str(out), "--out", str(tmp_path / "again"))
+    assert code == 1 and cases_of(tmp_path / "again" / "junit.xml") == cases_of(out / "junit.xml")
+
+
+def test_a_repeat_that_disagrees_across_shards_is_flaky_in_the_merged_junit(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    a1, a2, b1, b2 = A[:-1] + "-r1]", A[:-1] + "-r2]", B[:-1] + "-r1]", B[:-1] + "-r2]"
+    one = shard(tmp_path / "s1", [(a1, "passed"), (b1, "passed")], group=1)
+    two = shard(tmp_path / "s2", [(a2, "failed"), (b2, "passed")], group=2, exitstatus=1)
+    junit(one, [(a1, "passed"), (b1, "passed")])
+    junit(two, [(a2, "failed"), (b2, "passed")])
+    out = tmp_path / "m"
+    code, stdout, _ = merge(capsys, str(one), str(two), "--out", str(out))
+    assert code == 1
+    line = f"FLAKY scenarios.a.yaml::a[tp1-pp1-cpu]: passed 1, failed 1 of 2 repeats (on {one}, {two})"
+    assert "1 flaky item(s) marked failed" in stdout
+    root = ET.parse(out / "junit.xml").getroot()
+    by_name = {c.get("name"): c for c in root.iter("testcase")}
+    marked = by_name["a[tp1-pp1-cpu-r1]"].findall("failure")  # it passed, but its item is flaky
+    assert [(f.get("type"), f.get("message")) for f in marked] == [(FLAKY_TYPE, line)]
+    assert [f.get("type") for f in by_name["a[tp1-pp1-cpu-r2]"].findall("failure")] == [None]  # its own failure
+    assert by_name["b[tp1-pp1-cpu-r1]"].find("failure") is None  # B's repeats agree: passed
+    assert root[0].get("failures") == "2"
+    # the same items failed under a target override: another item each, not flaky with the passes above
+    ok1 = shard(tmp_path / "u1", [(a1, "passed")], group=1)
+    ok2 = shard(tmp_path / "u2", [(a2, "passed")], group=2)
+    bad1 = shard(tmp_path / "t1", [(a1, "failed")], group=1, target="no_conn_tracking", exitstatus=1)
+    bad2 = shard(tmp_path / "t2", [(a2, "failed")], group=2, target="no_conn_tracking", exitstatus=1)
+    for d, outcome in ((ok1, "passed"), (ok2, "passed"), (bad1, "failed"), (bad2, "failed")):
+        junit(d, [(a1 if d.name.endswith("1") else a2, outcome)])
+    code, stdout, _ = merge(capsys, *map(str, (ok1, ok2, bad1, bad2)), "--out", str(tmp_path / "n"))
+    assert code == 1 and "FLAKY" not in stdout and "marked failed" not in stdout, stdout
+    assert [c[2] for c in cases_of(tmp_path / "n" / "junit.xml")] == [(), (), ("failure",), ("failure",)]
+
+
+def test_shards_without_junit_merge_without_it(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    one = shard(tmp_path / "s1", [(A, "passed")], group=1)
+    two = shard(tmp_path / "s2", [(B, "passed")], group=2)
+    code, stdout, _ = merge(capsys, str(one), str(two), "--out", str(tmp_path / "m"))
+    assert code == 0 and "junit:" not in stdout and not (tmp_path / "m" / "junit.xml").exists()
 
 
 def test_shards_that_agree_merge_into_one_page_and_exit_0(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -161,6 +247,10 @@ def _bad(tmp: Path) -> dict[str, tuple[list[str], list[str]]]:
     beyond = shard(tmp / "beyond", [(B, "passed")], splits=2, group=3)
     empty1 = shard(tmp / "e1", [], splits=2, group=1, exitstatus=5)
     empty2 = shard(tmp / "e2", [], splits=2, group=2, exitstatus=5)
+    cut = shard(tmp / "cut", [(B, "passed")], group=2)
+    with_junit = shard(tmp / "with-junit", [(A, "passed")], group=1)
+    junit(with_junit, [(A, "passed")])  # the shards beside it that have no JUnit are told so
+    (cut / "junit.xml").write_text('<?xml version="1.0"?><testsuites><testsuite name="pytest"><testcase ')
     t = re.escape
     return {
         "no such directory": ([str(good), str(tmp / "nope")], [rf"{t(str(tmp / 'nope'))}: no such directory"]),
@@ -195,13 +285,19 @@ def _bad(tmp: Path) -> dict[str, tuple[list[str], list[str]]]:
                             r"be replaced"]),
         "with --check": ([str(good), str(two), "--check", "no_late_dispatch"], [r"error: --check re-judges one "]),
         "two problems, two lines": ([str(tmp / "nope"), str(tmp / "plain")], [r"nope: no such", r"plain: not a "]),
+        "a JUnit file cut short": ([str(good), str(cut)], [rf"{t(str(cut / 'junit.xml'))}: not well-formed XML "
+                                                          r"\(.*\): an incomplete download of the shard\?"]),
+        "JUnit on one shard only": ([str(with_junit), str(two)], [
+            rf"{t(str(two))}: no JUnit file \(an \*.xml of <testsuites> or <testsuite>\) while "
+            rf"{t(str(with_junit / 'junit.xml'))} is one: every shard's testcases are merged, none may be lost"]),
     }
 
 
 CASES = ["no such directory", "not a report dir", "a parent of shards", "garbled", "another format",
          "other file contents", "repeat under other contents", "split differently", "a group missing",
          "a run's report missing", "a bad outcome", "seconds not a number", "a group beyond its splits",
-         "given twice", "no runs at all", "out is a shard", "with --check", "two problems, two lines"]
+         "given twice", "no runs at all", "out is a shard", "with --check", "two problems, two lines",
+         "a JUnit file cut short", "JUnit on one shard only"]
 
 
 @pytest.mark.parametrize("case", CASES)

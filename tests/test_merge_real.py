@@ -10,6 +10,7 @@ import os
 import re
 import subprocess
 import sys
+import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
@@ -26,6 +27,13 @@ def session(out: Path, *split: str) -> subprocess.CompletedProcess[str]:
                            "--durations-path", str(ROOT / ".test_durations"), f"--lastcall-reports={out}",
                            f"--junitxml={out / 'junit.xml'}"], cwd=ROOT, env=env, capture_output=True, text=True,
                           timeout=300)
+
+
+def junit_cases(path: Path) -> list[tuple[str, str, tuple[str, ...]]]:
+    """(classname, name, its children's tags but the output) of each testcase, sorted."""
+    return sorted((c.get("classname", ""), c.get("name", ""),
+                   tuple(ch.tag for ch in c if ch.tag not in ("system-out", "system-err", "properties")))
+                  for c in ET.parse(path).getroot().iter("testcase"))
 
 
 def outcomes(root: Path) -> dict[str, str]:
@@ -66,3 +74,7 @@ def test_two_real_shards_merge_into_what_one_unsharded_session_says(tmp_path: Pa
     for link in re.findall(r'href="([^"]+)"', page):
         assert (out / link).is_file(), link  # every run's page, where its shard wrote it
     assert len(re.findall(r'href="', page)) == n
+    # and the shards' JUnit files: one testsuite with what the unsharded session's JUnit says
+    assert f"junit: {out / 'junit.xml'}, " in merged.stdout
+    assert junit_cases(out / "junit.xml") == junit_cases(whole / "junit.xml")
+    assert len(ET.parse(out / "junit.xml").getroot().findall("testsuite")) == 1

@@ -5,20 +5,23 @@ leaves one report directory per shard; each holds the ``session.json`` its sessi
 wrote beside its ``index.html`` (harness.report.summary).  The merge reads them
 all, checks that they are one session's shards, and writes ``OUT/index.html`` and
 ``OUT/session.json`` (so a merge can itself be merged), linking every run's page
-where it lies in its shard.
+where it lies in its shard; and, when the shards hold their sessions' JUnit XML,
+``OUT/junit.xml``: one testsuite of every shard's testcases (harness.report.junit).
 
 Bad input is exit 2, with one located line per problem and nothing written: a DIR
 that is not a session's report directory (or whose session.json is not one, or
 names a run page that is not there), shards of an item's scenario file with other
 contents (the shards ran different trees), shards split differently, a group of
-``--splits K`` missing, no scenario run in any shard, ``--out`` one of the shards.
+``--splits K`` missing, no scenario run in any shard, ``--out`` one of the shards, a
+JUnit file that is not well-formed, some shards with JUnit and others without.
 
 Exit status otherwise: 1 when any run failed or was interrupted, any item is
 FLAKY, or a shard's pytest exited other than 0 or 5 (nothing collected; a shard
 whose session failed with no scenario run failed: a test that is none, an error); else 0.
 FLAKY: repeats of one item (``--repeat``: ``name[...-r2]``, or one item run by two
 shards) that disagree, passed on one and failed on another; as in one session
-(harness.scenario.repeat), a flaky item is never reported as passed.
+(harness.scenario.repeat), a flaky item is never reported as passed (in the merged
+JUnit neither: its passing testcases carry a failure naming it FLAKY).
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from html import escape
 from pathlib import Path
 from typing import Any
 
+from harness.report.junit import MergedJUnit, merge_junit, read_junit, write_junit
 from harness.report.summary import SESSION, SESSION_FORMAT, SUMMARY, SessionRun, _failed_line, _totals, write_summary
 from harness.report.write import VERDICTS, ReportWarning
 from harness.scenario.repeat import base_id
@@ -86,11 +90,12 @@ class Merged:
     runs: list[SessionRun]
     flaky: dict[str, list[SessionRun]]  # base item -> its repeats, which disagree
     bad_shards: list[Shard]  # pytest exited other than 0 or 5, and not for a run that failed
+    junit: MergedJUnit | None = None  # the shards' JUnit files merged, None when no shard has one
 
     @property
     def exit_code(self) -> int:
         failed = any(r.outcome in ("failed", "interrupted") for r in self.runs)
-        return 1 if failed or self.flaky or self.bad_shards else 0
+        return 1 if failed or self.flaky or self.bad_shards or (self.junit and self.junit.flaky) else 0
 
 
 def _located(where: Path | str, message: str) -> str:
@@ -225,8 +230,9 @@ def merge(labels: Sequence[str]) -> Merged:
     if problems:
         raise MergeError(problems)
     problems = _check(shards)
-    if problems:
-        raise MergeError(problems)
+    files, junit_problems = read_junit([(s.label, s.path, str(s.meta.get("target") or "")) for s in shards])
+    if problems or junit_problems:
+        raise MergeError(problems + junit_problems)
     runs = sorted((r for s in shards for r in s.runs), key=lambda r: (r.nodeid, r.shard))
     repeats: dict[tuple[str, str], list[SessionRun]] = defaultdict(list)
     for shard in shards:
@@ -237,13 +243,16 @@ def merge(labels: Sequence[str]) -> Merged:
              for k, v in repeats.items() if len({r.outcome for r in v}) > 1}
     bad = [s for s in shards if s.exitstatus is not None and s.exitstatus not in OK_STATUS  # and not for a run of it
            and not any(r.outcome in ("failed", "interrupted") for r in s.runs)]
-    return Merged(shards, runs, dict(sorted(flaky.items())), bad)
+    return Merged(shards, runs, dict(sorted(flaky.items())), bad, merge_junit(files, _flaky_text) if files else None)
+
+
+def _flaky_text(item: str, passed: int, failed: int, where: Sequence[str]) -> str:
+    return f"FLAKY {item}: passed {passed}, failed {failed} of {passed + failed} repeats (on {', '.join(where)})"
 
 
 def _flaky_line(item: str, repeats: list[SessionRun]) -> str:
-    ok = [r for r in repeats if r.outcome == "passed"]
-    where = ", ".join(sorted({r.shard for r in repeats}))
-    return f"FLAKY {item}: passed {len(ok)}, failed {len(repeats) - len(ok)} of {len(repeats)} repeats (on {where})"
+    ok = sum(r.outcome == "passed" for r in repeats)
+    return _flaky_text(item, ok, len(repeats) - ok, sorted({r.shard for r in repeats}))
 
 
 def _notes(merged: Merged) -> str:
@@ -299,5 +308,15 @@ def merge_command(dirs: Sequence[str] | None, history: str | None, out: str | No
         print(f"FAILED shard {shard.label}: pytest exited {shard.exitstatus}")
     for item, repeats in merged.flaky.items():
         print(_flaky_line(item, repeats))
+    if merged.junit is not None:
+        try:
+            junit = write_junit(merged.junit, target)
+        except OSError as exc:
+            print(f"{PROG}: --out {target}: cannot write the merged JUnit: {exc}", file=sys.stderr)
+            return 2
+        n = len(merged.junit.files)
+        print(f"junit: {junit}, {merged.junit.cases} testcase{'' if merged.junit.cases == 1 else 's'} of {n} "
+              f"file{'' if n == 1 else 's'}" + (f", {len(merged.junit.flaky)} flaky item(s) marked failed"
+                                                if merged.junit.flaky else ""))
     print(f"{_totals_line(merged)}; summary: {page}")
     return merged.exit_code
