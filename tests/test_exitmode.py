@@ -13,14 +13,15 @@ from pathlib import Path
 import pytest
 
 from harness.checkers.base import OK, VIOLATED
-from harness.launch.cluster import Cluster
+from harness.launch.cluster import Cluster, exit_mode
 from harness.scenario import exitmode, runner
 from harness.scenario.exitmode import fast_exit_for
 from harness.scenario.loader import MatrixItem, expand, load, loads
-from tests.lc_teardown_target import MARK
+from tests.lc_teardown_target import MARK, STALL_S
 
 SCENARIOS = Path(__file__).resolve().parent.parent / "scenarios"
 MARKED = "reference@tests.lc_teardown_target:TeardownListener"
+STALLING = "reference@tests.lc_teardown_target:StallingTeardownListener"
 
 
 def item(name: str) -> MatrixItem:
@@ -99,3 +100,52 @@ def test_the_rule_keeps_the_faithful_exit_where_a_targets_teardown_changes_the_s
     verdicts = dict(_statuses(result))
     assert verdicts["no_leftover_paths"] == VIOLATED, result.verdicts  # the mark its teardown wrote is seen
     assert verdicts["stop_result"] == OK and verdicts["no_orphan_processes"] == OK, result.verdicts
+
+
+@pytest.mark.parametrize("env", [None, "1", "0"])
+def test_the_environment_can_make_exits_more_faithful_never_less(env: str | None,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    if env is None:
+        monkeypatch.delenv("LASTCALL_FAST_EXIT", raising=False)
+    else:
+        monkeypatch.setenv("LASTCALL_FAST_EXIT", env)
+    assert exit_mode(None) is False and exit_mode(False) is False  # no caller's say-so: faithful, whatever env
+    assert exit_mode(True) is (env != "0")  # the rule's fast exit, unless LASTCALL_FAST_EXIT=0 forbids it
+    spec = Cluster(fast_exit=False)._common  # what the fork server's children get
+    assert spec["fast_exit"] is False
+
+
+def test_a_run_that_judges_exit_exits_faithfully_under_lastcall_fast_exit(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The library's exit-judging scenario against a worker whose module teardown stalls STALL_S (past the
+    scenario's 3 s bound) under LASTCALL_FAST_EXIT=1: the variable once forced the fast exit on every run, the
+    worker then skipped the teardown that stalls it, and exit_without_stall passed it.  The reference's run
+    of the same item (quiet) is the library's own item in the suite."""
+    monkeypatch.setenv("LASTCALL_FAST_EXIT", "1")
+    it = item("exit-hook-bounded-when-it-cannot-drain")
+    bound = next(e.params.within for e in it.scenario.expect if e.checker == "exit_without_stall")
+    assert bound < STALL_S, (bound, STALL_S)
+    ok, why = fast_exit_for(it, STALLING, checkers(it))
+    assert not ok, why
+    result = runner.run_item(it, variant=STALLING)
+    verdicts = dict(_statuses(result))
+    assert verdicts["exit_without_stall"] == VIOLATED, result.verdicts  # the stall in module teardown is seen
+    assert verdicts["fault_fired"] == OK, result.verdicts
+
+
+def test_the_rule_lets_own_code_skip_teardown_where_only_its_own_events_are_judged() -> None:
+    storm = item("stress-racing-points")  # teardown_once beside before-exit and after-snapshot checkers
+    assert "teardown_once" in checkers(storm)
+    assert fast_exit_for(storm, "reference", checkers(storm))[0]
+    assert fast_exit_for(storm, "unlocked_concurrent_stops", checkers(storm))[0]  # the bug teardown_once catches
+    ok, why = fast_exit_for(storm, "kvcached==0.1.6", checkers(storm))
+    assert not ok and "teardown_once" in why, why  # a third-party teardown might record a step at exit
+
+
+def test_the_harnesss_own_listener_code_has_nothing_that_runs_in_module_teardown() -> None:
+    """What OWN_EVENTS and AFTER_EXIT rest on: no ``__del__`` and no weakref finalizer in the reference or its
+    planted bugs, so module teardown records no event of theirs and removes nothing."""
+    root = Path(__file__).resolve().parent.parent / "harness" / "reference"
+    found = [f"{p.name}:{n}" for p in sorted(root.glob("*.py"))
+             for n, line in enumerate(p.read_text().splitlines(), 1)
+             if ("def __del__" in line or "weakref.finalize" in line or "import weakref" in line)]
+    assert not found, f"code that can run in module teardown: {found}: review harness/scenario/exitmode.py"

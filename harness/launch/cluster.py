@@ -43,7 +43,7 @@ from harness.launch.spawn import ForkServer, LaunchError, become_subreaper
 from harness.names import TMP, new_run_id
 from harness.timeouts import scaled
 
-__all__ = ["Cluster", "Proc", "RemoteError", "RunOutcome", "LaunchError", "run_id_for"]
+__all__ = ["Cluster", "Proc", "RemoteError", "RunOutcome", "LaunchError", "run_id_for", "exit_mode"]
 
 ORDERLY_S = 10.0  # seconds for every process to exit after the exit command (scaled)
 TERM_S = 3.0  # seconds after SIGTERM before SIGKILL (scaled)
@@ -160,12 +160,21 @@ class Proc:
             return ""
 
 
+def exit_mode(fast_exit: bool | None) -> bool:
+    """Whether a run's processes take the fast exit: only where its caller asked for it (it knows what the
+    run judges) and ``LASTCALL_FAST_EXIT`` is not ``0``.  The variable can make exits more faithful, never
+    less: ``LASTCALL_FAST_EXIT=1`` forces nothing (it once forced the fast exit on every run, runs that judge
+    exit included), so a run that judges exit always gets the interpreter's whole finalization."""
+    return fast_exit is True and os.environ.get("LASTCALL_FAST_EXIT", "").strip() != "0"
+
+
 class Cluster:
     """The processes of one run of one variant: by default an engine and ``tp x pp`` workers.
 
     ``fast_exit``: the processes skip the interpreter's module teardown after their exit hooks and threads
-    (harness.launch.forkserver; harness.scenario.exitmode says when a run may); else as
-    ``LASTCALL_FAST_EXIT=1`` says, by default the faithful exit.
+    (harness.launch.forkserver) when it is True, which only the caller that knows what the run judges may
+    decide (harness.scenario.exitmode for a scenario run); None or False, the faithful exit, whatever the
+    environment says.  ``LASTCALL_FAST_EXIT=0`` makes every exit faithful (:func:`exit_mode`).
     ``cast`` (a :class:`~harness.launch.parts.Cast` or its name) says which: ``worker`` (the default),
     ``handshake`` (an engine owning a handshake listener, and a peer), or any registered one.  ``engine`` is
     the cast's first process, ``workers`` its per-rank processes, ``peer`` its ``peer`` part (None if none).
@@ -190,7 +199,7 @@ class Cluster:
         self._common = {"ipc": self.ipc, "root": str(self.root), "tp": tp, "pp_size": pp, "variant": variant,
                         "drain_timeout": drain_timeout, "exit_budget": exit_budget, "device": device,
                         "capacity": capacity, "ipc_timeout": ipc_timeout, "shm_dir": shm_dir,
-                        "fast_exit": fast_exit or os.environ.get("LASTCALL_FAST_EXIT") == "1"}
+                        "fast_exit": exit_mode(fast_exit)}
         self._procs: dict[int, Proc] = {}
         self._lock = threading.Lock()
         self._changed = threading.Condition()  # notified when a process becomes ready or exits

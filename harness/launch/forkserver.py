@@ -187,7 +187,8 @@ def main() -> int:
     code = run(spec)
     if spec.get("fast_exit"):
         # exit hooks and non-daemon threads as in a normal exit, but skip the interpreter's module teardown
-        # and final collection (most of a second with torch loaded): LASTCALL_FAST_EXIT, for bulk runs
+        # and final collection (most of a second with torch loaded); asked for only by a run whose judged
+        # verdicts cannot tell (harness.scenario.exitmode), never by the environment alone
         import atexit
         import threading
 

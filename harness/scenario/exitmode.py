@@ -17,11 +17,19 @@ and C-level exit handlers (C++ static destructors).
   code (the reference and its planted-bug variants: none of their objects removes a file, segment or
   process from ``__del__``, and the kernel releases descriptors and ports at any exit, so the snapshot is
   the same); a third-party target's teardown may clean up, so there those checkers keep the faithful exit;
+* or one of :data:`OWN_EVENTS` (judged from events the listener's stop, teardown and exit hook record) while the
+  target runs only the harness's own code: its exit hook runs under atexit in either exit, and none of its
+  objects has a ``__del__`` or a weakref finalizer that could record one during module teardown; a
+  third-party target's might, so there those keep the faithful exit;
 * no step observes an exit (``exit`` and ``kill`` record exit codes and timing, ``wait_gone`` and a
   ``wait`` for an exit event wait on it);
 * so any run that judges exit (``exit_without_stall``, which times every exit and exit hook; any checker
   not named here, e.g. a plug-in's) keeps the faithful exit, as do runs outside scenarios (the
   ``lastcall_cluster`` fixture, whose checkers are named after the run).
+
+The environment cannot widen this: ``LASTCALL_FAST_EXIT=1`` forces nothing (it once forced the fast exit on
+every run, those that judge exit included), and ``LASTCALL_FAST_EXIT=0`` makes every exit faithful
+(harness.launch.cluster.exit_mode).
 """
 
 from __future__ import annotations
@@ -30,7 +38,7 @@ from collections.abc import Iterable
 
 from harness.scenario.loader import MatrixItem
 
-__all__ = ["BEFORE_EXIT", "AFTER_EXIT", "EXIT_STEPS", "EXIT_EVENTS", "fast_exit_for"]
+__all__ = ["BEFORE_EXIT", "AFTER_EXIT", "OWN_EVENTS", "EXIT_STEPS", "EXIT_EVENTS", "fast_exit_for"]
 
 # Judged from events recorded before a process's main returns (its after_shutdown resources included) or from
 # the harness's own steps: module teardown comes after all of them.
@@ -43,6 +51,9 @@ BEFORE_EXIT = frozenset({
 # Judged from the after snapshot (every process reaped): the same after either exit for the harness's own code.
 AFTER_EXIT = frozenset({"no_leftover_paths", "no_leftover_shm", "no_orphan_processes", "port_released",
                         "unlinks_only_own_socket"})
+# Judged from the listener's own events (teardown steps, registrations, stop results), which the harness's own
+# code records in stop(), its teardown and its atexit exit hook: the same after either exit for that code.
+OWN_EVENTS = frozenset({"teardown_once", "registration_kept"})
 EXIT_STEPS = frozenset({"exit", "kill", "wait_gone"})
 EXIT_EVENTS = frozenset({"process_exited", "exit_requested", "exit_hook_started", "exit_hook_finished",
                          "main_returned", "engine_died"})
@@ -68,12 +79,12 @@ def _observes_exit(steps: Iterable[object]) -> bool:
 def fast_exit_for(item: MatrixItem, target: str, checkers: Iterable[str]) -> tuple[bool, str]:
     """(may this run's processes skip module teardown, why) for ``item`` against ``target``."""
     names = set(checkers)
-    judging = sorted(names - BEFORE_EXIT - AFTER_EXIT)
+    judging = sorted(names - BEFORE_EXIT - AFTER_EXIT - OWN_EVENTS)
     if judging:
         return False, f"it judges {', '.join(judging)}"
     if _observes_exit(item.scenario.steps):
         return False, "a step observes an exit"
-    if names & AFTER_EXIT and not _own_code(target):
-        after = ", ".join(sorted(names & AFTER_EXIT))
+    if names & (AFTER_EXIT | OWN_EVENTS) and not _own_code(target):
+        after = ", ".join(sorted(names & (AFTER_EXIT | OWN_EVENTS)))
         return False, f"{target} is not the harness's own code and the run judges {after}"
     return True, "nothing judged happens at or after module teardown"
