@@ -177,3 +177,15 @@ def test_paired_resampling_needs_one_value_per_round_each() -> None:
 def test_compare_records_whether_the_interval_was_paired() -> None:
     assert compare([1.0, 2, 3], [1.0, 2, 3], paired=True).paired
     assert compare([1.0, 2, 3], [1.0, 2, 3]).as_dict()["paired"] is False
+
+
+def test_only_the_interval_uses_the_rounds_the_rank_test_does_not() -> None:
+    """What lastcall bench's docstring says of compare(paired=True): the interval resamples rounds (the order
+    of one arm's windows matters to it), the U test is a rank-sum test of two samples (the order does not)."""
+    drift = [1.0 + 0.5 * i for i in range(12)]  # a machine that slows down, round by round, for both arms
+    a = [d * 100 for d in drift]
+    b = [d * 110 for d in drift]
+    shuffled = b[6:] + b[:6]  # the same windows of b, out of their rounds
+    kept, moved = compare(a, b, paired=True), compare(a, shuffled, paired=True)
+    assert (kept.u, kept.p) == (moved.u, moved.p)
+    assert kept.ci != moved.ci and kept.ci[1] - kept.ci[0] < moved.ci[1] - moved.ci[0]

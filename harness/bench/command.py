@@ -15,12 +15,15 @@ includes what differs between two processes of one implementation (placement,
 memory layout, a neighbour's load), not only what differs between windows of
 one process.  Its ratio, interval and p-value are printed beside each result.
 
-Statistics (:mod:`harness.bench.stats`): per op and arm the median of window
-medians; against the first arm the ratio, a bootstrap interval that resamples
-*rounds* (an arm's window and the baseline's of one round drawn together: the
-machine's slow and fast stretches then move both medians of a resample alike),
-and the Mann-Whitney U test over the two arms' window medians (unpaired), whose
-p alone gives the verdict at ``alpha``.
+Statistics (:mod:`harness.bench.stats`, ``compare(..., paired=True)``): per op
+and arm the median of window medians; against the first arm the ratio, a
+bootstrap interval that is paired by round (it resamples *rounds*: an arm's
+window and the baseline's of one round drawn together, so the machine's slow and
+fast stretches move both medians of a resample alike), and the Mann-Whitney U
+test over the two arms' window medians, whose p alone gives the verdict at
+``alpha``.  Only the interval uses the pairing: the U test is a rank-sum test of
+two samples, blind to which windows ran in one round (Comparison.paired says
+the interval's, as ``paired`` in the JSON).
 
 After every window the worker it measured is checked: its fds (by identity:
 number, kind, target) and threads must not outnumber those after the previous
