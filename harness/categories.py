@@ -28,6 +28,7 @@ CATEGORIES: dict[str, str] = {
     "traffic": "connections that idle, flood, stall or hammer, and ending them",
     "fault": "arm or release a failpoint",
     "sync": "wait for something to happen",
+    "measure": "watch a process from outside for a while: what it costs while its clients idle",
     "exit": "ask processes to end",
     "signal": "send a signal to a process",
     "environment": "change what the listener relies on: its paths, a port",

@@ -193,6 +193,9 @@ _BUILTIN: tuple[EventKind, ...] = (
     _k("path_removed", "harness", "a step removed a path of the listener", {**_STEP, "path": "str", "what": "str"}),
     _k("path_replaced", "harness", "a step replaced a path of the listener; ino: the replacement's inode",
        {**_STEP, "path": "str"}, {"ino": "int"}),
+    _k("fd_limit_lowered", "harness", "a step lowered a process's descriptor limit to the descriptors it holds: its "
+       "next accept fails with EMFILE (was: the limit before)", {**_STEP, "pid": "int", "limit": "int", "was": "int"}),
+    _k("fd_limit_restored", "harness", "a step put back a process's descriptor limit", {**_STEP, "pid": "int"}),
     _k("stress_schedule", "harness", "a stress step's schedule, chosen by its seed before it plays: one entry per "
        "round (racing point, failpoint action and delay, clients, requests; harness.scenario.stress)",
        {**_STEP, "seed": "int", "rounds": "list"}),

@@ -9,18 +9,25 @@ config, but records nothing (its events would read as the worker's own listener'
 
 from __future__ import annotations
 
+import os
+import stat
 from typing import Any
 
 from harness.errors import ConfigError
 
-__all__ = ["start_and_stop"]
+__all__ = ["start_and_stop", "process_umask"]
 
 
 def start_and_stop(side: Any, *, path: str, ipc: str, rank: int = 0, pp: int = 0, start: bool = True,
-                   stops: int = 1) -> dict[str, Any]:
-    """Start a fresh listener of ``side``'s class at ``path`` (unless not ``start``), then stop it ``stops`` times.
+                   stops: int = 1, again: bool = False) -> dict[str, Any]:
+    """Start a fresh listener of ``side``'s class at ``path`` (unless not ``start``), then stop it ``stops`` times;
+    with ``again``, start the same object once more (a listener is started once: that start must raise) and
+    stop it once more.
 
-    Returns: ``started`` (bool), ``error_class`` and ``error`` (when start raised), ``stops`` (each return).
+    Returns: ``started`` (bool), ``error_class`` and ``error`` (when start raised), ``stops`` (each return),
+        ``modes`` once started (what the start created: the socket's and its directory's permission bits, the
+        process umask before and after the start), ``again`` (the second start's outcome, as the first's) and
+        ``again_stops``.
     Error handling: ConfigError when the target's worker side has no reference-style worker to take the
         listener class from.
     """
@@ -30,10 +37,42 @@ def start_and_stop(side: Any, *, path: str, ipc: str, rank: int = 0, pp: int = 0
     listener = worker.listener_cls(path, worker.backend, rank=rank, pp=pp, ipc=ipc, config=worker.spec.config)
     out: dict[str, Any] = {"started": False, "error_class": None, "error": None}
     if start:
-        try:
-            listener.start()
-            out["started"] = True
-        except Exception as exc:  # what the start raised is the outcome
-            out["error_class"], out["error"] = type(exc).__name__, str(exc)
+        umask = process_umask()
+        out.update(_start(listener))
+        if out["started"]:
+            out["modes"] = {"socket": _mode(path), "dir": _mode(os.path.dirname(path)), "umask_before": umask,
+                            "umask_after": process_umask()}
     out["stops"] = [bool(listener.stop()) for _ in range(stops)]
+    if again:
+        out["again"] = _start(listener)
+        out["again_stops"] = [bool(listener.stop())]
     return out
+
+
+def _start(listener: Any) -> dict[str, Any]:
+    try:
+        listener.start()
+    except Exception as exc:  # what the start raised is the outcome
+        return {"started": False, "error_class": type(exc).__name__, "error": str(exc)}
+    return {"started": True, "error_class": None, "error": None}
+
+
+def _mode(path: str) -> int | None:
+    """The permission bits of ``path`` (not followed), None when it is gone."""
+    try:
+        return stat.S_IMODE(os.lstat(path).st_mode)
+    except OSError:
+        return None
+
+
+def process_umask() -> int | None:
+    """This process's umask, read from /proc/self/status (``Umask:``, Linux 4.7+) without changing it; None when
+    the kernel does not say."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except OSError:
+        pass
+    return None

@@ -19,6 +19,16 @@ from harness.errors import ConfigError, ListenerError, WireError
 from harness.reference import wire
 from harness.reference.handshake import HandshakeListener
 from harness.reference.listener import WorkerListener, _Conn, _State
+from harness.reference.listener_variants import (
+    BusyPollsAfterReply,
+    CancelLeftToThread,
+    DiesOnAcceptFailure,
+    LeavesUmask,
+    MisreportsClose,
+    SocketModeOpen,
+    StartsTwice,
+    UnrecordedDispatch,
+)
 from harness.reference.race_variants import (
     UnlockedAccept,
     UnlockedConcurrentStops,
@@ -482,6 +492,22 @@ VARIANTS: dict[str, Variant] = _variants(
             "its path", listener=StopUnstartedUnlinks),
     Variant("no_keep_alive", "the connection is closed after its first reply: a kept-alive client's next request "
             "is lost", listener=NoKeepAlive),
+    Variant("cancel_left_to_thread", "stop leaves shutting idle and reading connections down to the serving "
+            "thread's exit: while the thread is busy elsewhere their clients are not told",
+            listener=CancelLeftToThread),
+    Variant("starts_twice", "a listener started again after its stop serves again, and its stops return True "
+            "without stopping it", listener=StartsTwice),
+    Variant("leaves_umask", "the umask set for the bind is not restored: what the process creates later lacks "
+            "bits (a directory without its search bit)", listener=LeavesUmask),
+    Variant("socket_mode_open", "the socket file is not private to its owner (mode 0601)", listener=SocketModeOpen),
+    Variant("busy_polls_after_reply", "after a reply the connection stays on EPOLLOUT: the serving thread spins "
+            "while its client idles", listener=BusyPollsAfterReply),
+    Variant("dies_on_accept_failure", "a failed accept (out of descriptors) kills the serving thread",
+            listener=DiesOnAcceptFailure),
+    Variant("unrecorded_dispatch", "dispatch_started is not recorded: the checkers of late dispatches see none",
+            listener=UnrecordedDispatch),
+    Variant("misreports_close", "a connection its client closed is recorded as cancelled by stop",
+            listener=MisreportsClose),
 )
 
 

@@ -107,7 +107,8 @@ def stale_socket(pl: Player, s: Any, name: str) -> None:
 def start_listener(pl: Player, s: Any, name: str) -> None:
     """A throw-away listener in worker ``on``'s process (harness.reference.probe): its start's outcome is this
     step's value (True: started), each stop after it a step ``NAME.stopN`` of kind stop (value: what it
-    returned), so stop_result judges both."""
+    returned), so stop_result judges both; with ``again``, the second start of the same object is ``NAME.again``
+    and its stop ``NAME.again.stop1``."""
     c = pl.c
     at = s.at if s.at is not None else s.on
     ipc = s.ipc or c.ipc
@@ -116,11 +117,18 @@ def start_listener(pl: Player, s: Any, name: str) -> None:
     pl.started(name, "start_listener", path=path, start=s.start)
     try:
         out = proc.call("start_listener", timeout=pl.timeout(), path=path, ipc=ipc, rank=at.rank, pp=at.pp,
-                        start=s.start, stops=s.stops)
+                        start=s.start, stops=s.stops, **({"again": True} if s.again else {}))
     except RemoteError as exc:
         pl.failed(name, "start_listener", proc, exc, path=path)
         return
     pl.returned(name, "start_listener", True, bool(out["started"]), path=path, start=s.start,
-                error_class=out["error_class"], error=out["error"] or "")
+                error_class=out["error_class"], error=out["error"] or "",
+                **({"modes": out["modes"]} if out.get("modes") else {}))  # private_paths judges them
     for i, ok in enumerate(out["stops"], 1):
         pl.returned(f"{name}.stop{i}", "stop", True, ok, path=path)
+    if s.again:
+        again = out["again"]
+        pl.returned(f"{name}.again", "start_listener", True, bool(again["started"]), path=path, start=True,
+                    error_class=again["error_class"], error=again["error"] or "")
+        for i, ok in enumerate(out["again_stops"], 1):
+            pl.returned(f"{name}.again.stop{i}", "stop", True, ok, path=path)

@@ -46,7 +46,12 @@ ARM_EXAMPLE = "- arm: {site: listener.frame_read, action: pause, as: f1}, then -
 
 
 def _sub_stop(step: str, named: dict[str, _Named]) -> bool:
-    """Whether ``step`` is NAME.stopN of a start_listener step NAME with at least N stops."""
+    """Whether ``step`` is NAME.stopN of a start_listener step NAME with at least N stops, or NAME.again (and its
+    NAME.again.stop1) of one with ``again``."""
+    for tail in (".again", ".again.stop1"):
+        got = named.get(step[:-len(tail)]) if step.endswith(tail) else None
+        if got is not None:
+            return got.step.kind == "start_listener" and bool(got.step.spec.again)
     base, dot, n = step.rpartition(".stop")
     got = named.get(base) if dot and n.isdigit() else None
     return got is not None and got.step.kind == "start_listener" and 1 <= int(n) <= got.step.spec.stops

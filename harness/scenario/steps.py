@@ -51,6 +51,7 @@ from harness.scenario.handshake_spec import (
     MalformedHandshake,
     word_or_number,
 )
+from harness.scenario.machine_spec import FdLimit, MeasureIdle
 from harness.scenario.stress_spec import Stress
 
 __all__ = [
@@ -104,10 +105,14 @@ class Send(Strict):
     reply_size: Size | None = Field(None, ge=64, le=MAX_REPLY, description=(
         "pad the request's id so that its reply (which echoes the id) is about this many bytes, e.g. 512KiB: "
         "more than the listener's socket buffer takes at once"))
+    keep_open: bool = Field(False, description="keep the connection open after the reply: a kept-alive client "
+                            "gone idle (wait: {closed: NAME} waits for the listener to close it)")
     as_: StepName | None = _AS
 
     @model_validator(mode="after")
     def _needs_cmd(self) -> Send:
+        if self.keep_open and self.fault != "none":
+            raise ValueError(f"keep_open: only a plain request (fault none) is answered and kept, not {self.fault!r}")
         if self.cmd is None and self.fault not in FRAMELESS_FAULTS:
             raise ValueError(f"missing required key 'cmd': fault {self.fault!r} sends a request "
                              f"(e.g. cmd: map_to_kv_tensors)")
@@ -159,6 +164,8 @@ class StartListener(Strict):
                             description="another instance's name under the run's root; default the run's own")
     start: bool = Field(True, description="false: never started, only stopped")
     stops: int = Field(1, ge=0, le=3, description="how many times it is stopped afterwards")
+    again: bool = Field(False, description="then start the same listener once more (NAME.again: a listener is "
+                        "started once, so False, the start refused) and stop it once more (NAME.again.stop1)")
     as_: StepName | None = _AS
 
 
@@ -425,6 +432,16 @@ class StressStep(StepBase):
     stress: Stress = Field(description=Stress.__doc__)
 
 
+class MeasureIdleStep(StepBase):
+    kind: ClassVar[str] = "measure_idle"
+    measure_idle: MeasureIdle = Field(description=MeasureIdle.__doc__)
+
+
+class FdLimitStep(StepBase):
+    kind: ClassVar[str] = "fd_limit"
+    fd_limit: FdLimit = Field(description=FdLimit.__doc__)
+
+
 class WorkloadStep(StepBase):
     kind: ClassVar[str] = "workload"
     workload: Workload = Field(description=Workload.__doc__)
@@ -500,7 +517,7 @@ _STEPS: tuple[type[StepBase], ...] = (
     StartStep, SendStep, IdleStep, FloodStep, ArmStep, CallStep, WaitStep, ReleaseStep, StopStep, ShutdownStep,
     RestartStep, KillStep, RemoveStep, ReplaceStep, HoldPortStep, FinishStep, WorkloadStep, StressStep, ExitStep,
     HandshakeStartStep, HandshakeStep, HammerStep, StopHammerStep, MalformedHandshakeStep, HandshakeShutdownStep,
-    CycleStep, CtlStep, PipelineStep, StaleSocketStep, StartListenerStep,
+    CycleStep, CtlStep, PipelineStep, StaleSocketStep, StartListenerStep, MeasureIdleStep, FdLimitStep,
 )
 STEP_TYPES: dict[str, type[StepBase]] = {c.kind: c for c in sorted(_STEPS, key=lambda c: c.kind)}  # alphabetical
 # Steps that drive a handshake listener: a scenario with any of them is a handshake scenario (an engine owning
@@ -511,7 +528,7 @@ HANDSHAKE_STEPS = ("handshake_start", "handshake", "hammer", "stop_hammer", "mal
 # harness.scenario.engine_steps (their parameters: harness.scenario.engine_spec)
 ENGINE_STEPS = ("engine_request", "engine_signal", "wait_gone", "engine_restart", "engine_start")
 WORKER_STEPS = ("send", "idle", "flood", "call", "stop", "shutdown", "restart", "exit", "finish", "remove", "replace",
-                "workload", "ctl", "pipeline", "stale_socket", "start_listener", "stress")
+                "workload", "ctl", "pipeline", "stale_socket", "start_listener", "stress", "measure_idle", "fd_limit")
 
 
 def is_handshake(steps: Iterable[StepBase]) -> bool:
@@ -546,7 +563,8 @@ Step = Annotated[
     | Annotated[ShutdownStep, Tag("shutdown")] | Annotated[StartStep, Tag("start")]
     | Annotated[StopStep, Tag("stop")] | Annotated[StopHammerStep, Tag("stop_hammer")]
     | Annotated[WaitStep, Tag("wait")] | Annotated[WorkloadStep, Tag("workload")]
-    | Annotated[StressStep, Tag("stress")],
+    | Annotated[StressStep, Tag("stress")] | Annotated[MeasureIdleStep, Tag("measure_idle")]
+    | Annotated[FdLimitStep, Tag("fd_limit")],
     Discriminator(_step_kind, custom_error_type="unknown_step",
                   custom_error_message="a step is a mapping with one key, its kind (e.g. - start: cluster)"),
 ]

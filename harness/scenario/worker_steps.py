@@ -14,6 +14,7 @@ from harness.faults import env
 from harness.launch.cluster import Proc
 from harness.reference import wire
 from harness.scenario.edge_steps import send_reader_fault  # also registers the edge step kinds
+from harness.scenario.machine_steps import runnable_ns  # noqa: F401  (registers measure_idle and fd_limit)
 from harness.scenario.player import Player, StepError, step_kind, wait
 from harness.scenario.steps import READER_FAULTS
 from harness.timeouts import scaled
@@ -59,7 +60,8 @@ def send(pl: Player, s: Any, name: str) -> None:
         pl.returned(name, "send", ok, value, fault=fault,
                     error="" if ok else "no reply (connection closed)" if reply is None
                     else f"{reply.error_type}: {reply.message}")
-        peer.close()
+        if not s.keep_open:  # kept: a kept-alive client gone idle, closed with the run's peers
+            peer.close()
     except OSError as exc:
         pl.returned(name, "send", False, None, fault=fault, error=f"{type(exc).__name__}: {exc}")
 

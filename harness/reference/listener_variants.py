@@ -1,0 +1,130 @@
+"""Planted bugs of the worker listener modelled on mutants the scenario library once missed (issue 16 item 3,
+docs/mutation.md): each reproduces one survivor of harness/reference/listener.py as a subclass (the reference
+is never edited), so that the scenario that now notices the break can name it in ``catches:``.
+Registered in harness.reference.variants.VARIANTS.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+from typing import Any
+
+from harness.errors import ListenerError
+from harness.reference import wire
+from harness.reference.listener import WorkerListener, _Conn, _State
+
+__all__ = ["CancelLeftToThread", "StartsTwice", "LeavesUmask", "SocketModeOpen", "BusyPollsAfterReply",
+           "DiesOnAcceptFailure", "UnrecordedDispatch", "MisreportsClose"]
+
+
+class CancelLeftToThread(WorkerListener):
+    """listener.py:371 (``_in_poll`` never reset once the thread first polled): stop always believes the serving
+    thread waits in epoll, marks idle and reading connections cancelled and leaves shutting them down to the
+    thread's exit; while the thread is held elsewhere (a slow accept) their clients are not told for as long."""
+
+    def _cancel_reads(self, victims: list[_Conn]) -> None:
+        for conn in victims:
+            conn.state = _State.CANCELLED
+        self.rec.emit("reads_cancelled", listener=self.label, n=len(victims), conns=[c.cid for c in victims],
+                      by="thread_exit")
+
+
+class StartsTwice(WorkerListener):
+    """listener.py:151 (the already-started check removed): a listener object started again after its stop binds
+    and serves once more, and every later stop, finding it torn down, returns True at once: the second life of
+    the listener is never stopped (its socket, owner record, directory and thread are left)."""
+
+    def start(self) -> None:
+        self._thread = None
+        super().start()
+
+
+class LeavesUmask(WorkerListener):
+    """listener.py:161 (the umask not restored after the bind): the process keeps umask 0177, so whatever it
+    creates afterwards lacks bits: the next listener's directory is 0600, without its search bit."""
+
+    def start(self) -> None:
+        super().start()
+        os.umask(0o177)
+
+
+class SocketModeOpen(WorkerListener):
+    """listener.py:162 (0o600 -> 0o601): the socket file gets a bit for other users beyond its owner's read and
+    write."""
+
+    def start(self) -> None:
+        super().start()
+        os.chmod(self.path, 0o601)
+
+
+class BusyPollsAfterReply(WorkerListener):
+    """listener.py:552 (the return after a reply written whole removed): the connection is switched to EPOLLOUT,
+    which is always ready, so the serving thread spins (and reads the connection on each wake-up) for as long as
+    its client keeps the connection open."""
+
+    def _send(self, conn: _Conn, reply: wire.Reply) -> None:
+        super()._send(conn, reply)
+        if conn.sock.fileno() != -1 and not conn.out:
+            self._ep.modify(conn.sock.fileno(), select.EPOLLOUT)
+
+
+class _Handed:
+    """A server socket stand-in whose next accept returns a connection already accepted."""
+
+    def __init__(self, fd: int, addr: Any) -> None:
+        self.fd, self.addr = fd, addr
+
+    def _accept(self) -> tuple[int, Any]:
+        return self.fd, self.addr
+
+
+class DiesOnAcceptFailure(WorkerListener):
+    """listener.py:419 (the return after a failed accept removed): a failed accept (EMFILE: the process is out
+    of descriptors) goes on with the connection it did not get, and the serving thread dies of it: nothing is
+    served any more."""
+
+    def _accept(self) -> None:
+        server = self._server
+        assert server is not None
+        try:
+            fd, addr = server._accept()  # type: ignore[attr-defined]
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError as exc:
+            self.rec.emit("accept_failed", listener=self.label, error=str(exc))
+            raise ListenerError(f"{self.label}: accept failed: {exc}") from exc  # the mutant: the fd is unbound
+        self._server = _Handed(fd, addr)  # type: ignore[assignment]  # the reference's own path with this fd
+        try:
+            super()._accept()
+        finally:
+            self._server = server
+
+
+
+class _Dropping:
+    """A recorder that loses one kind of event."""
+
+    def __init__(self, rec: Any, kind: str) -> None:
+        self.rec, self.kind = rec, kind
+
+    def emit(self, kind: str, /, **data: Any) -> None:
+        if kind != self.kind:
+            self.rec.emit(kind, **data)
+
+
+class UnrecordedDispatch(WorkerListener):
+    """listener.py:507 (the instrumentation guard negated): with a recorder, dispatch_started is never recorded,
+    so the checkers of a dispatch after stop or after the teardown pass on a history with no dispatch in it."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.rec = _Dropping(self.rec, "dispatch_started")
+
+
+class MisreportsClose(WorkerListener):
+    """listener.py:454 (the close reason's condition negated): a connection its client closed is recorded as
+    cancelled by stop, with no stop begun."""
+
+    def _close(self, conn: _Conn, *, why: str) -> None:
+        super()._close(conn, why=why.replace("peer closed", "cancelled by stop"))

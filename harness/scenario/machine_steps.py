@@ -1,0 +1,99 @@
+"""The worker run's steps that act on a worker process from outside, as the machine would: ``measure_idle``
+(how long its threads run while its clients idle) and ``fd_limit`` (its descriptor limit lowered, so an accept
+fails with EMFILE).  Parameters: harness.scenario.machine_spec.
+
+Registered in harness.scenario.player's registry on import (harness.scenario.worker_steps imports it).
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import threading
+import time
+from typing import Any
+
+from harness.scenario.player import Player, StepError, step_kind
+
+__all__ = ["runnable_ns", "lowest_free_fd"]
+
+W = "worker"
+
+
+def runnable_ns(pid: int) -> int:
+    """How long the threads of ``pid`` have been on a CPU or waiting in a run queue for one, in ns (the first two
+    fields of /proc/PID/task/TID/schedstat, summed): a thread blocked in a system call adds nothing, a spinning
+    one adds the wall time however many threads share the CPUs.  A thread that ends meanwhile is not counted.
+
+    Error handling: StepError when the process is gone or the kernel keeps no schedstat.
+    """
+    total = 0
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError as exc:
+        raise StepError(f"measure_idle: cannot list the threads of pid {pid}: {exc.strerror}") from None
+    for tid in tids:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+                run, wait = f.read().split()[:2]
+        except FileNotFoundError:
+            continue  # the thread ended meanwhile
+        except (OSError, ValueError) as exc:
+            raise StepError(f"measure_idle: cannot read /proc/{pid}/task/{tid}/schedstat: {exc}") from None
+        total += int(run) + int(wait)
+    return total
+
+
+@step_kind("measure_idle", "measure", cast=W)
+def measure_idle(pl: Player, s: Any, name: str) -> None:
+    proc = pl.proc(s.of)
+    pl.started(name, "measure_idle", pid=proc.pid, window=s.window)
+    t0, r0 = time.monotonic_ns(), runnable_ns(proc.pid)
+    threading.Event().wait(s.window)  # the window measured: nothing is waited for
+    r1, t1 = runnable_ns(proc.pid), time.monotonic_ns()
+    pl.returned(name, "measure_idle", True, {"runnable_s": (r1 - r0) / 1e9, "window_s": (t1 - t0) / 1e9},
+                pid=proc.pid)
+
+
+def lowest_free_fd(pid: int) -> int:
+    """The lowest descriptor number ``pid`` does not hold (the kernel's next one), from /proc/PID/fd."""
+    held = {int(n) for n in os.listdir(f"/proc/{pid}/fd")}
+    return next(n for n in range(len(held) + 1) if n not in held)
+
+
+class _Limit:
+    """A lowered RLIMIT_NOFILE of another process, put back by :meth:`close` (once)."""
+
+    def __init__(self, pid: int, old: tuple[int, int]) -> None:
+        self.pid, self.old, self.done = pid, old, False
+
+    def close(self) -> None:
+        if not self.done:
+            self.done = True
+            try:
+                resource.prlimit(self.pid, resource.RLIMIT_NOFILE, self.old)
+            except (ProcessLookupError, OSError):
+                pass  # the process is gone: nothing to put back
+
+
+@step_kind("fd_limit", "environment", cast=W)
+def fd_limit(pl: Player, s: Any, name: str) -> None:
+    proc = pl.proc(s.of)
+    limits = [h for h in pl.held if isinstance(h, _Limit) and h.pid == proc.pid and not h.done]
+    if s.restore:
+        if not limits:
+            raise StepError(f"fd_limit: restore, but no fd_limit step lowered the limit of {proc.label}")
+        for lim in limits:
+            lim.close()
+        pl.emit("fd_limit_restored", step=name, pid=proc.pid)
+        return
+    if limits:
+        raise StepError(f"fd_limit: the limit of {proc.label} is already lowered; restore it first")
+    try:
+        old = resource.prlimit(proc.pid, resource.RLIMIT_NOFILE)
+        n = lowest_free_fd(proc.pid)
+        resource.prlimit(proc.pid, resource.RLIMIT_NOFILE, (n, old[1]))
+    except OSError as exc:
+        raise StepError(f"fd_limit: cannot lower the descriptor limit of {proc.label}: {exc}") from None
+    pl.held.append(_Limit(proc.pid, old))
+    pl.emit("fd_limit_lowered", step=name, pid=proc.pid, limit=n, was=old[0])

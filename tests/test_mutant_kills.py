@@ -1,0 +1,198 @@
+"""What kills the listener.py survivors of the mutation measurement (docs/mutation.md, issue 16 item 3): the
+start_listener step's second start and modes, the checkers private_paths and idle_cost, the measure_idle and
+fd_limit probes, and the planted bugs modelled on the mutants; each proven quiet on the reference and firing on
+its bug, in-process (the scenarios prove the same through the worker processes)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from harness.checkers import RunRecord, judge
+from harness.history import Event
+from harness.reference.backend import NoopBackend
+from harness.reference.listener import ListenerConfig, WorkerListener
+from harness.reference.listener_variants import LeavesUmask, SocketModeOpen, StartsTwice
+from harness.reference.paths import socket_path
+from harness.reference.probe import process_umask, start_and_stop
+from harness.scenario.errors import ScenarioError
+from harness.scenario.loader import loads
+from harness.scenario.machine_steps import lowest_free_fd, runnable_ns
+
+HEAD = "name: t\nabout: t\ncatches: [no_conn_tracking]\ntopology: {tp: 1, pp: 1}\n"
+
+
+class _Side:
+    """A worker side with the reference's worker attributes start_and_stop reads."""
+
+    def __init__(self, cls: type[WorkerListener]) -> None:
+        self.worker = type("W", (), {"listener_cls": cls, "backend": NoopBackend(),
+                                     "spec": type("S", (), {"config": ListenerConfig()})()})()
+
+
+def _h(event: str, t: int, /, **data: Any) -> Event:
+    return Event(t, 1, "harness", "", "MainThread", event, data)
+
+
+def _started(modes: dict[str, Any] | None, t: int = 10) -> Event:
+    return _h("step_returned", t, step="t1", kind="start_listener", category="start", ok=True, value=True,
+              path="/r/w0.sock", **({"modes": modes} if modes is not None else {}))
+
+
+# ------------------------------------------------------ start_listener: again
+def test_a_second_start_of_one_listener_is_refused_and_changes_nothing(lc_root: Path, no_thread_leak: None) -> None:
+    path = str(socket_path("second", 0, 0, lc_root))
+    out = start_and_stop(_Side(WorkerListener), path=path, ipc="second", again=True)
+    assert out["started"] and out["stops"] == [True]
+    assert (out["again"]["started"], out["again"]["error_class"], out["again_stops"]) == (False, "ConfigError", [True])
+    assert "already started" in out["again"]["error"]
+    assert not any(lc_root.iterdir())
+
+
+def test_starts_twice_serves_again_and_its_stop_does_not_stop_it(lc_root: Path, no_thread_leak: None) -> None:
+    listener = StartsTwice(socket_path("second", 0, 0, lc_root), NoopBackend(), ipc="second")
+    listener.start()
+    assert listener.stop()
+    listener.start()  # the planted bug: the second start succeeds
+    assert listener.stop() and listener.path.exists()  # ... and its stop returns True at once
+    thread = listener.thread
+    assert thread is not None and thread.is_alive()
+    listener._torn_down = listener._stopping = False  # end the second life for the leak guards
+    assert listener.stop() and not thread.is_alive() and not any(lc_root.iterdir())
+
+
+# ------------------------------------------------------------- private_paths
+def test_the_reference_start_reports_private_modes(lc_root: Path) -> None:
+    out = start_and_stop(_Side(WorkerListener), path=str(socket_path("second", 0, 0, lc_root)), ipc="second")
+    m = out["modes"]
+    assert (m["socket"], m["dir"]) == (0o600, 0o700) and m["umask_before"] == m["umask_after"] == process_umask()
+    assert judge("private_paths", RunRecord((_started(m),), {})).status == "ok"
+
+
+def test_leaves_umask_and_socket_mode_open_are_seen_by_private_paths(lc_root: Path) -> None:
+    old = os.umask(0o022)
+    try:
+        leaked = start_and_stop(_Side(LeavesUmask), path=str(socket_path("a", 0, 0, lc_root)), ipc="a")
+        after = start_and_stop(_Side(WorkerListener), path=str(socket_path("b", 0, 0, lc_root)), ipc="b")
+    finally:
+        os.umask(old)
+    assert leaked["modes"]["umask_after"] == 0o177 and after["modes"]["dir"] == 0o600  # no search bit
+    for modes, why in ((leaked["modes"], "changed the process umask"), (after["modes"], "directory has mode 0o600")):
+        v = judge("private_paths", RunRecord((_started(modes),), {}))
+        assert v.status == "violated" and why in v.message
+    opened = start_and_stop(_Side(SocketModeOpen), path=str(socket_path("c", 0, 0, lc_root)), ipc="c")
+    v = judge("private_paths", RunRecord((_started(opened["modes"]),), {}))
+    assert v.status == "violated" and "mode 0o601" in v.message
+
+
+def test_private_paths_is_unknown_without_a_started_listener() -> None:
+    assert judge("private_paths", RunRecord((_started(None),), {})).status == "unknown"
+    assert judge("private_paths", RunRecord((), {})).status == "unknown"
+
+
+# ------------------------------------------------------- measure_idle, idle_cost
+def _child(code: str) -> subprocess.Popen[str]:
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stdin=subprocess.PIPE, text=True)
+    assert proc.stdout is not None and proc.stdout.readline() == "ready\n"  # it is in its loop or its block
+    return proc
+
+
+def _window(pid: int, seconds: float) -> float:
+    r0 = runnable_ns(pid)
+    threading.Event().wait(seconds)  # the window measured
+    return (runnable_ns(pid) - r0) / 1e9
+
+
+@pytest.mark.parametrize("spins", [False, True])
+def test_runnable_time_is_none_for_a_blocked_process_and_the_window_for_a_spinning_one(spins: bool) -> None:
+    body = "while True: pass" if spins else "sys.stdin.read()"
+    proc = _child(f"import sys\nprint('ready', flush=True)\n{body}")
+    try:
+        share = _window(proc.pid, 0.3) / 0.3
+    finally:
+        proc.kill()
+        proc.wait()
+    assert share > 0.8 if spins else share < 0.05
+
+
+def _measured(runnable: float, window: float = 0.3) -> Event:
+    return _h("step_returned", 10, step="m1", kind="measure_idle", category="measure", ok=True,
+              value={"runnable_s": runnable, "window_s": window})
+
+
+def test_idle_cost_ok_violated_unknown() -> None:
+    assert judge("idle_cost", RunRecord((_measured(0.01),), {})).status == "ok"
+    fired = judge("idle_cost", RunRecord((_measured(0.29),), {}))
+    assert fired.status == "violated" and "97% of 0.30s" in fired.message
+    assert judge("idle_cost", RunRecord((), {})).status == "unknown"
+
+
+# ------------------------------------------------------------------- fd_limit
+_DUPS = """import os, sys
+print('ready', flush=True)
+for _ in sys.stdin:
+    try:
+        fd = os.dup(0)
+        print(fd, flush=True)
+        os.close(fd)
+    except OSError as exc:
+        print(exc.errno, 'errno', flush=True)
+"""
+
+
+def test_a_limit_at_the_lowest_free_fd_makes_the_next_descriptor_fail_with_emfile() -> None:
+    import errno
+    import resource
+
+    from harness.scenario.machine_steps import _Limit
+
+    proc = _child(_DUPS)
+    assert proc.stdin is not None and proc.stdout is not None
+
+    def dup() -> str:
+        proc.stdin.write("\n")  # type: ignore[union-attr]
+        proc.stdin.flush()  # type: ignore[union-attr]
+        return proc.stdout.readline().strip()  # type: ignore[union-attr]
+
+    try:
+        n = lowest_free_fd(proc.pid)
+        assert dup() == str(n)  # what the kernel gives next, seen from outside
+        old = resource.prlimit(proc.pid, resource.RLIMIT_NOFILE)
+        resource.prlimit(proc.pid, resource.RLIMIT_NOFILE, (n, old[1]))
+        limit = _Limit(proc.pid, old)
+        assert dup() == f"{errno.EMFILE} errno"
+        limit.close()
+        limit.close()  # once
+        assert dup() == str(n) and resource.prlimit(proc.pid, resource.RLIMIT_NOFILE) == old
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+# ------------------------------------------------------------------ the loader
+def test_again_and_keep_open_are_checked_at_load_time() -> None:
+    ok = HEAD + textwrap.dedent("""\
+        steps:
+          - start: cluster
+          - start_listener: {ipc: second, again: true, as: t1}
+          - send: {cmd: kv_tensors_created, keep_open: true, as: q1}
+          - measure_idle: {window: 100ms}
+          - fd_limit: {}
+          - fd_limit: {restore: true}
+        expect:
+          - stop_result: {step: t1.again, returns: false}
+          - stop_result: {step: t1.again.stop1, returns: true}
+          - idle_cost
+        """)
+    assert [s.kind for s in loads(ok, "t.yaml").steps][-3:] == ["measure_idle", "fd_limit", "fd_limit"]
+    with pytest.raises(ScenarioError, match=r"undefined step name 't1\.again'"):
+        loads(ok.replace("again: true, ", ""), "t.yaml")
+    with pytest.raises(ScenarioError, match="keep_open: only a plain request"):
+        loads(ok.replace("keep_open: true", "keep_open: true, fault: never_read"), "t.yaml")
