@@ -164,7 +164,13 @@ class ListenerMachine(RuleBasedStateMachine):
 
     def _client(self, name: str, fn: Callable[[], int]) -> int:
         """A client's connection being accepted (and read), as a harness request step: served_while_stalled
-        judges those begun while another client idles or stalls."""
+        judges those begun while another client idles or stalls.
+
+        Category "request", not one of its own: line 11 asks that other clients are served while one stalls,
+        and being served begins with being accepted and read, which is all this step waits for (its value is
+        the accepted connection; a step that never is fails, ok false). served_while_stalled selects the
+        "request" steps; under another category it would see none of the explorer's and be unknown there,
+        and head_of_line_blocking, which it alone catches in the explorer, would go uncaught by a checker."""
         return int(self.rig.step("connect", name, fn, category="request"))
 
     def _closed(self, conn: _Conn) -> None:
