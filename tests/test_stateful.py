@@ -18,13 +18,15 @@ from hypothesis.errors import FlakyFailure
 from hypothesis.stateful import run_state_machine_as_test
 
 from harness.checkers import CHECKERS
-from harness.contract import line_of
+from harness.contract import CHECKS, LINES, line_of
 from harness.explore import (
     CATCHES,
     HISTORY_CHECKERS,
     NOT_JUDGED_HERE,
     REACHABLE,
     REPLAY_GAPS,
+    STEP_CHECKERS,
+    STEP_LINES,
     UNREACHABLE,
     ExplorationFailure,
     TraceStep,
@@ -103,6 +105,17 @@ def test_the_explorer_judges_with_the_contract_tables_checkers() -> None:
         assert 1 <= line <= 11 and set(checkers) <= set(HISTORY_CHECKERS)
 
 
+def test_a_step_checker_breaks_the_line_that_says_what_its_step_must_return() -> None:
+    """stop_result and restart_refused judge each step by its expected return, which different lines give: each
+    line of STEP_LINES is one whose checks or scenarios name the checker (line_of's single line would be 4 for
+    stop_result, wherever the stop's expected return came from)."""
+    assert set(STEP_LINES) == set(STEP_CHECKERS)
+    for name, lines in STEP_LINES.items():
+        naming = {c.line for c in CHECKS if name in c.checker_names} | {ln.number for ln in LINES if name in ln.also}
+        assert set(lines) <= naming, (name, sorted(set(lines) - naming))
+    assert len(STEP_LINES["stop_result"]) > 1  # so line_of's one line cannot be right for it
+
+
 def test_the_reference_survives_every_rule() -> None:
     run_steps(machine_for(VARIANTS["reference"]), EVERY_RULE)
 
@@ -117,8 +130,9 @@ def test_the_minimal_interleaving_breaks_the_planted_bug(variant: str, tmp_path:
     with pytest.raises(ExplorationFailure) as info:
         run_steps(machine_for(VARIANTS[variant]), MINIMAL[variant])
     assert (info.value.line, info.value.checkers) == CATCHES[variant]  # the oracles of the catalogue, exactly
-    for name in info.value.checkers:
-        assert f"checker {name} (line {line_of(name)}) over the history: " in str(info.value)
+    for name in info.value.checkers:  # a step checker: the line its step's expected return comes from
+        line = CATCHES[variant][0] if name in STEP_CHECKERS else line_of(name)
+        assert f"checker {name} (line {line}) over the history: " in str(info.value)
     scenario = _loads(str(info.value), tmp_path)
     assert scenario.catches == [variant]
     assert scenario.steps[0].kind == "start"

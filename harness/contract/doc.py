@@ -11,7 +11,14 @@ import sys
 from pathlib import Path
 
 from harness.contract import CHECKS, HARNESS, LINES, line_of
-from harness.explore.catalogue import CATCHES, HISTORY_CHECKERS, NOT_JUDGED_HERE, OWN_INVARIANT_ONLY, STEP_CHECKERS
+from harness.explore.catalogue import (
+    CATCHES,
+    HISTORY_CHECKERS,
+    NOT_JUDGED_HERE,
+    OWN_INVARIANT_ONLY,
+    STEP_CHECKERS,
+    STEP_LINES,
+)
 from harness.reference.variants import VARIANTS
 
 __all__ = ["render", "PAGE", "main"]
@@ -114,8 +121,10 @@ def render() -> str:
     out += ["The planted bugs: " + "; ".join(f"`{n}` ({v.about})" for n, v in VARIANTS.items()
                                             if n != "reference" and any(n in c.catches for c in CHECKS)) + ".", ""]
     out += [EXPLORER, "Judged over its history after every step: " + "; ".join(
-        f"`{n}` (line {line_of(n)})" for n in HISTORY_CHECKERS) + " (" + _code(STEP_CHECKERS) + " judge each stop "
-        "and restart by what the explorer's model says it must return). Not run there: " + "; ".join(
+        f"`{n}` (line {line_of(n)})" if n not in STEP_LINES else
+        f"`{n}` (line{'s' if len(STEP_LINES[n]) > 1 else ''} {', '.join(map(str, STEP_LINES[n]))})"
+        for n in HISTORY_CHECKERS) + " (" + _code(STEP_CHECKERS) + " judge each stop and restart by what the "
+        "explorer's model says it must return; a violation breaks the line that says so). Not run there: " + "; ".join(
         f"`{n}` ({why})" for n, why in NOT_JUDGED_HERE.items()) + ".", "",
         "| planted bug | line found broken first | checkers violated over the history then |",
         "|---|---|---|"]

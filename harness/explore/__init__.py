@@ -10,7 +10,8 @@ a failing cleanup, integration shutdown, restart, remove or replace the socket
 file.  After every step the stop contract (docs/stop-contract.md) is checked: the
 registered checkers of :data:`HISTORY_CHECKERS` judge the recorded history (a
 violation breaks the line the contract table gives the checker,
-:func:`harness.contract.line_of`), and the explorer's own invariants judge what no
+:func:`harness.contract.line_of`, or for a step checker the line that says what the
+step must return, :data:`STEP_LINES`), and the explorer's own invariants judge what no
 checker sees (the socket path, the registry, what a client reads); a failure lists
 every checker its history violates, and :data:`CATCHES` says which fire on each
 reachable planted bug.  The package: ``machine`` (the state machine), ``drive``
@@ -52,6 +53,7 @@ from harness.explore.catalogue import (
     REFERENCE_GAPS,
     REPLAY_GAPS,
     STEP_CHECKERS,
+    STEP_LINES,
     UNREACHABLE,
 )
 from harness.explore.drive import machine_for, run_steps
@@ -68,5 +70,6 @@ from harness.explore.render import (
 __all__ = [
     "ExplorationFailure", "ListenerMachine", "TraceStep", "Violation", "machine_for", "render_scenario", "run_steps",
     "scenario_in", "SCENARIO_BEGIN", "SCENARIO_END", "REACHABLE", "UNREACHABLE", "REFERENCE_GAPS", "REPLAY_GAPS",
-    "LINE_SUSPECTS", "HISTORY_CHECKERS", "NOT_JUDGED_HERE", "CATCHES", "STEP_CHECKERS", "OWN_INVARIANT_ONLY",
+    "LINE_SUSPECTS", "HISTORY_CHECKERS", "NOT_JUDGED_HERE", "CATCHES", "STEP_CHECKERS", "STEP_LINES",
+    "OWN_INVARIANT_ONLY",
 ]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 __all__ = ["REACHABLE", "UNREACHABLE", "REPLAY_GAPS", "REFERENCE_GAPS", "LINE_SUSPECTS", "HISTORY_CHECKERS",
-           "NOT_JUDGED_HERE", "CATCHES", "STEP_CHECKERS",
+           "NOT_JUDGED_HERE", "CATCHES", "STEP_CHECKERS", "STEP_LINES",
            "OWN_INVARIANT_ONLY"]
 
 # The registered checkers that judge the explorer's history after every step (the line each breaks is the
@@ -14,6 +14,12 @@ HISTORY_CHECKERS: tuple[str, ...] = ("no_late_dispatch", "reads_cancelled", "han
 # Of those, the ones judged once per step that names them, with what that step must return (the explorer's
 # model says: a stop with no handler parked returns True, a restart over a parked handler is refused).
 STEP_CHECKERS: tuple[str, ...] = ("stop_result", "restart_refused")
+# The lines a step checker's violation breaks in the explorer: not one line per checker (line_of gives the first
+# line naming it, 4 for stop_result) but the line that says what the step it judges must return: a stop with no
+# handler parked returns True (4; 7 once the socket path is gone), with one parked False (5), with its cleanup
+# failing False (6, as a stop concurrent with a draining one), an integration shutdown over a parked handler
+# False (10); a restart over a draining listener is refused (9).
+STEP_LINES: dict[str, tuple[int, ...]] = {"stop_result": (4, 5, 6, 7, 10), "restart_refused": (9,)}
 # Checkers of the contract's checks that the explorer does not run after every step, and why.
 NOT_JUDGED_HERE: dict[str, str] = {
     "retained_for_retry": "stop_cleanup_fails tears part of the listener down on purpose before its stop returns "

@@ -94,7 +94,8 @@ class ListenerMachine(RuleBasedStateMachine):
         self.draining: list[tuple[str, Pending]] = []  # concurrent first stops still waiting for the drain
         self.eof_due: list[_Conn] = []  # connections open when a stop began: each must read EOF at once
         self.server_closed = False  # a stop's cleanup failed after closing the server socket (until a restart)
-        self.expect: list[tuple[str, dict[str, Any]]] = []  # the STEP_CHECKERS, with what each step must return
+        # the STEP_CHECKERS, with what each step must return and the contract line that says so
+        self.expect: list[tuple[str, dict[str, Any], int]] = []
 
     # ------------------------------------------------------------- bookkeeping
     def _name(self, prefix: str) -> str:
@@ -132,9 +133,9 @@ class ListenerMachine(RuleBasedStateMachine):
             line = exc.line if isinstance(exc, Violation) else None
             fired = self._violated()
             message = f"{where} on {self.variant.name}: {type(exc).__name__}: {exc}" + "".join(
-                f"\n  checker {v.checker} (line {line_of(v.checker)}) over the history: {v.message}" for v in fired)
+                f"\n  checker {v.checker} (line {ln}) over the history: {v.message}" for v, ln in fired)
             raise ExplorationFailure(message, self.scenario(f"{where}: {exc}", line), line,
-                                     checkers=tuple(v.checker for v in fired)) from exc
+                                     checkers=tuple(dict.fromkeys(v.checker for v, _ln in fired))) from exc
 
     # ---------------------------------------------------------------- helpers
     def _wait(self, match: Callable[[Event], bool], after: int, what: str, bound: float | None = None,
@@ -152,11 +153,13 @@ class ListenerMachine(RuleBasedStateMachine):
                         "may hold it up)", SERVE_S, line=11)
         return int(ev.data["conn"])
 
-    def _stop_step(self, name: str, fn: Callable[[], bool], returns: bool | None, kind: str = "stop") -> bool:
+    def _stop_step(self, name: str, fn: Callable[[], bool], returns: bool | None, line: int,
+                   kind: str = "stop") -> bool:
         """Run a stop as a harness step (step_returned: stop_result and handler_drained judge it); ``returns``:
-        what it must return (None: not judged here); after a True stop, snapshot the paths (after_<name>)."""
+        what it must return (None: not judged here), by contract line ``line`` (the line stop_result breaks
+        there); after a True stop, snapshot the paths (after_<name>)."""
         if returns is not None:
-            self.expect.append(("stop_result", {"step": name, "returns": returns}))
+            self.expect.append(("stop_result", {"step": name, "returns": returns}, line))
         ok = bool(self.rig.step(kind, name, fn))
         if ok:
             self.rig.snapshot(f"after_{name}")
@@ -328,13 +331,13 @@ class ListenerMachine(RuleBasedStateMachine):
         self._record("stop", name=name, timeout=timeout, returns=not parked)
         with self._explaining(f"stop {name}"):
             self._stop_begins()
-            ok = self._stop_step(name, lambda: self.rig.registry.stop_all(timeout), not parked)
+            line = 5 if parked else 7 if self.path_state != "ours" else 4
+            ok = self._stop_step(name, lambda: self.rig.registry.stop_all(timeout), not parked, line)
             if parked and ok:
                 raise Violation(5, f"stop {name} returned True while a handler was parked inside the backend "
                                    f"(it must wait for the drain and return False when it times out)")
             if not parked and not ok:
-                raise Violation(7 if self.path_state != "ours" else 4,
-                                f"stop {name} returned False with no handler in the backend"
+                raise Violation(line, f"stop {name} returned False with no handler in the backend"
                                 + (f" (socket path {self.path_state} while live)" if self.path_state != "ours"
                                    else ""))
             self.phase = Phase.STOPPED if ok else Phase.STOPPING
@@ -349,7 +352,7 @@ class ListenerMachine(RuleBasedStateMachine):
             fp = failpoints.arm("cleanup.unlink", "raise", count=1, message="injected cleanup failure")
             self._stop_begins()
             try:
-                ok = self._stop_step(name, self.rig.registry.stop_all, False)
+                ok = self._stop_step(name, self.rig.registry.stop_all, False, 6)
             finally:
                 failpoints.disarm("cleanup.unlink")
             if ok:
@@ -368,7 +371,7 @@ class ListenerMachine(RuleBasedStateMachine):
             self._stop_begins()
             mark = self.rig.mark()
             pending = self.rig.call_async(lambda: self._stop_step(first, lambda: self.rig.registry.stop_all(scaled()),
-                                                                  None), name=f"explore-{first}")
+                                                                  None, 3), name=f"explore-{first}")
             self.draining.append((first, pending))
             self.phase = Phase.STOPPING
             ev = self._wait(lambda e: e.kind in ("drain_started", "stop_returned"), mark,
@@ -376,7 +379,7 @@ class ListenerMachine(RuleBasedStateMachine):
             if ev.kind == "stop_returned":  # it did not wait for the parked handler at all
                 raise Violation(5, f"stop {first} returned {pending.result()} without waiting for the handler "
                                    f"parked inside the backend")
-            if self._stop_step(second, lambda: self.rig.registry.stop_all(SHORT_STOP_S), False):
+            if self._stop_step(second, lambda: self.rig.registry.stop_all(SHORT_STOP_S), False, 6):
                 raise Violation(6, f"the concurrent stop {second} returned True while {first} was still draining")
 
     @precondition(lambda self: self.parked is not None and self.phase is Phase.SERVING)
@@ -387,7 +390,7 @@ class ListenerMachine(RuleBasedStateMachine):
         self._record("shutdown", name=name, returns=False)
         with self._explaining(f"shutdown {name}"):
             self._stop_begins()
-            ok = self._stop_step(name, self.w.shutdown, False, kind="shutdown")
+            ok = self._stop_step(name, self.w.shutdown, False, 10, kind="shutdown")
             self.phase = Phase.STOPPING
             if ok or self.w.allocator.torn_down:
                 raise Violation(10, f"shutdown {name} returned {ok} and "
@@ -404,7 +407,7 @@ class ListenerMachine(RuleBasedStateMachine):
         with self._explaining(f"restart {name}"):
             self._stop_begins()
             if busy:
-                self.expect.append(("restart_refused", {"step": name, "error_class": "ListenerBusy"}))
+                self.expect.append(("restart_refused", {"step": name, "error_class": "ListenerBusy"}, 9))
             started: list[WorkerListener] = []
 
             def start() -> bool:  # the step's value says it started (the listener object is not a value)
@@ -485,22 +488,25 @@ class ListenerMachine(RuleBasedStateMachine):
     def _history(self) -> None:
         """The checkers of HISTORY_CHECKERS judge the recorded history; a violation breaks the line the
         contract table (harness.contract) gives the checker."""
-        for verdict in self._verdicts():
+        for verdict, line in self._verdicts():
             if verdict.status == "violated":
-                raise Violation(line_of(verdict.checker), f"{verdict.checker}: {verdict.message}",
+                raise Violation(line, f"{verdict.checker}: {verdict.message}",
                                 checker=verdict.checker)
             if verdict.status == "unknown" and "crashed" in verdict.message:
                 raise ContractViolation(f"checker {verdict.checker}: {verdict.message}")
 
-    def _verdicts(self) -> list[Verdict]:
+    def _verdicts(self) -> list[tuple[Verdict, int]]:
+        """Each verdict with the line its violation breaks: the contract table's line of the checker, or for
+        a step checker (stop_result, restart_refused) the line that says what that step must return."""
         run = RunRecord(tuple(self.rig.rec.events()), dict(self.rig.taken.snapshots), scale=scale())
-        return [judge(name, run) for name in HISTORY_CHECKERS if name not in STEP_CHECKERS] + [
-            judge(name, run, params) for name, params in list(self.expect)]
+        return [(judge(name, run), line_of(name)) for name in HISTORY_CHECKERS if name not in STEP_CHECKERS] + [
+            (judge(name, run, params), line) for name, params, line in list(self.expect)]
 
-    def _violated(self) -> list[Verdict]:
-        """The checkers of HISTORY_CHECKERS violated over the history so far (none if judging itself fails)."""
+    def _violated(self) -> list[tuple[Verdict, int]]:
+        """The checkers of HISTORY_CHECKERS violated over the history so far, each with its line (none if
+        judging itself fails)."""
         try:
-            return [v for v in self._verdicts() if v.status == "violated"]
+            return [(v, ln) for v, ln in self._verdicts() if v.status == "violated"]
         except Exception:
             return []
 
