@@ -61,7 +61,10 @@ def test_junit_carries_the_violated_invariants(failed_run: Path) -> None:
     failure = case.find("failure")
     assert failure is not None
     text = (failure.get("message") or "") + (failure.text or "")
-    assert "VIOLATED reads_cancelled" in text and "evidence:" in text and "replay: pytest" in text
+    assert "VIOLATED reads_cancelled" in text and "evidence:" in text
+    # the replay reruns what failed: the item on the session's target, not on the file's own
+    assert "replay: pytest 'stalled.yaml::stalled-read-is-cancelled[tp1-pp1-cpu]' --lastcall-target " \
+           "no_conn_tracking" in text
 
 
 def test_replay_reruns_the_failing_item(failed_run: Path) -> None:

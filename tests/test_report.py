@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from html import escape
 from html.parser import HTMLParser
 from pathlib import Path
 from types import SimpleNamespace
@@ -15,8 +16,8 @@ from harness.cli import main
 from harness.history import Event
 from harness.launch.cluster import RunOutcome
 from harness.probes.model import PathEntry, Snapshot
+from harness.report.summary import SessionRun, collect_runs, write_summary
 from harness.report.summary import _failed_line as failed_line
-from harness.report.summary import collect_runs, write_summary
 from harness.report.write import ReportWarning, write_run
 from harness.result import RunResult
 from harness.scenario.loader import expand, load
@@ -327,6 +328,35 @@ def test_failure_text_names_the_report_and_the_rejudge_command(written: tuple[Ru
     result, page = written
     text = failure_text(result, NODEID, page)
     assert f"report: {page}\nre-judge: lastcall report {page.parent / 'history.jsonl'}\nreplay: pytest" in text
+
+
+def test_the_replay_names_the_sessions_target_and_a_broken_run_says_so(tmp_path: Path) -> None:
+    """A run under a target override replays with it (the node id alone runs the file's own target), and a
+    broken run (nothing it shows counts) says why on the terminal, in verdicts.json, on its page and its row."""
+    result = make_result()
+    result.broken = "the harness crashed (KeyError: 'x')"
+    page = write_run(result, tmp_path / "reports", nodeid=NODEID, target="no_conn_tracking")
+    assert page is not None
+    replay = f"pytest '{NODEID}' --lastcall-target no_conn_tracking"
+    text = failure_text(result, NODEID, page, "no_conn_tracking")
+    assert text.splitlines()[-1] == f"replay: {replay}"
+    assert f"broken: {result.broken} (nothing this run shows counts)" in text.splitlines()
+    doc = json.loads((page.parent / "verdicts.json").read_text())
+    assert (doc["target"], doc["broken"]) == ("no_conn_tracking", result.broken)
+    found = Elements(page.read_text())
+    assert found.select("section", "problems", id="broken")
+    assert found.select("tr", data_kind="replay")
+    assert f"<code>{escape(replay, quote=True)}</code>" in page.read_text()
+    assert escape(result.broken, quote=True) in page.read_text()
+    summary = write_summary(tmp_path / "reports", [SessionRun(NODEID, "failed", 1.5, result.run_id, str(page), doc)])
+    assert summary is not None and f"ok; broken: {escape(result.broken)}" in summary.read_text()
+    # a run that counts, on the file's own target: no broken section, the replay is its node id alone
+    clean = make_result()
+    page = write_run(clean, tmp_path / "clean", nodeid=NODEID)
+    assert page is not None and not Elements(page.read_text()).select("section", id="broken")
+    assert json.loads((page.parent / "verdicts.json").read_text())["broken"] == ""
+    assert failure_text(clean, NODEID, page).splitlines()[-1] == f"replay: pytest '{NODEID}'"
+    assert "broken:" not in failure_text(clean, NODEID, page)
 
 
 def _rep(nodeid: str, when: str, outcome: str, props: list[tuple[str, str]], duration: float = 1.0) -> Any:

@@ -19,6 +19,7 @@ from typing import Any
 from harness.checkers.base import Verdict
 from harness.history import Event
 from harness.report.timeline import MARKER_KINDS, Evidence, evidence_key, timeline_views
+from harness.scenario.report import replay_command
 from harness.scenario.report import timeline as text_timeline
 
 __all__ = ["render_page", "evidence_of", "STATUSES"]
@@ -100,7 +101,7 @@ def _header(doc: Mapping[str, Any], verdicts: Sequence[Verdict], history: str) -
             ("seconds", f"{doc['seconds']:.2f}" if isinstance(doc.get("seconds"), int | float) else None),
             ("outcome detail", outcome.get("detail") or None)]
     if doc.get("nodeid"):
-        rows.append(("replay", f"pytest '{doc['nodeid']}'"))
+        rows.append(("replay", replay_command(str(doc["nodeid"]), str(doc.get("target") or "") or None)))
     rows.append(("re-judge", f"lastcall report {history}"))
     out = [f'<header><h1 data-kind="title">{_h(name)} {_badge(status, "outcome " + status, "badge outcome")}</h1>',
            '<table class="meta">']
@@ -111,8 +112,11 @@ def _header(doc: Mapping[str, Any], verdicts: Sequence[Verdict], history: str) -
     return out
 
 
-def _problems(problems: Sequence[str], step_error: str) -> list[str]:
+def _problems(problems: Sequence[str], step_error: str, broken: str = "") -> list[str]:
     out = []
+    if broken:
+        out.append(f'<section id="broken" class="problems"><b>the run is broken, so nothing it shows counts:</b> '
+                   f"<code>{_h(broken)}</code></section>")
     if problems:
         out.append(f'<section id="problems" class="problems"><b>{len(problems)} line'
                    f'{"" if len(problems) == 1 else "s"} of the history could not be read</b>; '
@@ -184,7 +188,8 @@ def render_page(doc: Mapping[str, Any], verdicts: Sequence[Verdict], events: Seq
     marked = {id(e) for e in evs if evidence_key(e) in ev}
     title = f"lastcall: {doc.get('scenario') or 'run'}[{doc.get('matrix') or '?'}]"
     legend = "".join(f'<span><i style="{style}"></i>{_h(text)}</span>' for text, style in LEGEND)
-    body = [*_header(doc, verdicts, history), *_problems(problems, str(doc.get("step_error") or "")),
+    body = [*_header(doc, verdicts, history), *_problems(problems, str(doc.get("step_error") or ""),
+                                                             str(doc.get("broken") or "")),
             f'<section id="timeline"><h2>Timeline ({len(evs)} events; markers: {", ".join(MARKER_KINDS)})</h2>',
             f'<p class="legend">{legend}</p>', timeline_views(evs, ev), "</section>",
             *_verdicts(verdicts, t0), *_outcome(doc.get("outcome") or {}),

@@ -129,9 +129,10 @@ def _row(run: SessionRun, root: Path, shards: bool = False) -> str:
         rel = Path(os.path.relpath(Path(run.page).absolute(), root.absolute())).as_posix()
         link = f'<a href="{h(rel, quote=True)}">{h(run.run_id or "report")}</a>'
     violated = ", ".join(run.violated)
+    broken = f"; broken: {doc['broken']}" if doc.get("broken") else ""  # nothing the run shows counts
     return (f'<tr class="run {run.outcome}" data-nodeid="{h(run.nodeid, quote=True)}" data-outcome="{run.outcome}">'
             f"<td>{h(name)}</td><td>{h(matrix)}</td><td>{h(str(doc.get('variant') or ''))}</td>"
-            f'<td><span class="badge {run.outcome}">{run.outcome}</span></td><td>{h(run.run_status)}</td>'
+            f'<td><span class="badge {run.outcome}">{run.outcome}</span></td><td>{h(run.run_status + broken)}</td>'
             f'<td class="violated">{h(violated)}</td><td>{run.seconds:.2f}s</td><td>{link}</td>'
             + (f"<td>{h(run.shard)}</td>" if shards else "") + f"<td><code>{h(run.nodeid)}</code></td></tr>")
 

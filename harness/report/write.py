@@ -4,9 +4,11 @@
 
     history.jsonl    every event, one JSON object a line (harness.history)
     snapshots.json   {label: Snapshot.to_dict()}: the machine before and after
-    verdicts.json    the scenario, matrix id, variant, test node id, outcome (with stacks), step error,
-                     seconds, each checker's verdict with its evidence, and ``expect``: the checkers and
-                     their parameters, so ``lastcall report`` can re-judge the history
+    verdicts.json    the scenario, matrix id, variant, test node id, the session's target override
+                     (``target``, null for none: the replay needs it), outcome (with stacks), step error,
+                     ``broken`` (why nothing the run shows counts, "" when it counts), seconds, each
+                     checker's verdict with its evidence, and ``expect``: the checkers and their
+                     parameters, so ``lastcall report`` can re-judge the history
     index.html       the self-contained page (harness.report.html)
 
 Each file is written on its own (to a temporary name, then renamed), so a
@@ -51,8 +53,9 @@ def warn(message: str) -> None:
         print(f"lastcall: warning: {message}", file=sys.stderr)
 
 
-def describe(result: RunResult, nodeid: str | None = None) -> dict[str, Any]:
-    """Everything of verdicts.json but the verdicts: what ran, how it ended, and what to judge it with."""
+def describe(result: RunResult, nodeid: str | None = None, target: str | None = None) -> dict[str, Any]:
+    """Everything of verdicts.json but the verdicts: what ran, how it ended, and what to judge it with
+    (``target``: the session's target override, which a replay of ``nodeid`` needs)."""
     item = result.item
     expect: list[dict[str, Any]] = []
     for e in item.scenario.expect:
@@ -62,10 +65,11 @@ def describe(result: RunResult, nodeid: str | None = None) -> dict[str, Any]:
         expect.append({"checker": v.checker, "params": {}})
     out = result.outcome
     return {"format": FORMAT, "scenario": item.scenario.name, "matrix": item.id, "params": dict(item.params),
-            "variant": result.variant, "run_id": result.run_id, "nodeid": nodeid,
+            "variant": result.variant, "run_id": result.run_id, "nodeid": nodeid, "target": target,
             "outcome": {"status": out.status, "detail": out.detail, "exits": dict(out.exits),
                         "leftovers": list(out.leftovers), "stacks": dict(out.stacks)},
-            "step_error": result.step_error, "seconds": round(result.seconds, 3), "expect": expect}
+            "step_error": result.step_error, "broken": getattr(result, "broken", ""),
+            "seconds": round(result.seconds, 3), "expect": expect}
 
 
 def verdicts_doc(meta: Mapping[str, Any], verdicts: Sequence[Verdict]) -> dict[str, Any]:
@@ -100,8 +104,8 @@ def write_page(run_dir: Path, meta: Mapping[str, Any], verdicts: Sequence[Verdic
 
 
 def write_run(result: RunResult, reports_dir: str | os.PathLike[str] = "reports",
-              nodeid: str | None = None) -> Path | None:
-    """Write ``reports_dir/<run id>/`` for ``result``.
+              nodeid: str | None = None, target: str | None = None) -> Path | None:
+    """Write ``reports_dir/<run id>/`` for ``result`` (``target``: the session's target override).
 
     Returns: the path of the run's index.html (its directory if the page could not be written), or None
         when not even the directory could be made.
@@ -131,10 +135,11 @@ def write_run(result: RunResult, reports_dir: str | os.PathLike[str] = "reports"
     attempt(HISTORY, lambda: _write(run_dir / HISTORY, jsonl))
     attempt(SNAPSHOTS, lambda: _json(run_dir / SNAPSHOTS,
                                       {k: s.to_dict() for k, s in result.snapshots.items()}))
-    attempt("describe", lambda: meta.update(describe(result, nodeid)))
+    attempt("describe", lambda: meta.update(describe(result, nodeid, target)))
     if not meta:  # the scenario could not be described: keep what the result itself says
         meta = {"format": FORMAT, "run_id": result.run_id, "variant": result.variant, "nodeid": nodeid,
-                "outcome": {"status": getattr(result.outcome, "status", "unknown")}, "expect": []}
+                "target": target, "outcome": {"status": getattr(result.outcome, "status", "unknown")},
+                "broken": getattr(result, "broken", ""), "expect": []}
     attempt(VERDICTS, lambda: _json(run_dir / VERDICTS, verdicts_doc(meta, result.verdicts)))
     attempt(PAGE, lambda: write_page(run_dir, meta, result.verdicts, events))
     if errors:

@@ -279,6 +279,7 @@ class ScenarioItem(pytest.Item):
         self.result = result
         self.stash_result(result)
         page = self.write_report(result)
+        replay = self.replay_target()
         if self.catch is not None:
             from harness.scenario.catches import judge_catch
 
@@ -289,14 +290,20 @@ class ScenarioItem(pytest.Item):
                 on = "" if self.variant == bug else f" (as {self.variant})"
                 raise ScenarioFailed(
                     f"{self.matrix.scenario.name} did not catch {bug}{on}: {verdict.why} (a scenario that cannot "
-                    f"fail is not a test)\n" + failure_text(result, self.nodeid, page))
+                    f"fail is not a test)\n" + failure_text(result, self.nodeid, page, replay))
             return
         if not result.passed:
-            raise ScenarioFailed(failure_text(result, self.nodeid, page))
+            raise ScenarioFailed(failure_text(result, self.nodeid, page, replay))
 
     def stash_result(self, result: Any) -> None:
         self.user_properties.append(("lastcall_run_id", result.run_id))
         self.user_properties.append(("lastcall_variant", result.variant))
+
+    def replay_target(self) -> str | None:
+        """The target a replay of this item needs besides its node id: the session's override (which a catches
+        item resolves its bug against too), unless it is the scenario's own target."""
+        override = chosen_target(self.config)
+        return override if override not in (None, self.matrix.scenario.target) else None
 
     def write_report(self, result: Any) -> Path | None:
         """reports/<run id>/ for this run (None when reports are off); never raises."""
@@ -304,7 +311,7 @@ class ScenarioItem(pytest.Item):
         from harness.report.write import write_run
 
         where = reports_dir(self.config)
-        page = None if where is None else write_run(result, where, self.nodeid)
+        page = None if where is None else write_run(result, where, self.nodeid, self.replay_target())
         if page is not None:
             self.user_properties.append(("lastcall_report", str(page)))
         return page

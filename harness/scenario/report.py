@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shlex
 from typing import Any
 
 from harness.history import Event
@@ -38,10 +39,18 @@ def timeline(events: list[Event], evidence: set[int] | None = None, limit: int =
     return "\n".join(lines)
 
 
-def failure_text(result: Any, nodeid: str | None = None, page: Any = None) -> str:
-    """The report of one run, for pytest's failure output and the terminal (``page``: its HTML report)."""
+def replay_command(nodeid: str, target: str | None = None) -> str:
+    """The command that reruns a test: its node id, and the session's target override where it had one."""
+    return f"pytest {shlex.quote(nodeid)}" + (f" --lastcall-target {shlex.quote(target)}" if target else "")
+
+
+def failure_text(result: Any, nodeid: str | None = None, page: Any = None, target: str | None = None) -> str:
+    """The report of one run, for pytest's failure output and the terminal (``page``: its HTML report;
+    ``target``: the session's target override, which the replay needs: the node id alone runs the file's)."""
     out = [f"scenario {result.item.scenario.name}[{result.item.id}] on {result.variant}: "
            f"outcome {result.outcome.status}, {result.seconds:.2f}s, run {result.run_id}"]
+    if getattr(result, "broken", ""):
+        out.append(f"broken: {result.broken} (nothing this run shows counts)")
     if result.step_error:
         out.append(f"step failed: {result.step_error}")
     evidence: set[int] = set()
@@ -64,5 +73,5 @@ def failure_text(result: Any, nodeid: str | None = None, page: Any = None) -> st
         run_dir = os.path.dirname(page) if str(page).endswith(".html") else str(page)
         out.append(f"re-judge: lastcall report {os.path.join(run_dir, 'history.jsonl')}")
     if nodeid:
-        out.append(f"replay: pytest '{nodeid}'")
+        out.append(f"replay: {replay_command(nodeid, target)}")
     return "\n".join(out)
