@@ -68,7 +68,7 @@ def resources(pid: int, when: str, t: int, threads: list[str], fds: list[list[An
 
 
 def test_every_checker_is_registered_with_its_parameters() -> None:
-    assert len(CHECKERS) == 38
+    assert len(CHECKERS) == 45
     assert set(CHECKERS) == set(CHECKER_PARAMS)
 
 

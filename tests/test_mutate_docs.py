@@ -86,3 +86,18 @@ def test_parts_of_one_sample_merge_into_one_measurement() -> None:
     assert m["raw"] == {"killed": 2, "all": 3} and m["non_equivalent"] == {"killed": 1, "all": 2}
     assert m["planned"] == 3 and m["command"] == "x + ./dev mutate --sample 60 --seed 1 --json /tmp/b.json " \
                                                  "--only <1 ids of the sample>"
+
+
+def test_a_later_part_replaces_an_earlier_result_only_with_later_wins() -> None:
+    """The recorded measurement re-runs the earlier survivors on the grown library: their new outcome must
+    replace the old one (in the order the mutants were drawn); the default keeps the first."""
+    from harness.mutate.table import merge
+
+    a, b = _sample(), _sample()
+    b["command"] = "./dev mutate --sample 60 --seed 1 --only a:2:0:negate --json /tmp/b.json"
+    b["mutants"] = [{"id": "a:2:0:negate", "qualname": "f", "op": "negate", "about": "y", "status": "killed",
+                     "failed": ["s.yaml::s"]}]
+    m = merge([a, b], later_wins=True)
+    assert [(x["id"], x["status"]) for x in m["mutants"]] == [("a:1:0:remove", "killed"), ("a:2:0:negate", "killed")]
+    assert m["raw"] == {"killed": 2, "all": 2} and m["non_equivalent"] == {"killed": 2, "all": 2}
+    assert [x["status"] for x in merge([a, b])["mutants"]] == ["killed", "survived"]

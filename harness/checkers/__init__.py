@@ -7,7 +7,7 @@ Importing this package registers every built-in checker in :data:`CHECKERS` (wit
 
 from __future__ import annotations
 
-from harness.checkers import engine, lifecycle, machine, modes, outcome, owners, races, records  # noqa: F401  (registration)
+from harness.checkers import engine, handshake, lifecycle, machine, modes, outcome, owners, races, records  # noqa: F401  (registration)
 from harness.checkers.base import (
     CHECKERS,
     PLUGIN_ERRORS,

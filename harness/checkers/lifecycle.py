@@ -334,3 +334,18 @@ def exit_hook_within(run: RunRecord, p: Within) -> Verdict:
                         + "; ".join(took), bad)
     return ok("exit_hook_within", "; ".join(took))
 
+
+@checker("exit_hook_once", "a process runs its exit hook once at exit, however many listeners it started (the hook "
+         "is registered once, not at every start)", judges=("exit_hook_started",),
+         evidence={"worker": ("exit_hook_started",)})
+def exit_hook_once(run: RunRecord, p: Params) -> Verdict:
+    runs: dict[int, list[Event]] = {}
+    for e in run.of("exit_hook_started"):
+        runs.setdefault(e.pid, []).append(e)
+    again = {pid: evs for pid, evs in runs.items() if len(evs) > 1}
+    if again:
+        return violated("exit_hook_once", "an exit hook ran more than once in one process: " + "; ".join(
+            f"pid {pid}: {len(evs)} times" for pid, evs in sorted(again.items())),
+            [e for evs in again.values() for e in evs])
+    return ok("exit_hook_once", f"{len(runs)} process(es), each ran its exit hook once")
+

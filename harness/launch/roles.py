@@ -153,7 +153,7 @@ def hs_peer_main(spec: dict[str, Any], ctl: ControlClient, exit_req: ExitRequest
     import msgspec
     import zmq
 
-    from harness.reference.handshake import fetch_metadata
+    from harness.reference.handshake import HandshakeErrorReply, fetch_metadata
 
     codec = getattr(load_target(spec.get("variant", "reference")), "handshake_codec", None)
     if codec is not None:  # the target speaks its own handshake wire (vllm_nixl: vLLM's reply, two frames)
@@ -184,23 +184,35 @@ def hs_peer_main(spec: dict[str, Any], ctl: ControlClient, exit_req: ExitRequest
         stop_hammer.set()
         return True
 
-    def bad(port: int, kind: str = "garbage", within: float = 2.0) -> str:
-        """Send one malformed handshake from a REQ socket; returns what came back ("no reply" after ``within``)."""
+    def bad(port: int, kind: str = "garbage", within: float = 2.0, detail: bool = False) -> Any:
+        """Send one malformed handshake from a REQ socket; returns what came back ("no reply" after ``within``).
+
+        ``detail``: a dict instead, ``status`` "error" (an error reply, its text in ``error``), "ok" (anything
+        else: served as if well-formed) or None (no reply)."""
         ctx: zmq.Context[Any] = zmq.Context()
         s = ctx.socket(zmq.REQ)
         s.setsockopt(zmq.LINGER, 0)
         s.setsockopt(zmq.RCVTIMEO, max(1, int(within * 1000)))
         try:
             s.connect(f"tcp://{HOST}:{port}")
-            body = {"garbage": b"\xc1\xc1", "wrong_tag": msgspec.msgpack.encode(("hello", 0, 0)),
-                    "unknown_rank": msgspec.msgpack.encode(("get_meta_msg", 9, 9))}[kind]
-            s.send(body)
-            return "replied" if s.recv_multipart() else "empty"
+            good = msgspec.msgpack.encode(("get_meta_msg", 0, 0))
+            body = {"garbage": [b"\xc1\xc1"], "wrong_tag": [msgspec.msgpack.encode(("hello", 0, 0))],
+                    "unknown_rank": [msgspec.msgpack.encode(("get_meta_msg", 9, 9))],
+                    "extra_frame": [good, b"extra"]}[kind]  # a well-formed request and one frame more
+            s.send_multipart(body)
+            reply = s.recv_multipart()
         except zmq.Again:
-            return "no reply"
+            return {"status": None} if detail else "no reply"
         finally:
             s.close()
             ctx.term()
+        if not detail:
+            return "replied" if reply else "empty"
+        try:
+            error = msgspec.msgpack.decode(reply[0], type=HandshakeErrorReply).error if len(reply) == 1 else None
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            error = None
+        return {"status": "ok"} if error is None else {"status": "error", "error": error}
 
     ctl.handlers.update({"fetch": fetch, "hammer": hammer, "stop_hammering": stop_hammering, "bad": bad})
     ctl.send({"t": "ready", "path": ""})

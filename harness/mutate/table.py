@@ -2,7 +2,9 @@
 
 ``python -m harness.mutate.table`` re-renders the page's part between the markers from the JSON (after an
 explanation in mutation/survivors.yaml or equivalent.yaml changed: the JSON keeps the outcomes, the YAML
-files the explanations); tests/test_mutate_docs.py renders it and compares.
+files the explanations); tests/test_mutate_docs.py renders it and compares.  ``python -m harness.mutate.table
+--merge [--later-wins] A.json B.json ...`` writes the merge of runs of parts of one sample to the JSON first
+(:func:`merge`; with ``--later-wins`` a mutant run again in a later part takes that part's outcome).
 """
 
 from __future__ import annotations
@@ -90,14 +92,20 @@ def _short_command(command: str) -> str:
     return " ".join(rest) + (f" --only <{len(ids)} ids of the sample>" if ids else "")
 
 
-def merge(parts: list[dict[str, Any]]) -> dict[str, Any]:
+def merge(parts: list[dict[str, Any]], later_wins: bool = False) -> dict[str, Any]:
     """One measurement from the JSON of runs of parts of one sample (``--only`` the ids of each part, the
-    same code): the mutants of all, the first run's sample, seed and number planned, the scores recomputed."""
+    same code): the mutants of all, the first run's sample, seed and number planned, the scores recomputed.
+
+    A mutant in several parts keeps its first result; with ``later_wins`` its last (a re-run of the earlier
+    survivors on a grown library replaces their earlier outcome), in the order the mutants first appeared."""
     first = parts[0]
     seen: dict[str, dict[str, Any]] = {}
     for part in parts:
         for m in part["mutants"]:
-            seen.setdefault(m["id"], m)
+            if later_wins:
+                seen[m["id"]] = m
+            else:
+                seen.setdefault(m["id"], m)
     mutants = list(seen.values())
     ne = [m for m in mutants if not m.get("equivalent")]
     return {**first, "command": " + ".join(_short_command(p["command"]) for p in parts),
@@ -118,7 +126,10 @@ def render_doc(data_path: Path = DATA, page: Path = PAGE) -> None:
 
 
 if __name__ == "__main__":
-    if sys.argv[1:2] == ["--merge"]:  # --merge A.json B.json ...: write their merge to DATA, then render
-        DATA.write_text(json.dumps(merge([json.loads(Path(f).read_text()) for f in sys.argv[2:]]), indent=1) + "\n")
+    if sys.argv[1:2] == ["--merge"]:  # --merge [--later-wins] A.json B.json ...: write their merge to DATA, render
+        later = sys.argv[2:3] == ["--later-wins"]
+        files = sys.argv[3:] if later else sys.argv[2:]
+        DATA.write_text(json.dumps(merge([json.loads(Path(f).read_text()) for f in files], later_wins=later),
+                                   indent=1) + "\n")
     render_doc()
     sys.exit(0)

@@ -16,10 +16,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import msgspec
 import zmq
 
 from harness.errors import ConfigError, ListenerError
-from harness.reference.handshake import HandshakeListener, envelope_of
+from harness.reference.handshake import GET_META_MSG, AgentMetadata, HandshakeListener, envelope_of
 
 __all__ = ["HANDSHAKE_VARIANTS", "RECV_TIMEOUT_MS", "get_handshake_variant", "HandshakeTarget", "handshake_target"]
 
@@ -103,6 +104,37 @@ class DiesOnBadMessage(HandshakeListener):
         self._send_metadata(router, envelope, meta)
 
 
+class BindFailureLeaksPipe(HandshakeListener):
+    """A start whose bind fails does not release what it made: the self-pipe (two fds) stays open for the
+    life of the process, however many starts fail (contract line 1: a failed start leaves nothing)."""
+
+    def _release(self) -> None:
+        if self._bind_error is None:  # a started listener's shutdown still releases its pipe
+            super()._release()
+
+
+class StartTimeoutKeepsThread(HandshakeListener):
+    """start() gives up after start_timeout without telling the thread: a thread held before its bind
+    binds and serves once it goes on, after start raised (contract line 1: a failed start never serves)."""
+
+    def _wait_ready(self, timeout: float) -> bool:
+        if self._ready.wait(timeout):
+            return True
+        raise ListenerError(f"handshake listener {self.where} was not ready within {timeout:g} s")  # no stop asked
+
+
+class UncheckedRequest(HandshakeListener):
+    """The request is used as it comes, unchecked: a request of several frames is served from its first, and
+    an undecodable one fails inside the decoder, whose message is all the peer is told (contract line 3: a
+    malformed request is refused, saying what was wrong)."""
+
+    def _answer(self, body: list[bytes]) -> AgentMetadata:
+        tag, pp, tp = msgspec.msgpack.decode(body[0])
+        if tag != GET_META_MSG:
+            raise ValueError(f"unknown message tag {tag!r}")
+        return self.metadata[(pp, tp)]
+
+
 HANDSHAKE_VARIANTS: dict[str, type[HandshakeListener]] = {
     "reference": HandshakeListener,
     "never_stopped": NeverStopped,
@@ -110,6 +142,9 @@ HANDSHAKE_VARIANTS: dict[str, type[HandshakeListener]] = {
     "poll_timeout_1s": PollTimeout1s,
     "ready_wait_no_timeout": ReadyWaitNoTimeout,
     "dies_on_bad_message": DiesOnBadMessage,
+    "bind_failure_leaks_pipe": BindFailureLeaksPipe,
+    "start_timeout_keeps_thread": StartTimeoutKeepsThread,
+    "unchecked_request": UncheckedRequest,
 }
 
 
@@ -127,6 +162,9 @@ _ABOUT = {
     "poll_timeout_1s": "vLLM 0.11.1+: the stop flag is seen only on a 1 s receive timeout",
     "ready_wait_no_timeout": "vLLM: start waits for ready without a timeout; a held port hangs startup",
     "dies_on_bad_message": "vLLM: one malformed handshake kills the listener thread",
+    "bind_failure_leaks_pipe": "a start whose bind fails leaves its self-pipe open",
+    "start_timeout_keeps_thread": "start gives up after start_timeout without stopping the thread: it binds later",
+    "unchecked_request": "the request is not checked: extra frames ignored, a decode error's text is the reply",
 }
 
 

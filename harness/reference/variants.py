@@ -36,6 +36,7 @@ from harness.reference.race_variants import (
     UnlockedFrameCompletion,
 )
 from harness.reference.registry import Registry
+from harness.reference.registry_variants import ExitHookWaitsASecond, HookPerStart
 from harness.reference.worker import ReferenceWorker
 
 __all__ = ["Variant", "VARIANTS", "get_variant"]
@@ -492,6 +493,10 @@ VARIANTS: dict[str, Variant] = _variants(
             "its path", listener=StopUnstartedUnlinks),
     Variant("no_keep_alive", "the connection is closed after its first reply: a kept-alive client's next request "
             "is lost", listener=NoKeepAlive),
+    Variant("hook_per_start", "the exit hook is registered at every start: a restarted process runs it per start",
+            registry=HookPerStart),
+    Variant("exit_hook_waits_a_second", "the exit hook waits at least 1 s per stuck listener: a shorter budget is "
+            "not kept", registry=ExitHookWaitsASecond),
     Variant("cancel_left_to_thread", "stop leaves shutting idle and reading connections down to the serving "
             "thread's exit: while the thread is busy elsewhere their clients are not told",
             listener=CancelLeftToThread),

@@ -30,7 +30,7 @@ PortOrHeld = Annotated[
     Annotated[int, Tag("Number"), Field(ge=0, le=65535)] | Annotated[StepName, Tag("Name")],
     Discriminator(word_or_number),
 ]
-HandshakeFault = Literal["garbage", "wrong_tag", "unknown_rank"]
+HandshakeFault = Literal["garbage", "wrong_tag", "unknown_rank", "extra_frame"]
 _WITHIN: Any = Field(2.0, gt=0, description="a safety net: how long the peer waits for the reply")
 
 
@@ -61,9 +61,13 @@ class Hammer(Strict):
 
 
 class MalformedHandshake(Strict):
-    """The peer sends one malformed handshake: undecodable (garbage), a wrong tag, or a rank nobody serves."""
+    """The peer sends one malformed handshake: undecodable (garbage), a wrong tag, a rank nobody serves, or a
+    well-formed request followed by one frame more (extra_frame)."""
 
-    kind: HandshakeFault = Field("garbage", description="garbage, wrong_tag or unknown_rank")
+    kind: HandshakeFault = Field("garbage", description="garbage, wrong_tag, unknown_rank or extra_frame")
+    says: str | None = Field(None, min_length=1, max_length=200,
+                             description="text the error reply must contain (case-insensitive), e.g. undecodable: "
+                                         "the listener says what was wrong (checker bad_handshake_refused)")
     within: Duration = _WITHIN
     as_: StepName | None = _AS
 

@@ -7,7 +7,9 @@ its own kind, with the category the checkers select on (harness.categories):
 * ``handshake_start`` (category start: stop_result wants True once started, False on a typed error such as
   PortInUse), ``handshake_shutdown`` (stop), ``cycle`` (cycle: its value is the ports of its rounds);
 * ``handshake`` a well-formed request (requests_served, survives_bad_input); ``malformed_handshake`` a
-  request with fault ``garbage_body`` and ``bad`` naming its kind; ``hammer`` / ``stop_hammer`` traffic.
+  request with fault ``garbage_body``, ``bad`` naming its kind (and ``says``, the text its error reply must
+  hold, when the step names one; its value is the reply: ``{"status": "error", "error": ...}``, ``{"status":
+  "ok"}`` when served as if well-formed, or ``{"status": None}`` with no reply); ``hammer`` / ``stop_hammer`` traffic.
 * A shutdown (or cycle) that returns True is followed at once by a snapshot labelled ``after_<step>`` with a
   trial bind of the listener's ports, taken before the step's return is recorded (so ``wait: {returned:
   ...}`` implies it): port_released judges every ``after*`` snapshot.  The final ``after`` snapshot gets the
@@ -100,10 +102,11 @@ def stop_hammer(pl: Player, target: str, name: str) -> None:
 @step_kind("malformed_handshake", "request", cast=H)
 def malformed_handshake(pl: Player, s: Any, name: str) -> None:
     port = _serving(pl)
-    pl.command(name, "malformed_handshake", pl.c.peer, "bad", {"port": port, "kind": s.kind,
+    says = {} if s.says is None else {"says": s.says}
+    pl.command(name, "malformed_handshake", pl.c.peer, "bad", {"port": port, "kind": s.kind, "detail": True,
                                                                "within": scaled(s.within)},
-               scaled(s.within) + scaled(GRACE_S), ok_if=lambda v: v == "replied", fault="garbage_body",
-               bad=s.kind, port=port)
+               scaled(s.within) + scaled(GRACE_S), ok_if=lambda v: v.get("status") in ("error", "ok"),
+               fault="garbage_body", bad=s.kind, port=port, **says)
 
 
 @step_kind("handshake_shutdown", "stop", cast=H)

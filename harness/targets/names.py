@@ -31,13 +31,14 @@ WORKER_VARIANTS: tuple[str, ...] = (
     "teardown_ignores_stop", "unlocked_dispatch_decision", "unlocked_frame_completion", "unlocked_accept",
     "unlocked_concurrent_stops", "blocking_write", "short_write_lost", "failed_start_leaks",
     "takes_over_live_socket", "refuses_stale_socket", "no_owner_record", "stop_unstarted_unlinks", "no_keep_alive",
-    "cancel_left_to_thread", "starts_twice", "leaves_umask", "socket_mode_open", "busy_polls_after_reply",
-    "dies_on_accept_failure", "unrecorded_dispatch", "misreports_close",
+    "hook_per_start", "exit_hook_waits_a_second", "cancel_left_to_thread", "starts_twice", "leaves_umask",
+    "socket_mode_open", "busy_polls_after_reply", "dies_on_accept_failure", "unrecorded_dispatch",
+    "misreports_close",
 )
 # harness.reference.handshake_variants.HANDSHAKE_VARIANTS, in its order (the handshake listener's)
 HANDSHAKE_VARIANTS: tuple[str, ...] = (
     "reference", "never_stopped", "join_timeout_zero", "poll_timeout_1s", "ready_wait_no_timeout",
-    "dies_on_bad_message",
+    "dies_on_bad_message", "bind_failure_leaks_pipe", "start_timeout_keeps_thread", "unchecked_request",
 )
 # harness.targets.vllm_engine.ENGINE_TARGETS' stand-in engine and its planted bugs (the well-behaved one first)
 ENGINE_VARIANTS: tuple[str, ...] = (

@@ -1,0 +1,53 @@
+"""Planted-bug variants of the reference registry's exit hook (registered in harness.reference.variants).
+
+Each is a subclass of :class:`~harness.reference.registry.Registry` that breaks one rule of its exit hook,
+modelled on a mutant of the recorded mutation measurement (docs/mutation.md) that the scenario library
+did not notice before:
+
+* :class:`HookPerStart`: the exit hook is registered with atexit at every start (registry.py's
+  ``self._hooked = True`` lost), so a process that restarted its listener runs it once per start
+  (scenarios/exit-hook-runs-once-after-a-restart.yaml);
+* :class:`ExitHookWaitsASecond`: each listener the hook waits for gets at least a second, whatever is
+  left of the budget (``max(1.0, ...)`` for ``max(0.0, ...)``), so a budget under a second is not kept
+  (scenarios/exit-hook-keeps-a-short-budget.yaml).
+"""
+
+from __future__ import annotations
+
+import atexit
+import time
+
+from harness.reference.listener import WorkerListener
+from harness.reference.registry import Registry
+
+__all__ = ["HookPerStart", "ExitHookWaitsASecond", "MIN_WAIT_S"]
+
+MIN_WAIT_S = 1.0  # ExitHookWaitsASecond: the floor of each listener's wait
+
+
+class HookPerStart(Registry):
+    """start() registers the exit hook with atexit at every start, not once: at exit it runs once per start."""
+
+    def start(self, listener: WorkerListener) -> WorkerListener:
+        started = super().start(listener)
+        if self._want_hook:
+            atexit.register(self.exit_hook)  # again: the registry's own registration is the first
+        return started
+
+
+class ExitHookWaitsASecond(Registry):
+    """The exit hook gives each listener it waits for at least MIN_WAIT_S, whatever is left of its budget."""
+
+    def exit_hook(self) -> None:
+        left = self.listeners()
+        self.rec.emit("exit_hook_started", listeners=len(left), budget=self.exit_budget)
+        deadline = time.monotonic() + self.exit_budget
+        for listener in left:
+            listener._begin_stop()
+        ok = True
+        for listener in left:
+            if listener.stop(max(MIN_WAIT_S, deadline - time.monotonic())):
+                self._forget(self.key_of(listener), listener)
+            else:
+                ok = False
+        self.rec.emit("exit_hook_finished", ok=ok, left=len(self))
