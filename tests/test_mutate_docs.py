@@ -101,3 +101,5 @@ def test_a_later_part_replaces_an_earlier_result_only_with_later_wins() -> None:
     assert [(x["id"], x["status"]) for x in m["mutants"]] == [("a:1:0:remove", "killed"), ("a:2:0:negate", "killed")]
     assert m["raw"] == {"killed": 2, "all": 2} and m["non_equivalent"] == {"killed": 2, "all": 2}
     assert [x["status"] for x in merge([a, b])["mutants"]] == ["killed", "survived"]
+    m = merge([a], equivalent={"a:2:0:negate"})  # an equivalence shown after the run: the score follows it
+    assert m["non_equivalent"] == {"killed": 1, "all": 1} and m["mutants"][1]["equivalent"] is True

@@ -4,7 +4,8 @@
 explanation in mutation/survivors.yaml or equivalent.yaml changed: the JSON keeps the outcomes, the YAML
 files the explanations); tests/test_mutate_docs.py renders it and compares.  ``python -m harness.mutate.table
 --merge [--later-wins] A.json B.json ...`` writes the merge of runs of parts of one sample to the JSON first
-(:func:`merge`; with ``--later-wins`` a mutant run again in a later part takes that part's outcome).
+(:func:`merge`; with ``--later-wins`` a mutant run again in a later part takes that part's outcome; which
+mutants are equivalent is read from mutation/equivalent.yaml as it is then).
 """
 
 from __future__ import annotations
@@ -92,12 +93,15 @@ def _short_command(command: str) -> str:
     return " ".join(rest) + (f" --only <{len(ids)} ids of the sample>" if ids else "")
 
 
-def merge(parts: list[dict[str, Any]], later_wins: bool = False) -> dict[str, Any]:
+def merge(parts: list[dict[str, Any]], later_wins: bool = False,
+          equivalent: set[str] | None = None) -> dict[str, Any]:
     """One measurement from the JSON of runs of parts of one sample (``--only`` the ids of each part, the
     same code): the mutants of all, the first run's sample, seed and number planned, the scores recomputed.
 
     A mutant in several parts keeps its first result; with ``later_wins`` its last (a re-run of the earlier
-    survivors on a grown library replaces their earlier outcome), in the order the mutants first appeared."""
+    survivors on a grown library replaces their earlier outcome), in the order the mutants first appeared.
+    ``equivalent``: the ids mutation/equivalent.yaml shows equivalent now (an entry may be newer than a part's
+    run): each mutant's ``equivalent`` flag is set from it, and the non-equivalent score with it."""
     first = parts[0]
     seen: dict[str, dict[str, Any]] = {}
     for part in parts:
@@ -107,6 +111,8 @@ def merge(parts: list[dict[str, Any]], later_wins: bool = False) -> dict[str, An
             else:
                 seen.setdefault(m["id"], m)
     mutants = list(seen.values())
+    if equivalent is not None:
+        mutants = [{**m, "equivalent": m["id"] in equivalent} for m in mutants]
     ne = [m for m in mutants if not m.get("equivalent")]
     return {**first, "command": " + ".join(_short_command(p["command"]) for p in parts),
             "commit": ", ".join(dict.fromkeys(p["commit"] for p in parts)),
@@ -129,7 +135,10 @@ if __name__ == "__main__":
     if sys.argv[1:2] == ["--merge"]:  # --merge [--later-wins] A.json B.json ...: write their merge to DATA, render
         later = sys.argv[2:3] == ["--later-wins"]
         files = sys.argv[3:] if later else sys.argv[2:]
-        DATA.write_text(json.dumps(merge([json.loads(Path(f).read_text()) for f in files], later_wins=later),
-                                   indent=1) + "\n")
+        from harness.mutate.plan import EQUIVALENT, read_entries
+
+        merged = merge([json.loads(Path(f).read_text()) for f in files], later_wins=later,
+                       equivalent=set(read_entries(EQUIVALENT, equivalent=True)))
+        DATA.write_text(json.dumps(merged, indent=1) + "\n")
     render_doc()
     sys.exit(0)
