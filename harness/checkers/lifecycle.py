@@ -35,9 +35,29 @@ def _stops(events: list[Event]) -> list[tuple[Event, int]]:
     return out
 
 
+def _dispatches_unrecorded(run: RunRecord) -> str | None:
+    """Why the listener's record of its dispatches cannot be judged, or None: the listener answered well-formed
+    requests (a send whose reply is not an error, or a dispatch_finished) yet recorded no ``dispatch_started``
+    at all, so "no late dispatch" would be an ok on nothing (its other events prove only that it was observed)."""
+    if run.of("dispatch_started"):
+        return None
+    finished = run.of("dispatch_finished")
+    served = [e for e in run.of("step_returned") if e.data.get("ok") and category_of(e.data) == "request"
+              and e.data.get("fault") in (None, "none") and isinstance(e.data.get("value"), dict)
+              and e.data["value"].get("status") not in (None, "error")]
+    if not finished and not served:
+        return None  # nothing was dispatched: there is nothing to record
+    return (f"the listener recorded no dispatch_started, yet {len(served)} request(s) got a reply and "
+            f"{len(finished)} dispatch(es) finished: its dispatches are not recorded, there is nothing to judge")
+
+
 @checker("no_late_dispatch", "nothing is dispatched once stop has begun (frames completing later, queued ones)",
-         judges=("stop_started", "listener_started", "dispatch_started"), evidence=observed("listener"))
+         judges=("stop_started", "listener_started", "dispatch_started", "dispatch_finished", "step_returned"),
+         evidence=observed("listener"))
 def no_late_dispatch(run: RunRecord, p: Params) -> Verdict:
+    unrecorded = _dispatches_unrecorded(run)
+    if unrecorded:
+        return unknown("no_late_dispatch", unrecorded)
     evs = run.ordered
     stops = _stops(evs)
     if not stops:
@@ -53,13 +73,16 @@ def no_late_dispatch(run: RunRecord, p: Params) -> Verdict:
 
 
 @checker("no_dispatch_after_teardown", "no backend call starts, or is still running, once the allocator is torn down",
-         judges=("allocator_torn_down", "dispatch_started", "dispatch_finished"),
+         judges=("allocator_torn_down", "dispatch_started", "dispatch_finished", "step_returned"),
          evidence=observed("listener", "worker"))
 def no_dispatch_after_teardown(run: RunRecord, p: Params) -> Verdict:
     evs = run.ordered
     torn = {e.pid: e for e in evs if e.kind == "allocator_torn_down"}
     if not torn:
         return ok("no_dispatch_after_teardown", "no allocator was torn down")
+    unrecorded = _dispatches_unrecorded(run)
+    if unrecorded:
+        return unknown("no_dispatch_after_teardown", unrecorded)
     open_: dict[tuple[int, str, object], Event] = {}
     bad: list[Event] = []
     for e in evs:
