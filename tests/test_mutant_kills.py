@@ -69,14 +69,14 @@ def test_starts_twice_serves_again_and_its_stop_does_not_stop_it(lc_root: Path, 
 
 
 # ------------------------------------------------------------- private_paths
-def test_the_reference_start_reports_private_modes(lc_root: Path) -> None:
+def test_private_paths_ok_on_what_the_reference_start_made(lc_root: Path) -> None:
     out = start_and_stop(_Side(WorkerListener), path=str(socket_path("second", 0, 0, lc_root)), ipc="second")
     m = out["modes"]
     assert (m["socket"], m["dir"]) == (0o600, 0o700) and m["umask_before"] == m["umask_after"] == process_umask()
     assert judge("private_paths", RunRecord((_started(m),), {})).status == "ok"
 
 
-def test_leaves_umask_and_socket_mode_open_are_seen_by_private_paths(lc_root: Path) -> None:
+def test_private_paths_violated_by_leaves_umask_and_socket_mode_open(lc_root: Path) -> None:
     old = os.umask(0o022)
     try:
         leaked = start_and_stop(_Side(LeavesUmask), path=str(socket_path("a", 0, 0, lc_root)), ipc="a")
@@ -127,11 +127,49 @@ def _measured(runnable: float, window: float = 0.3) -> Event:
               value={"runnable_s": runnable, "window_s": window})
 
 
-def test_idle_cost_ok_violated_unknown() -> None:
+def test_idle_cost_ok() -> None:
     assert judge("idle_cost", RunRecord((_measured(0.01),), {})).status == "ok"
+    assert judge("idle_cost", RunRecord((), {})).status == "unknown"
+
+
+def test_idle_cost_violated() -> None:
     fired = judge("idle_cost", RunRecord((_measured(0.29),), {}))
     assert fired.status == "violated" and "97% of 0.30s" in fired.message
-    assert judge("idle_cost", RunRecord((), {})).status == "unknown"
+
+
+# ------------------------------------------------ dispatches_recorded, close_reasons
+def _l(event: str, t: int, /, **data: Any) -> Event:
+    return Event(t, 7, "worker", "0", "lastcall-listener-pp0.tp0", event, {"listener": "pp0.tp0", **data})
+
+
+def test_dispatches_recorded_ok() -> None:
+    evs = (_l("listener_started", 1), _l("dispatch_started", 2, conn=1, cmd="map"),
+           _l("dispatch_finished", 3, conn=1, cmd="map"), _l("dispatch_started", 4, conn=1, cmd="map"),
+           _l("dispatch_finished", 5, conn=1, cmd="map"))
+    assert judge("dispatches_recorded", RunRecord(evs, {})).status == "ok"
+    assert judge("dispatches_recorded", RunRecord(evs[:1], {})).status == "unknown"  # no dispatch to judge
+
+
+def test_dispatches_recorded_violated() -> None:  # unrecorded_dispatch: the finish without its start
+    evs = (_l("listener_started", 1), _l("dispatch_started", 2, conn=1, cmd="map"),
+           _l("dispatch_finished", 3, conn=1, cmd="map"), _l("dispatch_finished", 5, conn=1, cmd="map"))
+    v = judge("dispatches_recorded", RunRecord(evs, {}))
+    assert v.status == "violated" and "1 of 2" in v.message
+
+
+def test_close_reasons_ok() -> None:
+    evs = (_l("listener_started", 1), _l("connection_closed", 2, conn=1, why="peer closed"),
+           _l("stop_started", 3), _l("reads_cancelled", 4, n=1, conns=[2]),
+           _l("connection_closed", 5, conn=2, why="cancelled by stop"))
+    assert judge("close_reasons", RunRecord(evs, {})).status == "ok"
+    assert judge("close_reasons", RunRecord(evs[:1], {})).status == "unknown"
+
+
+def test_close_reasons_violated() -> None:  # misreports_close: a client's close named a stop's cancel
+    evs = (_l("listener_started", 1), _l("connection_closed", 2, conn=1, why="cancelled by stop"),
+           _l("stop_started", 3), _l("reads_cancelled", 4, n=0, conns=[]))
+    v = judge("close_reasons", RunRecord(evs, {}))
+    assert v.status == "violated" and "conn 1" in v.message
 
 
 # ------------------------------------------------------------------- fd_limit
