@@ -1,0 +1,233 @@
+"""The tests mutation/equivalent.yaml names for mutants of harness/reference/listener.py: each shows that what
+anyone can observe of the mutant is what they observe of the reference.
+
+``listener.py:594:8:remove`` (``_close`` keeps the connection's queued frames, ``conn.bodies.clear()`` removed):
+every read of ``conn.bodies`` is in ``_dispatch_ready``'s loop, which stops as soon as the socket is closed
+(``conn.sock.fileno() != -1``), and the only other use is ``_on_readable``'s extend, which runs only on an open
+connection found in ``_conns`` (a closed one was popped) or a fresh accept.  The test checks that premise on the
+source, then runs the one case where a closed connection still has frames queued (a client pipelines three
+requests and goes away while the first is in the backend): reference and mutant make one backend call, answer
+nothing more and close the connection once.
+
+``listener.py:569:47:negate`` (after a reply is flushed, a connection between frames is labelled READING and one
+mid-frame IDLE, instead of the other way round): READING and IDLE are told apart only where an IDLE connection
+mid-frame is promoted to READING (``_on_readable``) and where an IDLE one is cancelled after a dispatch pass;
+the latter sees only a state the pass itself set.  The test checks that premise on the source, then runs a
+reply larger than the socket buffer followed, on the same connection, by half of a second request (flushed
+while mid-frame), the rest, and a stop with a connection between frames and one mid-frame after such flushes:
+the same replies, the same cancellations, the same stop.
+
+``listener.py:522:16:unlock`` (the state update after a connection's replies runs without the listener lock):
+the only other thread that reads or writes a connection's state or the stop flag is a stop's ``_begin_stop``
+(under the lock), and every statement of the unlocked block reads or writes one attribute at a time.  The test
+holds the serving thread before each statement of the block in turn (a line tracer on that thread only), runs
+the stop's part there, and lets it go on: each outcome (the reply, the connections the stop cancelled, the
+closes, what stop returned) is one the locked block has too, with the stop before the block or after it.
+"""
+
+from __future__ import annotations
+
+import ast
+import socket
+import sys
+import threading
+import types
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from harness.faults import client as cf
+from harness.history import Recorder
+from harness.mutate.mutator import apply, mutants_of
+from harness.reference import wire
+from harness.reference.backend import NoopBackend
+from harness.reference.listener import WorkerListener
+from harness.reference.paths import socket_path
+
+LISTENER_PY = Path(__file__).resolve().parent.parent / "harness" / "reference" / "listener.py"
+BODIES_CLEAR = "harness/reference/listener.py:594:8:remove"
+FLUSHED_STATE = "harness/reference/listener.py:569:47:negate"
+POST_DISPATCH_UNLOCK = "harness/reference/listener.py:522:16:unlock"
+SAFETY = 10.0  # seconds: a safety net on every wait, never a timer
+
+
+def _mutated(mid: str) -> Any:
+    """The listener module with mutant ``mid`` applied (a module of its own: the reference is untouched)."""
+    src = LISTENER_PY.read_text()
+    m = next(m for m in mutants_of(src, "harness/reference/listener.py") if m.id == mid)
+    mod = types.ModuleType(f"listener_mutant_{m.line}")
+    sys.modules[mod.__name__] = mod  # its dataclasses look their module up
+    exec(compile(apply(src, m), str(LISTENER_PY), "exec"), mod.__dict__)
+    return mod
+
+
+def _method(name: str) -> ast.FunctionDef:
+    tree = ast.parse(LISTENER_PY.read_text())
+    cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "WorkerListener")
+    return next(f for f in cls.body if isinstance(f, ast.FunctionDef) and f.name == name)
+
+
+def _uses(attr: str) -> dict[str, list[str]]:
+    """Each method of WorkerListener that names ``conn.<attr>``, with the statements (unparsed) that do."""
+    tree = ast.parse(LISTENER_PY.read_text())
+    cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "WorkerListener")
+    out: dict[str, list[str]] = {}
+    for fn in (f for f in cls.body if isinstance(f, ast.FunctionDef)):
+        for node in ast.walk(fn):
+            if isinstance(node, ast.Attribute) and node.attr == attr and ast.unparse(node.value) == "conn":
+                out.setdefault(fn.name, []).append(ast.unparse(node))
+    return out
+
+
+def _frame(cmd: str = "kv_tensors_created", rid: str = "r", size: int | None = None) -> bytes:
+    return wire.encode_request(wire.Request(cmd=cmd, id=cf.padded_id(rid, size)))
+
+
+# --------------------------------------------------------- 594: bodies kept
+def test_a_closed_connections_queued_frames_are_never_read_whether_cleared_or_not(
+        lc_root: Path, lastcall_failpoints: Any, no_thread_leak: None) -> None:
+    assert set(_uses("bodies")) == {"_on_readable", "_dispatch_ready", "_close"}
+    loop = next(n for n in ast.walk(_method("_dispatch_ready")) if isinstance(n, ast.While)
+                and "conn.bodies" in ast.unparse(n.test))
+    assert ast.unparse(loop.test) == "conn.bodies and conn.sock.fileno() != -1"  # stops once closed
+    seen: dict[str, tuple[int, list[str], int]] = {}
+    for name, cls in (("reference", WorkerListener), ("mutant", _mutated(BODIES_CLEAR).WorkerListener)):
+        rec = Recorder()
+        listener = cls(socket_path(name, 0, 0, lc_root), NoopBackend(), ipc=name, recorder=rec)
+        listener.start()
+        fp = lastcall_failpoints.arm("backend.kv_tensors_created", "pause", count=1)
+        client = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        client.connect(str(listener.path))
+        client.sendall(_frame(rid="a") + _frame(rid="b") + _frame(rid="c"))
+        assert fp.wait_reached(timeout=SAFETY)  # the first is in the backend, two more queued behind it
+        client.close()  # its client is gone: the first reply fails and the connection is closed
+        fp.release()
+        assert rec.wait_for("connection_closed", SAFETY) is not None
+        assert listener.stop()
+        kinds = [e.kind for e in rec.events() if e.kind in ("dispatch_started", "dispatch_finished",
+                                                            "dispatch_refused", "reply_failed", "connection_closed")]
+        seen[name] = (len(rec.events("dispatch_started")), kinds, len(rec.events("connection_closed")))
+    assert seen["reference"] == seen["mutant"], seen
+    assert seen["reference"][0] == 1 and seen["reference"][2] == 1
+
+
+# ------------------------------------------------------ 569: flushed state
+def test_reading_and_idle_are_told_apart_only_where_the_flushed_state_cannot_matter() -> None:
+    where: dict[str, list[str]] = {}
+    tree = ast.parse(LISTENER_PY.read_text())
+    cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "WorkerListener")
+    for fn in (f for f in cls.body if isinstance(f, ast.FunctionDef)):
+        for node in ast.walk(fn):
+            if isinstance(node, ast.Compare) and any(state in ast.unparse(c) for c in node.comparators
+                                                     for state in ("_State.READING", "_State.IDLE")):
+                where.setdefault(fn.name, []).append(ast.unparse(node))
+    assert where == {
+        "_begin_stop": ["c.state in (_State.IDLE, _State.READING)"],  # both alike
+        "_on_readable": ["conn.state is _State.IDLE", "conn.state is _State.IDLE"],  # the promotion to READING
+        "_dispatch_ready": ["conn.state is _State.IDLE"],  # after the pass set it (below)
+    }, where
+    pass_ = next(n for n in ast.walk(_method("_dispatch_ready")) if isinstance(n, ast.With)
+                 and "conn.state is _State.IDLE" in ast.unparse(n))
+    first, second = pass_.body[:2]
+    assert ast.unparse(first.test) == "conn.state is _State.QUEUED or conn.state is _State.DISPATCHING"  # type: ignore[attr-defined]
+    assert "self._stopping and conn.state is _State.IDLE" in ast.unparse(second)  # a state the pass just set
+
+
+@pytest.mark.parametrize("variant", ["reference", "mutant"])
+def test_a_flushed_connection_mid_frame_or_between_frames_is_served_and_cancelled_alike(
+        lc_root: Path, variant: str, no_thread_leak: None) -> None:
+    cls = WorkerListener if variant == "reference" else _mutated(FLUSHED_STATE).WorkerListener
+    rec = Recorder()
+    listener = cls(socket_path("f", 0, 0, lc_root), NoopBackend(), ipc="f", recorder=rec)
+    listener.start()
+    try:
+        big, second = _frame(rid="big", size=900_000), _frame(rid="two")
+        mid = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)  # flushed while mid-frame
+        mid.connect(str(listener.path))
+        mid.sendall(big + second[:3])
+        mid.settimeout(SAFETY)
+        assert wire.decode_reply(wire.recv_frame(mid)).status == "success"  # read as it is written: flushed
+        mid.sendall(second[3:])
+        assert wire.decode_reply(wire.recv_frame(mid)).status == "success"  # the second request on it, answered
+        between = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)  # flushed between frames
+        between.connect(str(listener.path))
+        between.sendall(_frame(rid="big2", size=900_000))
+        between.settimeout(SAFETY)
+        assert wire.decode_reply(wire.recv_frame(between)).status == "success"
+        half = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)  # and one mid-frame after its flush
+        half.connect(str(listener.path))
+        half.sendall(_frame(rid="big3", size=900_000) + second[:3])
+        half.settimeout(SAFETY)
+        assert wire.decode_reply(wire.recv_frame(half)).status == "success"
+        assert listener.stop()
+        assert len(rec.events("dispatch_finished")) == 4 and not rec.events("dispatch_refused")
+        for s in (mid, between, half):  # every one of them ended by the stop
+            assert cf.closed(s, SAFETY)
+            s.close()
+    finally:
+        listener.stop()
+
+
+# ------------------------------------------------ 522: post-dispatch unlock
+def _held_at(cls: type, lc_root: Path, line: int, nth: int) -> tuple[Any, ...]:
+    """Run one request on ``cls``; hold the serving thread before ``line`` of _dispatch_ready (its ``nth`` time
+    there), run a stop's _begin_stop meanwhile, let the thread go on, stop; what anyone can observe."""
+    at, go = threading.Event(), threading.Event()
+    hits = 0
+
+    def local(frame: Any, event: str, arg: Any) -> Any:
+        nonlocal hits
+        if event == "line" and frame.f_lineno == line:
+            hits += 1
+            if hits == nth:
+                at.set()
+                go.wait(SAFETY)
+        return local
+
+    def tracer(frame: Any, event: str, arg: Any) -> Any:
+        return local if frame.f_code.co_name == "_dispatch_ready" else None
+
+    rec = Recorder()
+    listener = cls(socket_path("u", 0, 0, lc_root), NoopBackend(), ipc="u", recorder=rec)
+    threading.settrace(tracer)  # only the serving thread, started now, is traced
+    try:
+        listener.start()
+    finally:
+        threading.settrace(None)  # type: ignore[arg-type]
+    client = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        client.connect(str(listener.path))
+        client.sendall(_frame(rid="u"))
+        assert at.wait(SAFETY), f"the serving thread never reached line {line}"
+        stopper = threading.Thread(target=listener._begin_stop)
+        stopper.start()
+        stopper.join(SAFETY)
+        assert not stopper.is_alive(), "the stop's part waited for the serving thread"
+        go.set()
+        client.settimeout(SAFETY)
+        status = wire.decode_reply(wire.recv_frame(client)).status
+        stopped = listener.stop()
+        closed = cf.closed(client, SAFETY)
+    finally:
+        go.set()
+        client.close()
+        listener.stop()
+    cancelled = [tuple(e.data["conns"]) for e in rec.events("reads_cancelled")]
+    whys = tuple(e.data.get("why") for e in rec.events("connection_closed"))
+    return status, tuple(cancelled), whys, stopped, closed
+
+
+def test_the_post_dispatch_update_without_its_lock_ends_as_the_locked_one_can(lc_root: Path,
+                                                                              no_thread_leak: None) -> None:
+    src = LISTENER_PY.read_text().splitlines()
+    assert src[520].strip() == "if conn.sock.fileno() != -1:" and src[521].strip() == "with self._lock:"
+    assert src[491].strip() == "while self._ready:"
+    reference = {_held_at(WorkerListener, lc_root, 521, 1),  # the stop before the block
+                 _held_at(WorkerListener, lc_root, 492, 2)}  # and after it (the loop's next test)
+    assert len(reference) == 2, reference  # the two orders differ: what the stop cancelled
+    mutant = _mutated(POST_DISPATCH_UNLOCK).WorkerListener
+    assert src[524].strip() == "if self._stopping and conn.state is _State.IDLE:"
+    for line in (523, 524, 525):  # before each statement of the unlocked block that reads or writes a state
+        got = _held_at(mutant, lc_root, line, 1)
+        assert got in reference, (line, got, reference)
