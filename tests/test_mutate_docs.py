@@ -101,5 +101,8 @@ def test_a_later_part_replaces_an_earlier_result_only_with_later_wins() -> None:
     assert [(x["id"], x["status"]) for x in m["mutants"]] == [("a:1:0:remove", "killed"), ("a:2:0:negate", "killed")]
     assert m["raw"] == {"killed": 2, "all": 2} and m["non_equivalent"] == {"killed": 2, "all": 2}
     assert [x["status"] for x in merge([a, b])["mutants"]] == ["killed", "survived"]
+    merged_before = "x + ./dev mutate --json /tmp/c.json --only <7 ids of the sample>"
+    assert merge([{**a, "command": merged_before}, b])["command"] == (
+        merged_before + " + ./dev mutate --sample 60 --seed 1 --json /tmp/b.json --only <1 ids of the sample>")
     m = merge([a], equivalent={"a:2:0:negate"})  # an equivalence shown after the run: the score follows it
     assert m["non_equivalent"] == {"killed": 1, "all": 1} and m["mutants"][1]["equivalent"] is True

@@ -86,7 +86,11 @@ def markdown(data: dict[str, Any], explanations: dict[str, str] | None = None) -
 
 
 def _short_command(command: str) -> str:
-    """A command line with its --only ids counted, not listed."""
+    """A command line with its --only ids counted, not listed (a merged one's parts each shortened, once)."""
+    if " + " in command:
+        return " + ".join(_short_command(part) for part in command.split(" + "))
+    if "ids of the sample>" in command:
+        return command  # already shortened
     words = command.split()
     ids = [w for i, w in enumerate(words) if i and words[i - 1] == "--only"]
     rest = [w for i, w in enumerate(words) if w != "--only" and not (i and words[i - 1] == "--only")]
