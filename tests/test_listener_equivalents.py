@@ -28,6 +28,7 @@ closes, what stop returned) is one the locked block has too, with the stop befor
 from __future__ import annotations
 
 import ast
+import functools
 import socket
 import sys
 import threading
@@ -45,6 +46,8 @@ from harness.reference.backend import NoopBackend
 from harness.reference.listener import WorkerListener
 from harness.reference.paths import socket_path
 
+pytestmark = pytest.mark.slow  # making the mutants of listener.py takes ~3 s (~10 s on a loaded machine)
+
 LISTENER_PY = Path(__file__).resolve().parent.parent / "harness" / "reference" / "listener.py"
 BODIES_CLEAR = "harness/reference/listener.py:594:8:remove"
 FLUSHED_STATE = "harness/reference/listener.py:569:47:negate"
@@ -52,10 +55,16 @@ POST_DISPATCH_UNLOCK = "harness/reference/listener.py:522:16:unlock"
 SAFETY = 10.0  # seconds: a safety net on every wait, never a timer
 
 
+@functools.cache
+def _mutants(src: str) -> dict[str, Any]:
+    return {m.id: m for m in mutants_of(src, "harness/reference/listener.py")}
+
+
+@functools.cache
 def _mutated(mid: str) -> Any:
     """The listener module with mutant ``mid`` applied (a module of its own: the reference is untouched)."""
     src = LISTENER_PY.read_text()
-    m = next(m for m in mutants_of(src, "harness/reference/listener.py") if m.id == mid)
+    m = _mutants(src)[mid]
     mod = types.ModuleType(f"listener_mutant_{m.line}")
     sys.modules[mod.__name__] = mod  # its dataclasses look their module up
     exec(compile(apply(src, m), str(LISTENER_PY), "exec"), mod.__dict__)
