@@ -10,12 +10,13 @@ import os
 import select
 from typing import Any
 
-from harness.errors import ListenerError
+from harness import failpoints
+from harness.errors import ListenerError, WireError
 from harness.reference import wire
 from harness.reference.listener import WorkerListener, _Conn, _State
 
 __all__ = ["CancelLeftToThread", "StartsTwice", "LeavesUmask", "SocketModeOpen", "BusyPollsAfterReply",
-           "DiesOnAcceptFailure", "UnrecordedDispatch", "MisreportsClose"]
+           "DiesOnAcceptFailure", "UnrecordedDispatch", "MisreportsClose", "QueuesPartialReads"]
 
 
 class CancelLeftToThread(WorkerListener):
@@ -128,3 +129,55 @@ class MisreportsClose(WorkerListener):
 
     def _close(self, conn: _Conn, *, why: str) -> None:
         super()._close(conn, why=why.replace("peer closed", "cancelled by stop"))
+
+
+class QueuesPartialReads(WorkerListener):
+    """listener.py:477 (the return after a read that completes no frame removed): such a read goes on to the
+    frame-completion decision and queues its connection with nothing to answer, so a stop whose snapshot falls
+    before the dispatch pass sees it queued, not reading, and does not shut it down: the pass cancels it for
+    reading only, and its client is told when the serving thread exits.  (The reference's _on_readable with
+    that one return removed.)"""
+
+    def _on_readable(self, conn: _Conn) -> None:
+        try:
+            data = conn.sock.recv(65536)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError as exc:
+            self._close(conn, why=f"read error: {exc}")
+            return
+        if not data:
+            why = "cancelled by stop" if conn.state is _State.CANCELLED else "peer closed"
+            self._close(conn, why=why + (" mid-frame" if conn.reader.in_frame else ""))
+            return
+        was_in_frame = conn.reader.in_frame
+        try:
+            bodies = conn.reader.feed(data)
+        except WireError as exc:
+            self.rec.emit("bad_frame", listener=self.label, conn=conn.cid, error=str(exc))
+            self._send(conn, wire.Reply(status="error", error_type="bad_request", message=str(exc)))
+            self._close(conn, why="framing lost")
+            return
+        if not was_in_frame:
+            if self._on:
+                self.rec.emit("frame_started", listener=self.label, conn=conn.cid)
+            failpoints.hit("listener.frame_started")
+        if not bodies:
+            if conn.state is _State.IDLE and conn.reader.in_frame:
+                with self._lock:
+                    if conn.state is _State.IDLE:
+                        conn.state = _State.READING
+            failpoints.hit("listener.frame_read")
+            # the mutant: no return here
+        with self._lock:
+            if self._on:
+                for _ in bodies:
+                    self.rec.emit("frame_completed", listener=self.label, conn=conn.cid, after_stop=self._stopping)
+            if conn.state is _State.CANCELLED:
+                return
+            failpoints.hit("listener.frame_completing")
+            conn.bodies.extend(bodies)
+            if conn.state is not _State.QUEUED:
+                conn.state = _State.QUEUED
+                self._ready.append(conn)
+        failpoints.hit("listener.frame_read")

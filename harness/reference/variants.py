@@ -25,6 +25,7 @@ from harness.reference.listener_variants import (
     DiesOnAcceptFailure,
     LeavesUmask,
     MisreportsClose,
+    QueuesPartialReads,
     SocketModeOpen,
     StartsTwice,
     UnrecordedDispatch,
@@ -513,6 +514,8 @@ VARIANTS: dict[str, Variant] = _variants(
             listener=UnrecordedDispatch),
     Variant("misreports_close", "a connection its client closed is recorded as cancelled by stop",
             listener=MisreportsClose),
+    Variant("queues_partial_reads", "a read that completes no frame queues its connection: a stop in between "
+            "does not shut that reading client down", listener=QueuesPartialReads),
 )
 
 
