@@ -1,7 +1,20 @@
 """In-repo pytest wiring only: the plugin itself is harness/plugin.py (entry point ``lastcall``)."""
 
 import os
+import sys
 
 # lastcall's own suite checks every recorded event against harness.events (a bad one breaks the run);
 # set before any recorder exists, and inherited by every process a test starts
 os.environ.setdefault("LASTCALL_STRICT_EVENTS", "1")
+
+# Bytecode where the environment forbids writing it (PYTHONDONTWRITEBYTECODE=1, as on the shared machine): every
+# interpreter the suite starts (the xdist workers, each sub-session, `lastcall` run and fork server) would
+# compile harness/ from source again, and each pytest process rewrite the asserts of every module of the
+# plugin's distribution and of the tests (about 9 s of CPU a pytest process, 0.5 s an interpreter that imports
+# harness; docs/suite-profile.md).  The suite writes it, as Python does by default (and a CI runner that does
+# not set the variable): __pycache__/ is git-ignored, and each cached file is checked against its source's
+# mtime and size.  A mutation run still sets PYTHONDONTWRITEBYTECODE=1 for its own processes, whose mutants
+# live in fresh temporary directories.  LASTCALL_SUITE_BYTECODE=0 leaves the variable as it is.
+if os.environ.get("PYTHONDONTWRITEBYTECODE") and os.environ.get("LASTCALL_SUITE_BYTECODE", "1") != "0":
+    del os.environ["PYTHONDONTWRITEBYTECODE"]
+    sys.dont_write_bytecode = False

@@ -87,10 +87,12 @@ def clone(tree: Path, into: Path) -> str:
 
 
 def one_run(where: Path, select: str, extra_env: Mapping[str, str] | None = None,
-            paths: tuple[str, ...] = (), python: Path | None = None) -> dict[str, Any]:
+            paths: tuple[str, ...] = (), python: Path | None = None,
+            extra_args: tuple[str, ...] = ()) -> dict[str, Any]:
     """One pytest run in ``where`` (with ``python``, default this one): wall seconds, CPU seconds of
-    everything it ran, its summary."""
-    cmd = [str(python or sys.executable), "-m", "pytest", "-n", "2", "-q", "-p", "no:randomly",
+    everything it ran, its summary.  ``extra_args`` go before the selection (benchmarks/suite_profile.py's
+    probe plugin)."""
+    cmd = [str(python or sys.executable), "-m", "pytest", "-n", "2", "-q", "-p", "no:randomly", *extra_args,
            *SELECTIONS[select], *paths]
     env = {**os.environ, **(extra_env or {})}
     env.pop("PYTEST_ADDOPTS", None)
@@ -134,6 +136,29 @@ def measure(tree: Path, selects: list[str], runs: int, in_tree: bool) -> dict[st
     return {"date": datetime.date.today().isoformat(), "commit": commit,
             "machine": f"{platform.machine()}, {os.cpu_count()} CPUs", "python": platform.python_version(),
             "where": "working tree" if in_tree else "clean clone", "selections": rows}
+
+
+def from_profiles(files: list[Path]) -> dict[str, Any]:
+    """The timed runs of probed whole-selection runs (benchmarks/suite_profile.py: the same pytest command plus
+    its probe plugin, which appends one record per report), one row per selection; one commit for all."""
+    runs: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    commits, dates, wheres = set(), set(), set()
+    for f in files:
+        rec = json.loads(f.read_text())
+        if not rec.get("whole") or rec.get("select") not in SELECTIONS or "clean clone" not in rec.get("where", ""):
+            raise SystemExit(f"{f}: not a probed run of a whole selection on a clean clone "
+                             "(suite_profile.py --clone --select default|not-slow --probe-out FILE)")
+        commits.add(rec["commit"])
+        wheres.add(rec["where"])
+        dates.add(rec["date"])
+        runs[rec["select"]].append({k: rec[k] for k in ("wall_s", "cpu_s", "rc", "counts")})
+    if len(commits) != 1:
+        raise SystemExit(f"runs of more than one commit: {sorted(commits)}")
+    rows = {sel: {"runs": rs, "median_wall_s": statistics.median(r["wall_s"] for r in rs),
+                  "median_cpu_s": statistics.median(r["cpu_s"] for r in rs), "target_s": TARGET_S[sel]}
+            for sel, rs in runs.items()}
+    return {"date": max(dates), "commit": commits.pop(), "machine": f"{platform.machine()}, {os.cpu_count()} CPUs",
+            "python": platform.python_version(), "where": " and ".join(sorted(wheres)), "selections": rows}
 
 
 def measure_one(where: Path, select: str, runs: int, clean_first: bool) -> dict[str, Any]:
@@ -238,6 +263,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--write", action="store_true", help="commit the figures to docs/running.md and docs/data/")
     p.add_argument("--append", action="store_true", help="with --write: keep the other selections' rows")
     p.add_argument("--note", default="", help="with --write: a sentence printed under the table (the load, say)")
+    p.add_argument("--from-profile", type=Path, nargs="+", metavar="FILE",
+                   help="take the runs from benchmarks/suite_profile.py --clone --probe-out files instead of running")
     args = p.parse_args(argv)
     if args.runs < 1:
         p.error(f"--runs {args.runs}: give 1 or more")
@@ -249,7 +276,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.paths:
         p.error("test paths are for --census only: the timed runs take the whole selection")
-    result = measure(ROOT, args.select, args.runs, args.tree)
+    result = from_profiles(args.from_profile) if args.from_profile else measure(ROOT, args.select, args.runs,
+                                                                                    args.tree)
     if args.note:
         result["note"] = args.note
     print(table(result))

@@ -49,3 +49,45 @@ def test_the_census_counts_finalization_from_the_fork_servers_children() -> None
     assert out["kinds"]["forked child"] == {"n": 3, "cpu_s": 0.3, "with_torch": 3}
     assert out["kinds"]["lastcall CLI"]["n"] == 1
     assert out["forked_children_finalization_cpu_s"] == 0.7  # 1.0 reaped, 0.3 of it before their atexit
+
+
+def _report(nodeid: str, when: str, s: float, start: float, worker: str, outcome: str = "passed",
+            slow: bool = False) -> dict[str, object]:
+    return {"nodeid": nodeid, "when": when, "outcome": outcome, "duration": s, "start": start, "stop": start + s,
+            "worker": worker, "slow": slow}
+
+
+def test_the_profile_sums_phases_per_test_and_tests_per_file_and_sees_each_workers_start_and_tail() -> None:
+    mod = script("suite_profile")
+    reports = [_report("tests/test_a.py::t1", "setup", 0.5, 102.0, "gw0"),
+               _report("tests/test_a.py::t1", "call", 2.0, 102.5, "gw0"),
+               _report("tests/test_a.py::t1", "teardown", 0.5, 104.5, "gw0"),
+               _report("tests/test_a.py::t2", "call", 1.0, 105.0, "gw0", outcome="failed"),
+               _report("scenarios/s.yaml::s[tp1]", "setup", 0.0, 101.0, "gw1", outcome="skipped"),
+               _report("tests/test_b.py::t3", "call", 5.0, 101.0, "gw1")]
+    out = mod.analyse({"wall_s": 12.0, "session": {"start": 100.0, "finish": 110.0}, "reports": reports})
+    assert out["tests"] == 4 and out["test_s"] == 9.0
+    assert out["workers"] == {"gw0": {"tests": 2, "busy_s": 4.0, "start_up_s": 2.0, "idle_tail_s": 4.0},
+                              "gw1": {"tests": 2, "busy_s": 5.0, "start_up_s": 1.0, "idle_tail_s": 4.0}}
+    assert [(f["file"], f["tests"], f["s"]) for f in out["files"]] == [
+        ("tests/test_b.py", 1, 5.0), ("tests/test_a.py", 2, 4.0), ("scenarios/s.yaml", 1, 0.0)]
+    assert out["files"][1]["max"] == "tests/test_a.py::t1" and out["files"][1]["share"] == round(4 / 9, 4)
+    assert {t["test"]: t["outcome"] for t in out["top"]} == {
+        "tests/test_b.py::t3": "passed", "tests/test_a.py::t1": "passed", "tests/test_a.py::t2": "failed",
+        "scenarios/s.yaml::s[tp1]": "skipped"}
+    rows = mod.slow_rows(["tests/test_a.py::t1", "tests/test_a.py::t9", "tests/test_c.py::x"],
+                         {"tests/test_a.py::t1": 3.0}, {"tests/test_c.py": "about 7 min in CI"})
+    assert rows == [{"file": "tests/test_a.py", "tests": 2, "measured": 1, "s": 3.0, "max_s": 3.0, "known": ""},
+                    {"file": "tests/test_c.py", "tests": 1, "measured": 0, "s": 0.0, "max_s": 0.0,
+                     "known": "about 7 min in CI"}]
+
+
+def test_the_suite_profile_tables_are_rendered_from_their_data() -> None:
+    mod = script("suite_profile")
+    data = json.loads((ROOT / "docs" / "data" / "suite_profile.json").read_text())
+    text = (ROOT / "docs" / "suite-profile.md").read_text()
+    begin, end = mod.docpage.markers(mod.NAME)
+    assert text.count(begin) == 1 and text.count(end) == 1
+    assert table.between_markers(text, begin, end) == mod.table(data), (
+        "docs/suite-profile.md differs from docs/data/suite_profile.json: rerun "
+        "`python benchmarks/suite_profile.py --write`, do not edit the tables")
