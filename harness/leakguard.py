@@ -113,11 +113,35 @@ def take() -> Inventory:
     except OSError:
         shm = frozenset()
     threads = frozenset(t for t in threading.enumerate() if t.name.startswith(SUT_THREADS))
-    from harness.probes.net import sockets
+    return Inventory(paths, shm, threads, _children(_harness_pids()), _listening(os.getpid()))
 
-    ports = frozenset(s.local for s in sockets(pids=[os.getpid()]) if s.proto.startswith("tcp")
-                      and s.state == "LISTEN")
-    return Inventory(paths, shm, threads, _children(_harness_pids()), ports)
+
+def _listening(pid: int) -> frozenset[str]:
+    """The local addresses of ``pid``'s TCP sockets that LISTEN (as harness.probes.net.sockets gives them).
+
+    Taken three times a test: only the lines of /proc/net/tcp and tcp6 whose inode is one of the process's
+    own sockets, in state LISTEN (``0A``), are decoded; a shared machine's tables hold hundreds of other
+    sockets (decoding every line cost about 0.1 s a take here; docs/suite-profile.md)."""
+    from harness.probes.net import decode_addr, inode_owners
+
+    mine = set(inode_owners([pid]))
+    if not mine:
+        return frozenset()
+    out: set[str] = set()
+    for proto in ("tcp", "tcp6"):
+        try:
+            with open(f"/proc/net/{proto}", "rb") as f:
+                lines = f.read().splitlines()[1:]
+        except OSError:
+            continue  # no IPv6 in this kernel, for instance
+        for line in lines:
+            fields = line.split()
+            if len(fields) < 10 or fields[3].upper() != b"0A" or not fields[9].isdigit():
+                continue
+            if int(fields[9]) in mine:
+                host, port = decode_addr(fields[1].decode())
+                out.add(f"[{host}]:{port}" if ":" in host else f"{host}:{port}")
+    return frozenset(out)
 
 
 def diff(before: Inventory) -> list[str]:
