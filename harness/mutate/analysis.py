@@ -48,6 +48,7 @@ class Analysis:
     baselines: dict[str, float] = field(default_factory=dict)  # group -> seconds of the unmutated run
     flaky: list[str] = field(default_factory=list)  # items that failed once, then passed on the same code
     planned: int = 0  # mutants chosen (outcomes has fewer while the run is under way)
+    commit: str = ""  # HEAD when the code and scenarios were frozen (+uncommitted when they differed from it)
 
     @property
     def killed(self) -> list[Outcome]:
@@ -91,13 +92,14 @@ def analyse(groups: Sequence[tuple[str, list[Subject], list[str]]], *, target: s
     Error handling: ConfigError when a group has no scenario, or when its scenarios fail on the unmutated
         code (nothing could be measured against them).
     """
+    commit = _commit(dirty=["harness", "scenarios", *(s.rel for _, subjects, _ in groups for s in subjects)])
     with freeze([s for _, subjects, _ in groups for s in subjects]), tempfile.TemporaryDirectory(
             prefix="lc-mut-scenarios-") as tmp:
         groups = [(name, subjects, _frozen(scenarios, Path(tmp) / str(i)))
                   for i, (name, subjects, scenarios) in enumerate(groups)]
         return _analyse(groups, target=target, sample=sample, seed=seed, only=only, timeout=timeout,
                         equivalent=equivalent, explained=explained, echo=echo, keyword=keyword, after=after,
-                        workers=workers)
+                        workers=workers, commit=commit)
 
 
 def _frozen(scenarios: list[str], into: Path) -> list[str]:
@@ -115,7 +117,7 @@ def _frozen(scenarios: list[str], into: Path) -> list[str]:
 def _analyse(groups: Sequence[tuple[str, list[Subject], list[str]]], *, target: str | None, sample: int | None,
              seed: int, only: Sequence[str], timeout: float | None, equivalent: dict[str, Entry] | None,
              explained: dict[str, Entry] | None, echo: Callable[[str], None], keyword: str | None,
-             after: Callable[[Analysis], None] | None, workers: int | None) -> Analysis:
+             after: Callable[[Analysis], None] | None, workers: int | None, commit: str = "") -> Analysis:
     everything: list[tuple[str, Subject, Mutant]] = []
     sources: dict[str, str] = {}
     for name, subjects, _ in groups:
@@ -126,7 +128,8 @@ def _analyse(groups: Sequence[tuple[str, list[Subject], list[str]]], *, target: 
     plan = [(g, s, m) for g, s, m in everything if m.id in chosen]
     echo(f"lastcall mutate: {len(plan)} of {len(everything)} mutants"
          + (f" (sample {sample}, seed {seed})" if sample is not None and not only else ""))
-    result = Analysis([], equivalent or {}, explained or {}, sources, len(everything), planned=len(plan))
+    result = Analysis([], equivalent or {}, explained or {}, sources, len(everything), planned=len(plan),
+                      commit=commit)
     paths = {name: scenarios for name, _, scenarios in groups}
     subjects_by = {name: subs for name, subs, _ in groups}
     for name in dict.fromkeys(g for g, _, _ in plan):
@@ -227,17 +230,29 @@ def to_json(a: Analysis, *, sample: int | None, seed: int, target: str | None, c
     ne = a.non_equivalent
     return {"command": command, "planned": a.planned, "sample": sample, "seed": seed, "target": target,
             "mutants_in_scope": a.total,
-            "commit": _commit(), "date": datetime.date.today().isoformat(), "python": sys.version.split()[0],
+            "commit": a.commit or _commit(), "date": datetime.date.today().isoformat(),
+            "python": sys.version.split()[0],
             "unmutated_seconds": {k: round(v, 1) for k, v in a.baselines.items()}, "flaky_on_unmutated": a.flaky,
             "raw": {"killed": len(a.killed), "all": len(a.outcomes)},
             "non_equivalent": {"killed": sum(1 for o in ne if o.killed), "all": len(ne)},
             "mutants": [one(o) for o in a.outcomes]}
 
 
-def _commit() -> str:
+def _commit(dirty: Sequence[str] = ()) -> str:
+    """HEAD, short; with ``+uncommitted`` when a path of ``dirty`` differs from it in the working tree (the
+    run is then of code no commit holds).  Read when the run freezes its code: a commit landed while it runs
+    is not what it measured."""
+    here = Path(__file__).parent
     try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                              cwd=Path(__file__).parent, timeout=10).stdout.strip()
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                              cwd=here, timeout=10).stdout.strip()
+        if head and dirty:
+            top = subprocess.run(["git", "rev-parse", "--show-toplevel"], capture_output=True, text=True,
+                                 cwd=here, timeout=10).stdout.strip()
+            changed = subprocess.run(["git", "status", "--porcelain", "--", *dirty], capture_output=True,
+                                     text=True, cwd=top or here, timeout=30).stdout.strip()
+            head += "+uncommitted" if changed else ""
+        return head
     except (OSError, subprocess.SubprocessError):
         return ""
 
