@@ -50,9 +50,9 @@ _ITEM = re.compile(r"^(\S+::\S+)$", re.M)
 
 
 def run_probe(where: Path, select: str, paths: Sequence[str], keyword: str | None, probe: Path,
-              python: Path) -> dict[str, Any]:
+              python: Path, workers: int = 2) -> dict[str, Any]:
     """One probed pytest run in ``where`` with ``python``: its wall seconds, return code and the probe's records."""
-    cmd = [str(python), "-m", "pytest", "-n", "2", "-q", "-p", "no:randomly", "-p", "suite_probe",
+    cmd = [str(python), "-m", "pytest", "-n", str(workers), "-q", "-p", "no:randomly", "-p", "suite_probe",
            *SELECTIONS[select], *(["-k", keyword] if keyword else []), *paths]
     env = {**os.environ, "LASTCALL_SUITE_PROBE": str(probe),
            "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT / "benchmarks"), os.environ.get("PYTHONPATH")]))}
@@ -68,7 +68,7 @@ def run_probe(where: Path, select: str, paths: Sequence[str], keyword: str | Non
                          f"{proc.stdout[-2000:]}{proc.stderr[-2000:]}")
     rec = json.loads(probe.read_text())
     tail = proc.stdout.strip().splitlines()[-1:] if proc.stdout.strip() else []
-    return {"select": select, "whole": not paths and not keyword, "wall_s": round(wall, 1),
+    return {"select": select, "whole": not paths and not keyword and workers == 2, "wall_s": round(wall, 1),
             "cpu_s": round(cpu, 1), "rc": proc.returncode, "summary": tail[0] if tail else "",
             "counts": suite_time.parse_summary(proc.stdout).get("counts", {}),
             "command": " ".join(["pytest", *cmd[3:]]), **rec}
@@ -109,6 +109,8 @@ def analyse(run: Mapping[str, Any]) -> dict[str, Any]:
         w["busy_s"] += t["s"]
         w["first"], w["last"] = min(w["first"], t["start"]), max(w["last"], t["stop"])
     total = sum(t["s"] for t in tests.values())
+    phases = {w: round(sum(r["duration"] for r in run["reports"] if r["when"] == w), 1)
+              for w in ("setup", "call", "teardown")}
     files: dict[str, dict[str, Any]] = defaultdict(lambda: {"tests": 0, "s": 0.0, "max_s": 0.0, "max": ""})
     for nodeid, t in tests.items():
         f = files[file_of(nodeid)]
@@ -119,7 +121,7 @@ def analyse(run: Mapping[str, Any]) -> dict[str, Any]:
     ordered = sorted(files.items(), key=lambda kv: -kv[1]["s"])
     return {
         "wall_s": run["wall_s"], "session_s": round(finish - start, 1), "summary": run.get("summary", ""),
-        "command": run.get("command", ""), "tests": len(tests), "test_s": round(total, 1),
+        "command": run.get("command", ""), "tests": len(tests), "test_s": round(total, 1), "phases": phases,
         "workers": {k: {"tests": int(v["tests"]), "busy_s": round(v["busy_s"], 1),
                         "start_up_s": round(v["first"] - start, 1), "idle_tail_s": round(finish - v["last"], 1)}
                     for k, v in sorted(workers.items())},
@@ -129,6 +131,25 @@ def analyse(run: Mapping[str, Any]) -> dict[str, Any]:
         "top": [{"test": k, "s": round(v["s"], 2), "outcome": v["outcome"]}
                 for k, v in sorted(tests.items(), key=lambda kv: -kv[1]["s"])[:TOP]],
     }
+
+
+def compare(before: Mapping[str, Any], after: Mapping[str, Any], unlike: Sequence[str] = ()) -> dict[str, Any]:
+    """Two profiles side by side: the files whose test count is the same in both (the like-for-like ones, less
+    ``unlike``: files whose cost differs for a reason outside the code, e.g. a set-up), their seconds before
+    and after and the ratio; the phases' totals."""
+    old = {f["file"]: f for f in before["files"]}
+    rows = [{"file": f["file"], "tests": f["tests"], "before_s": old[f["file"]]["s"], "after_s": f["s"],
+             "ratio": round(f["s"] / old[f["file"]]["s"], 2) if old[f["file"]]["s"] else None}
+            for f in after["files"] if f["file"] in old and old[f["file"]]["tests"] == f["tests"]
+            and f["file"] not in unlike]
+    same_b = sum(r["before_s"] for r in rows)
+    same_a = sum(r["after_s"] for r in rows)
+    return {"files": sorted(rows, key=lambda r: -r["before_s"]), "same_files": len(rows),
+            "same_before_s": round(same_b, 1), "same_after_s": round(same_a, 1),
+            "same_ratio": round(same_a / same_b, 2) if same_b else None,
+            "phases": {"before": before.get("phases", {}), "after": after.get("phases", {})},
+            "unlike": list(unlike), "wall": {"before": before["wall_s"], "after": after["wall_s"]},
+            "tests": {"before": before["tests"], "after": after["tests"]}}
 
 
 def slow_rows(ids: Sequence[str], measured: Mapping[str, float], known: Mapping[str, str]) -> list[dict[str, Any]]:
@@ -173,6 +194,22 @@ def table(result: Mapping[str, Any]) -> str:
     out += ["", f"The {len(p['top'])} slowest tests:", "", "| test | seconds | outcome |", "|---|---|---|"]
     for t in p["top"]:
         out.append(f"| `{t['test']}` | {_s(t['s'])} | {t['outcome']} |")
+    cmp = result.get("compare")
+    if cmp:
+        b, ph = result["before"], cmp["phases"]
+        out += ["", f"Against an earlier profile ({b['where']} of {b['commit']}, {b['note']}): wall "
+                f"{_s(cmp['wall']['before'])} s for {cmp['tests']['before']} tests, now {_s(cmp['wall']['after'])} s "
+                f"for {cmp['tests']['after']}. Like for like, the {cmp['same_files']} files with as many tests in "
+                f"both" + (f" (less {', '.join(f'`{u}`' for u in cmp['unlike'])})" if cmp["unlike"] else "")
+                + f": {_s(cmp['same_before_s'])} s, now {_s(cmp['same_after_s'])} s (x{cmp['same_ratio']}). "
+                "Phases (summed over the workers), before / after: " + ", ".join(
+                    f"{w} {_s(ph['before'].get(w, 0.0))} / {_s(ph['after'].get(w, 0.0))} s"
+                    for w in ("setup", "call", "teardown")) + ".", "",
+                "| file (as many tests in both) | tests | before s | after s | after / before |",
+                "|---|---|---|---|---|"]
+        for r in cmp["files"][:TOP]:
+            out.append(f"| `{r['file']}` | {r['tests']} | {_s(r['before_s'])} | {_s(r['after_s'])} | "
+                       f"{r['ratio'] if r['ratio'] is not None else '-'} |")
     slow = result.get("slow", {})
     if slow:
         out += ["", f"The slow tests (`-m slow`): {slow['collected']} collected; measured where a run of them "
@@ -199,6 +236,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--setup", action="store_true",
                    help="with --clone: set the clone up as .ci/run does (./dev setup), on a copy of this .venv")
     p.add_argument("-k", dest="keyword", help="pytest -k, to probe a part of the selection")
+    p.add_argument("-n", dest="workers", type=int, default=2, help="xdist workers (default 2; 0 for slow tests alone)")
     p.add_argument("paths", nargs="*", help="test paths (default: the whole selection)")
     p.add_argument("--from", dest="from_", type=Path, metavar="FILE", help="render this probe file; run nothing")
     p.add_argument("--probe-out", type=Path, metavar="FILE", help="keep the probe file here")
@@ -207,8 +245,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--known", type=Path, metavar="JSON", help="{file: words} for slow files not measured here")
     p.add_argument("--write", action="store_true", help="commit to docs/suite-profile.md and docs/data/")
     p.add_argument("--note", default="", help="with --write: a sentence about the load")
+    p.add_argument("--compare", type=Path, nargs=2, metavar=("BEFORE", "NOTE"),
+                   help="an earlier probe file and a note on it: the like-for-like files side by side")
+    p.add_argument("--unlike", nargs="*", default=[], metavar="FILE",
+                   help="with --compare: test files left out of the like-for-like sum (say why in the note)")
     args = p.parse_args(argv)
-    for f in [*(args.slow or []), *([args.from_] if args.from_ else []), *([args.known] if args.known else [])]:
+    for f in [*(args.slow or []), *([args.from_] if args.from_ else []), *([args.known] if args.known else []),
+              *([args.compare[0]] if args.compare else [])]:
         if not f.is_file():
             p.error(f"{f}: no such file")
     tmp = Path(tempfile.mkdtemp(prefix="lc-profile-"))
@@ -228,7 +271,7 @@ def main(argv: list[str] | None = None) -> int:
             run.setdefault("wall_s", round(run["session"]["finish"] - run["session"]["start"], 1))
         else:
             probe = args.probe_out or tmp / "probe.json"
-            run = run_probe(where, args.select, args.paths, args.keyword, probe, python)
+            run = run_probe(where, args.select, args.paths, args.keyword, probe, python, args.workers)
         result: dict[str, Any] = {"date": run.get("date", datetime.date.today().isoformat()),
                                   "commit": run.get("commit", commit),
                                   "machine": f"{platform.machine()}, {os.cpu_count()} CPUs",
@@ -240,6 +283,11 @@ def main(argv: list[str] | None = None) -> int:
             result["note"] = args.note
         if args.probe_out and args.from_ is None:  # the run with where and what it ran: suite_time.py --from-profile
             args.probe_out.write_text(json.dumps({**run, **{k: result[k] for k in ("commit", "where", "date")}}))
+        if args.compare:
+            earlier = json.loads(args.compare[0].read_text())
+            result["before"] = {"commit": earlier.get("commit", "?"), "where": earlier.get("where", "?"),
+                                "note": str(args.compare[1])}
+            result["compare"] = compare(analyse(earlier), result["profile"], args.unlike)
         if args.slow or args.known:
             ids = collect_slow(where)
             known = json.loads(args.known.read_text()) if args.known else {}

@@ -91,3 +91,17 @@ def test_the_suite_profile_tables_are_rendered_from_their_data() -> None:
     assert table.between_markers(text, begin, end) == mod.table(data), (
         "docs/suite-profile.md differs from docs/data/suite_profile.json: rerun "
         "`python benchmarks/suite_profile.py --write`, do not edit the tables")
+
+
+def test_two_profiles_are_compared_like_for_like_only() -> None:
+    mod = script("suite_profile")
+    before = {"wall_s": 10.0, "tests": 4, "phases": {"setup": 1.0, "call": 8.0, "teardown": 1.0},
+              "files": [{"file": "a.py", "tests": 2, "s": 4.0}, {"file": "b.py", "tests": 1, "s": 2.0},
+                        {"file": "c.py", "tests": 1, "s": 3.0}, {"file": "gone.py", "tests": 1, "s": 1.0}]}
+    after = {"wall_s": 8.0, "tests": 5, "phases": {"setup": 1.0, "call": 6.0, "teardown": 0.5},
+             "files": [{"file": "a.py", "tests": 2, "s": 2.0}, {"file": "b.py", "tests": 2, "s": 1.0},
+                       {"file": "c.py", "tests": 1, "s": 0.5}, {"file": "new.py", "tests": 1, "s": 9.0}]}
+    out = mod.compare(before, after, unlike=["c.py"])
+    assert [(r["file"], r["before_s"], r["after_s"], r["ratio"]) for r in out["files"]] == [("a.py", 4.0, 2.0, 0.5)]
+    assert (out["same_files"], out["same_before_s"], out["same_after_s"], out["same_ratio"]) == (1, 4.0, 2.0, 0.5)
+    assert out["unlike"] == ["c.py"] and out["wall"] == {"before": 10.0, "after": 8.0}
