@@ -10,6 +10,8 @@ from __future__ import annotations
 import os
 import socket
 
+import pytest
+
 from harness import leakguard
 from harness.probes.net import sockets
 
@@ -41,3 +43,49 @@ def test_own_listening_sockets_are_named_as_the_probe_names_them() -> None:
         for s in opened:
             s.close()
     assert leakguard._listening(os.getpid()) == base
+
+
+def test_the_kernels_children_lists_find_what_the_ppid_links_find() -> None:
+    """Descendants from /proc/P/task/T/children (the leak guard's) equal those by ppid over every process (the
+    probes'): a child, its own child, a child started by another thread, and a zombie not yet reaped."""
+    import subprocess
+    import sys
+    import threading
+
+    from harness.probes.procs import all_stats, descendants
+
+    me = os.getpid()
+    base = leakguard._kernel_descendants(me)
+    if base is None:
+        pytest.skip("this kernel has no /proc/PID/task/TID/children")
+    r, w = os.pipe()
+    grandchild = "import sys; sys.stdout.write('x'); sys.stdout.flush(); sys.stdin.read()"
+    tree = subprocess.Popen([sys.executable, "-c", "import subprocess, sys; subprocess.run([sys.executable, '-c', "
+                             f"{grandchild!r}], stdin=sys.stdin); sys.stdin.read()"], stdin=r, stdout=subprocess.PIPE)
+    from_thread: list[subprocess.Popen[bytes]] = []
+    started, done = threading.Event(), threading.Event()
+
+    def spawn() -> None:  # the thread stays alive: its child is on its own children list, not the main thread's
+        from_thread.append(subprocess.Popen(["true"]))
+        started.set()
+        done.wait(30)
+
+    t = threading.Thread(target=spawn)
+    t.start()
+    os.close(r)
+    try:
+        assert started.wait(30) and tree.stdout is not None and tree.stdout.read(1) == b"x"  # all three run
+        zombie = from_thread[0]
+        os.waitid(os.P_PID, zombie.pid, os.WEXITED | os.WNOWAIT)  # exited, not reaped: a zombie of ours
+        by_kernel, by_ppid = leakguard._kernel_descendants(me), descendants(all_stats(), me)
+        assert by_kernel == by_ppid, (by_kernel, by_ppid)
+        assert {tree.pid, zombie.pid} <= by_kernel and len(by_kernel - base) >= 3, by_kernel
+    finally:
+        done.set()
+        t.join(30)
+        os.close(w)
+        tree.wait(timeout=30)
+        tree.stdout.close()
+        for p in from_thread:
+            p.wait(timeout=30)
+    assert leakguard._kernel_descendants(me) == base
