@@ -83,6 +83,22 @@ UNREACHABLE: dict[str, str] = {
                      "kept connection stays idle until stop, whose EOF a closed one gives too)",
     "cuts_drained_reply": "not yet modelled: the explorer's invariants do not require the parked handler's reply "
                           "to arrive after a stop (the calls_answered checker does, on real processes)",
+    # issue 16 item 3's (the mutation survivors' kills; scenarios/*.yaml catch each, tests/test_mutant_kills.py)
+    "busy_polls_after_reply": "a cost, not an outcome: the explorer's invariants judge what steps return and "
+                              "record, not CPU time (idle_cost, over a measure_idle window on real processes)",
+    "cancel_left_to_thread": "needs the serving thread held away from epoll (a failpoint delay) when stop lands; the "
+                             "thread closes what stop left it on its way out, before any step the explorer takes next",
+    "queues_partial_reads": "needs the serving thread slowed between two partial reads of one frame (a failpoint "
+                            "delay); the explorer takes each step only once it has completed",
+    "dies_on_accept_failure": "needs an accept that fails (EMFILE under a lowered fd limit); the explorer's accepts "
+                              "succeed",
+    **{name: "needs interpreter exit; the explorer does not model the exit hook"
+       for name in ("exit_hook_waits_a_second", "hook_per_start")},
+    **{name: "a mode or umask of what a start creates; the explorer's invariants read no modes (private_paths does)"
+       for name in ("leaves_umask", "socket_mode_open")},
+    "starts_twice": "needs a second start of one listener object; the explorer's restarts make a new listener",
+    **{name: "not yet modelled: the checkers of the listener's own record (dispatches_recorded, close_reasons) are "
+       "not among the explorer's HISTORY_CHECKERS" for name in ("misreports_close", "unrecorded_dispatch")},
     **{name: "a race of a decision with stop: the explorer takes each step only once it has completed, so no "
        "stop ever lands inside the decision's window; the stress scenarios widen it (docs/stress.md)"
        for name in ("unlocked_dispatch_decision", "unlocked_frame_completion", "unlocked_accept",
