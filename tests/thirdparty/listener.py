@@ -9,13 +9,19 @@ given, as the listener events of harness.events.
 Its stop keeps the contract: stop accepting, cancel every read in progress at once, drain the handlers
 inside the backend for at most ``drain_timeout``, then close and unlink and return True; a drain that
 times out returns False and tears nothing down (a later stop retries); a stop called from one of its own
-handlers returns False at once.  Four planted bugs, switched by class attributes, are its target's
-``variants`` (tests/thirdparty/target.py).  (The first version had the fourth for real: its stop from a
-handler waited out the drain for itself; stop-from-a-handler-returns-at-once found it.)
+handlers returns False at once.  A process that exits without stopping its listeners has them stopped by
+one exit hook (registered with atexit once per process, however often listeners start), within one budget
+of EXIT_BUDGET_S for all of them; one whose drain outlasts it stays as it is.  Four planted bugs, switched
+by class attributes, are its target's ``variants`` (tests/thirdparty/target.py).  (The first version had
+the fourth for real: its stop from a handler waited out the drain for itself;
+stop-from-a-handler-returns-at-once found it.  It had no exit hook: exit-hook-runs-once-after-a-restart
+found its socket file left by a process that exited without a stop; and its accept thread died of the
+first failed accept: accept-failure-keeps-serving found nothing served after an EMFILE.)
 """
 
 from __future__ import annotations
 
+import atexit
 import itertools
 import os
 import select
@@ -69,6 +75,30 @@ class Backend:
             self._mapped.clear()
 
 
+EXIT_BUDGET_S = 1.0
+_live: set[ThreadedListener] = set()  # started and not torn down: what the exit hook stops
+_live_lock = threading.Lock()
+_hooked = False
+
+
+def _stop_live_at_exit() -> None:
+    """The exit hook: stop every listener this process left serving, within one budget for all of them."""
+    deadline = time.monotonic() + EXIT_BUDGET_S
+    with _live_lock:
+        live = list(_live)
+    for listener in live:
+        listener.stop(max(0.0, deadline - time.monotonic()))
+
+
+def _register(listener: ThreadedListener) -> None:
+    global _hooked
+    with _live_lock:
+        _live.add(listener)
+        if not _hooked:
+            atexit.register(_stop_live_at_exit)
+            _hooked = True
+
+
 class ThreadedListener:
     """One socket, one accept thread, one thread per connection.  Thread-safe; stop is serialised."""
 
@@ -111,6 +141,7 @@ class ThreadedListener:
         self.serving = True
         self._accept = threading.Thread(target=self._accept_loop, name=f"tp-accept-{self.label}", daemon=True)
         self._accept.start()
+        _register(self)
         self.rec.emit("listener_started", listener=self.label, path=self.path, rank=self.rank, pp=self.pp)
 
     def stop(self, timeout: float | None = None) -> bool:
@@ -196,15 +227,25 @@ class ThreadedListener:
         except FileNotFoundError:
             pass
         self.serving = False
+        with _live_lock:
+            _live.discard(self)
 
     # ------------------------------------------------------------ serving
     def _accept_loop(self) -> None:
         assert self._sock is not None
+        failing = False  # in a streak of failed accepts: recorded once, at its first
         while True:
             ready, _, _ = select.select([self._sock.fileno(), self._wake_r], [], [])
             if self._wake_r in ready:
                 return
-            conn, _ = self._sock.accept()
+            try:
+                conn, _ = self._sock.accept()
+            except OSError as exc:  # EMFILE and friends: the connection stays pending, the loop goes on
+                if not failing:
+                    self.rec.emit("accept_failed", listener=self.label, error=str(exc))
+                failing = True
+                continue
+            failing = False
             n = next(self._ids)
             t = threading.Thread(target=self._serve, args=(n, conn), name=f"tp-conn-{self.label}-{n}", daemon=True)
             with self._lock:
