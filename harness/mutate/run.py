@@ -184,8 +184,9 @@ def run_one(subject: Subject, mutant: Mutant | None, scenarios: Sequence[str], *
         here = Path(tmp)
         _copy(subject, here, mutant)
         path = [tmp, str(subject.root), os.getcwd(), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
-        # LASTCALL_FAST_EXIT: tens of runs, as the planted-bug table's: each worker skips its module teardown
-        env = {"LASTCALL_FAST_EXIT": "1", **os.environ, "PYTHONPATH": os.pathsep.join(dict.fromkeys(path)),
+        # each run's exit mode is the scenario's own (harness.scenario.exitmode: a fast exit only where nothing
+        # judged can tell); LASTCALL_FAST_EXIT=0 in the environment makes every exit faithful, =1 forces nothing
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(dict.fromkeys(path)),
                "PYTHONDONTWRITEBYTECODE": "1"}
         env.pop("PYTEST_XDIST_WORKER", None)
         env.pop("PYTEST_CURRENT_TEST", None)
