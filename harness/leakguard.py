@@ -86,6 +86,7 @@ class Inventory:
     threads: frozenset[threading.Thread]
     children: frozenset[int]
     ports: frozenset[str]
+    umask: int = -1  # the process umask (-1: unreadable); a listener started in-process may leave its own
 
 
 def _children(harness_pids: set[int]) -> frozenset[int]:
@@ -143,7 +144,19 @@ def take() -> Inventory:
     except OSError:
         shm = frozenset()
     threads = frozenset(t for t in threading.enumerate() if t.name.startswith(SUT_THREADS))
-    return Inventory(paths, shm, threads, _children(_harness_pids()), _listening(os.getpid()))
+    return Inventory(paths, shm, threads, _children(_harness_pids()), _listening(os.getpid()), process_umask())
+
+
+def process_umask() -> int:
+    """This process's umask, read without changing it (/proc/self/status ``Umask:``); -1 where unreadable."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    return -1
 
 
 def _listening(pid: int) -> frozenset[str]:
@@ -195,6 +208,10 @@ def diff(before: Inventory) -> list[str]:
         out.append(f"child processes still running: {sorted(after.children - before.children)}")
     if after.ports - before.ports:
         out.append(f"ports still LISTENing: {sorted(after.ports - before.ports)}")
+    if after.umask != before.umask and before.umask >= 0:
+        # put back, or every process this one starts later (a fork server, its workers) inherits it
+        os.umask(before.umask)
+        out.append(f"the process umask changed from {before.umask:#05o} to {after.umask:#05o} (put back)")
     return out
 
 

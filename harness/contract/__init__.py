@@ -11,6 +11,7 @@ check names, which oracles must fire on it: checker names, or
 
 from __future__ import annotations
 
+import os
 import shutil
 import time
 import traceback
@@ -179,6 +180,8 @@ def run_check(check: Check, variant: Variant, root: Path | None = None) -> Outco
     base = temp_root() if root is None else root
     t0 = time.monotonic()
     harness = ""
+    umask = os.umask(0o077)  # the listener runs in this process: a variant's leaked umask must not stay here
+    os.umask(umask)
     try:
         with recorded() as histories:
             try:
@@ -193,6 +196,7 @@ def run_check(check: Check, variant: Variant, root: Path | None = None) -> Outco
         detail = f"check crashed: {type(exc).__name__}: {exc}\n{traceback.format_exc()}"
         return Outcome(check.name, variant.name, False, detail, time.monotonic() - t0)
     finally:
+        os.umask(umask)  # else every process started later from here (a fork server, its workers) inherits it
         if own:
             shutil.rmtree(base, ignore_errors=True)
     seconds = time.monotonic() - t0
