@@ -147,10 +147,15 @@ def test_report_page_in_a_headless_browser(failed_run: Path, tmp_path: Path) -> 
             pytest.fail("CI must check the report page in Chromium: install the chromium package (.ci/run does)")
         pytest.skip("no Chromium on this machine (apt-get install chromium); CI runs this test")
     page = _run_dir(failed_run) / "index.html"
-    flags = [browser, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+    # --disable-dev-shm-usage: a container's /dev/shm is small, and Chromium that runs out there dies with an
+    # empty DOM (a clean-clone CI run saw one); its status and stderr go in the message if it dies all the same
+    flags = [browser, "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--disable-quic",
+             "--no-first-run",
              "--disable-background-networking", "--disable-component-update", "--disable-sync",
              f"--user-data-dir={tmp_path / 'profile'}"]
-    dom = subprocess.run([*flags, "--dump-dom", page.as_uri()], capture_output=True, text=True, timeout=120).stdout
+    done = subprocess.run([*flags, "--dump-dom", page.as_uri()], capture_output=True, text=True, timeout=120)
+    dom = done.stdout
+    assert dom, f"Chromium dumped nothing (status {done.returncode}): {done.stderr[-2000:]}"
     assert "<svg" in dom and 'class="timeline' in dom
     assert 'class="violation evidence' in dom or "violation evidence" in dom  # the evidence drawn on the timeline
     assert "marker stop_started" in dom and "marker stop_returned" in dom
