@@ -78,3 +78,17 @@ def test_an_exclusive_engine_waits_for_the_lock_of_the_one_running(tmp_path: Pat
     second.close()
     t.join(10)
     assert (tmp_path / "cache" / "engine.lock").exists()
+
+
+def test_wait_accepting_waits_for_listen_not_for_bind() -> None:
+    """vLLM prints its ready line between bind() and listen(): a bound socket refuses, a listening one accepts."""
+    import socket
+
+    from harness.engine.tree import wait_accepting
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+        assert not wait_accepting("127.0.0.1", port, 0.05)  # bound, not listening: refused until the bound
+        s.listen(1)
+        assert wait_accepting("127.0.0.1", port, 5)

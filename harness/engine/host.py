@@ -27,7 +27,7 @@ import socket
 import time
 from typing import Any
 
-from harness.engine.tree import EngineStartError, EngineTree, Member, shm_mapped
+from harness.engine.tree import EngineStartError, EngineTree, Member, shm_mapped, wait_accepting
 from harness.errors import ConfigError
 from harness.probes.model import Snapshot
 from harness.probes.snapshot import take
@@ -39,6 +39,7 @@ LAUNCHES = 2  # launches the run's deadline allows for beyond the scenario's own
 LOCK_NAME = "engine.lock"
 TAIL_LINES = 60  # lines of a failed start's output kept in its event (the root cause is often far above the end)
 AFTER_FAILURE_S = 30.0  # how long a start that printed its failure gets to exit (at least), else it hung
+ACCEPT_S = 5.0  # how long after its ready line an engine's HTTP port gets to accept (vLLM listens just after it)
 CLOSE_GRACE_S = 5.0  # seconds a tree still alive at the run's end gets after SIGTERM, before SIGKILL
 
 
@@ -194,6 +195,8 @@ class EngineHost:
             self._start_failed(tree, exc, n)
             raise
         assert tree.proc is not None
+        # its ready line may come before its HTTP socket listens (vLLM's does): a request sent at once is refused
+        wait_accepting("127.0.0.1", self.port, scaled(ACCEPT_S))
         members = tree.members()
         snap = take(f"engine_ready{n}", root=tree.tmp, pids=[m.pid for m in members], ports=(self.port,),
                     unix_under=tree.tmp, gpu=False)

@@ -39,7 +39,8 @@ from harness.errors import HarnessError
 from harness.launch.spawn import become_subreaper
 from harness.probes.procs import all_stats, read_stat
 
-__all__ = ["EngineTree", "EngineStartError", "Member", "session_members", "process_stacks", "shm_mapped", "py_spy"]
+__all__ = ["EngineTree", "EngineStartError", "Member", "session_members", "process_stacks", "shm_mapped", "py_spy",
+           "wait_accepting"]
 
 TAIL = 200  # lines of the engine's output kept for messages and reports
 
@@ -104,6 +105,29 @@ def process_stacks(pid: int, timeout: float = 20.0) -> str:
     except OSError as exc:
         return f"no stacks: {why}; /proc/{pid}/stack: {exc.strerror or exc}"
     return f"{why}; the kernel's stack (/proc/{pid}/stack):\n{kernel}"
+
+
+def wait_accepting(host: str, port: int, timeout: float) -> bool:
+    """Whether ``host:port`` accepts a connection within ``timeout`` seconds.
+
+    vLLM prints uvicorn's "Application startup complete" before uvicorn calls listen() on the socket vLLM
+    bound earlier, so a client that connects on that line can be refused (a clean-clone run's first request
+    was). Nothing the server prints comes after listen(), so this retries the connect, yielding the CPU
+    between tries (the listen comes milliseconds after the line), until accepted or the safety-net bound.
+    """
+    import socket
+
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            with socket.create_connection((host, port), timeout=max(0.01, deadline - time.monotonic())):
+                return True
+        except ConnectionRefusedError:
+            if time.monotonic() >= deadline:
+                return False
+            os.sched_yield()
+        except OSError:
+            return False
 
 
 def shm_mapped(pid: int) -> set[str]:
