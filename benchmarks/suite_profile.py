@@ -27,12 +27,10 @@ import json
 import os
 import platform
 import re
-import resource
 import shutil
 import subprocess
 import sys
 import tempfile
-import time
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -56,13 +54,7 @@ def run_probe(where: Path, select: str, paths: Sequence[str], keyword: str | Non
            *SELECTIONS[select], *(["-k", keyword] if keyword else []), *paths]
     env = {**os.environ, "LASTCALL_SUITE_PROBE": str(probe),
            "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT / "benchmarks"), os.environ.get("PYTHONPATH")]))}
-    env.pop("PYTEST_ADDOPTS", None)
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    t0 = time.monotonic()
-    proc = subprocess.run(cmd, cwd=where, env=env, capture_output=True, text=True)
-    wall = time.monotonic() - t0
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    proc, wall, cpu = suite_time.timed_pytest(cmd, where, env)
     if not probe.exists():
         raise SystemExit(f"suite_profile: pytest exited {proc.returncode} without a probe file:\n"
                          f"{proc.stdout[-2000:]}{proc.stderr[-2000:]}")

@@ -86,6 +86,19 @@ def clone(tree: Path, into: Path) -> str:
                           capture_output=True, text=True).stdout.strip()
 
 
+def timed_pytest(cmd: list[str], where: Path, env: dict[str, str]) -> tuple[subprocess.CompletedProcess[str], float,
+                                                                            float]:
+    """Run ``cmd`` in ``where`` (PYTEST_ADDOPTS left out of ``env``): the process, its wall seconds and the CPU
+    seconds of everything it ran (benchmarks/suite_profile.py's probed runs time themselves the same way)."""
+    env = {k: v for k, v in env.items() if k != "PYTEST_ADDOPTS"}
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.monotonic()
+    proc = subprocess.run(cmd, cwd=where, env=env, capture_output=True, text=True)
+    wall = time.monotonic() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return proc, wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+
+
 def one_run(where: Path, select: str, extra_env: Mapping[str, str] | None = None,
             paths: tuple[str, ...] = (), python: Path | None = None,
             extra_args: tuple[str, ...] = ()) -> dict[str, Any]:
@@ -94,14 +107,7 @@ def one_run(where: Path, select: str, extra_env: Mapping[str, str] | None = None
     probe plugin)."""
     cmd = [str(python or sys.executable), "-m", "pytest", "-n", "2", "-q", "-p", "no:randomly", *extra_args,
            *SELECTIONS[select], *paths]
-    env = {**os.environ, **(extra_env or {})}
-    env.pop("PYTEST_ADDOPTS", None)
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    t0 = time.monotonic()
-    proc = subprocess.run(cmd, cwd=where, env=env, capture_output=True, text=True)
-    wall = time.monotonic() - t0
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    proc, wall, cpu = timed_pytest(cmd, where, {**os.environ, **(extra_env or {})})
     summary = parse_summary(proc.stdout)
     return {"wall_s": round(wall, 1), "cpu_s": round(cpu, 1), "rc": proc.returncode, **summary,
             "tail": proc.stdout[-1500:] if proc.returncode not in (0, 1) or not summary else ""}
