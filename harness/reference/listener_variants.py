@@ -33,8 +33,9 @@ class CancelLeftToThread(WorkerListener):
 
 class StartsTwice(WorkerListener):
     """listener.py:151 (the already-started check removed): a listener object started again after its stop binds
-    and serves once more, and every later stop, finding it torn down, returns True at once: the second life of
-    the listener is never stopped (its socket, owner record, directory and thread are left)."""
+    and listens once more, and every later stop, finding it torn down, returns True at once: the second life of
+    the listener is never stopped (its bound socket, owner record and directory are left; its thread, finding
+    the first stop's flag still set, exits by itself, so a client that connects there is never answered)."""
 
     def start(self) -> None:
         self._thread = None
