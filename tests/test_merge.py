@@ -17,7 +17,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from harness.cli import main
@@ -376,6 +376,8 @@ FIELDS = st.fixed_dictionaries({}, optional={"nodeid": st.text(max_size=12) | JS
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(meta=st.dictionaries(st.sampled_from(["format", "splits", "group", "exitstatus", "target"]), JSON),
        runs=st.lists(FIELDS, max_size=3) | JSON)
+@example(meta={}, runs=[{"nodeid": "\x1e"}])  # found by CI: a name str.splitlines() splits kept the error on one line
+@example(meta={}, runs=[{"nodeid": "a\nb", "outcome": "passed", "seconds": "x"}])
 def test_any_session_json_is_merged_or_refused_never_a_traceback(meta: dict[str, Any], runs: Any,
                                                                   tmp_path_factory: pytest.TempPathFactory) -> None:
     root = tmp_path_factory.mktemp("fuzz")

@@ -102,6 +102,12 @@ def _located(where: Path | str, message: str) -> str:
     return f"{where}: {message}"
 
 
+def _shown(text: str) -> str:
+    """A name read from a shard, fit for a one-line error: control characters (a newline, or \\x1e, which
+    str.splitlines() also splits on) are written as escapes."""
+    return text if text.isprintable() else repr(text)[1:-1]
+
+
 def read_shard(label: str) -> Shard:
     """One shard's directory; MergeError (one located line) when it is not a session's report directory."""
     path = Path(label)
@@ -147,18 +153,20 @@ def _run(entry: Any, shard: Shard) -> SessionRun | str:
     if not isinstance(entry, dict) or not isinstance(entry.get("nodeid"), str) or not entry["nodeid"]:
         return "not a run (no nodeid)"
     nodeid = entry["nodeid"]
+    shown = _shown(nodeid)
     outcome, seconds = entry.get("outcome"), entry.get("seconds") or 0.0
     if outcome not in ("passed", "failed", "skipped", "interrupted"):
-        return f"{nodeid}: outcome {outcome!r} is none of passed, failed, skipped, interrupted"
+        return f"{shown}: outcome {outcome!r} is none of passed, failed, skipped, interrupted"
     if not isinstance(seconds, (int, float)) or isinstance(seconds, bool):
-        return f"{nodeid}: seconds {seconds!r} is not a number"
+        return f"{shown}: seconds {seconds!r} is not a number"
     run = SessionRun(nodeid, outcome, float(seconds), str(entry.get("run_id") or ""),
                      longrepr=str(entry.get("longrepr") or ""), scenario_sha256=str(entry.get("scenario_sha256") or ""),
                      shard=f"{shard.label}/{entry['shard']}" if entry.get("shard") else shard.label)
     if entry.get("page"):
         page = shard.path / str(entry["page"])
         if not page.parent.is_dir():
-            return f"{nodeid}: its report {page.parent} is not there (an incomplete download of the shard?)"
+            return (f"{shown}: its report {_shown(str(page.parent))} is not there (an incomplete download of the "
+                    "shard?)")
         run.page = str(page)
         try:
             doc = json.loads((page.parent / VERDICTS).read_text(encoding="utf-8"))
@@ -184,7 +192,7 @@ def _check(shards: list[Shard]) -> list[str]:
                 continue
             first = files.setdefault(name, (run.scenario_sha256, shard))
             if first[0] != run.scenario_sha256:
-                problems.append(_located(shard.path / SESSION, f"{run.nodeid} ran under other contents of {name} "
+                problems.append(_located(shard.path / SESSION, f"{_shown(run.nodeid)} ran under other contents of {_shown(name)} "
                                          f"than in {first[1].label} (sha256 {run.scenario_sha256[:SHORT]} vs "
                                          f"{first[0][:SHORT]}): the shards ran different trees"))
                 files[name] = (run.scenario_sha256, shard)  # one line per disagreeing shard, not per item
