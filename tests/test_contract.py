@@ -7,13 +7,12 @@ oracle fires on which bug, and the tests hold each cell to it.
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
 
 from harness.checkers import CHECKERS
-from harness.contract import CHECKS, HARNESS, LINES, Check, lines, run_check
+from harness.contract import CHECKS, HARNESS, LINES, Check, exit_probe, lines, run_check
 from harness.reference.variants import VARIANTS
 
 REFERENCE = VARIANTS["reference"]
@@ -163,7 +162,7 @@ def test_a_broken_exit_probe_is_a_crash_not_a_catch(name: str, lc_root: Path,
     contract test fails on one) rather than a violation that would count as catching the variant, and
     what it left under the root is removed all the same."""
 
-    monkeypatch.setattr(sys, "executable", "/bin/false")  # the child exits 1 at once
+    monkeypatch.setattr(exit_probe, "CHILD_CALL", "sys:exit")  # the child exits 1 at once (sys.exit("stuck"))
     (lc_root / "lastcall-tp-x-05b16a01").mkdir()
     (lc_root / "lastcall-tp-x-05b16a01" / "w0.sock").touch()
     outcome = run_check(next(c for c in CHECKS if c.name == name), VARIANTS["drop_registration_on_error"], lc_root)
@@ -180,11 +179,14 @@ def test_an_interpreter_that_aborts_after_its_exit_hooks_is_a_violation(name: st
     "terminate called without an active exception": a thread left running inside it, as
     teardown_while_alive leaves one), is a verdict on the listener, not a broken probe."""
 
-    fake = tmp_path / "python"
-    fake.write_text("#!/bin/sh\necho 'exiting 1'\necho 'hooks-done 2'\n"
-                    "echo 'terminate called without an active exception' >&2\nkill -ABRT $$\n")
-    fake.chmod(0o755)
-    monkeypatch.setattr(sys, "executable", str(fake))
+    (tmp_path / "aborting_probe.py").write_text(
+        "import os, signal, sys\n"
+        "def child(*args):\n"
+        "    print('exiting 1', 'hooks-done 2', sep='\\n', flush=True)\n"
+        "    print('terminate called without an active exception', file=sys.stderr, flush=True)\n"
+        "    os.kill(os.getpid(), signal.SIGABRT)\n")
+    monkeypatch.setattr(exit_probe, "CHILD_CALL", "aborting_probe:child")
+    monkeypatch.setattr(exit_probe, "CHILD_PATH", [str(tmp_path)])
     outcome = run_check(next(c for c in CHECKS if c.name == name), REFERENCE, lc_root)
     assert not outcome.kept
     assert "check crashed" not in outcome.detail

@@ -1,6 +1,7 @@
 """Contract line 8, checked in a real child interpreter: the exit hook at interpreter exit.
 
-The child (``python -c CHILD_MAIN MODE VARIANT ROOT``, running ``_child``) starts
+The child (``_child(MODE, VARIANT, ROOT, HISTORY)``, forked from the harness's fork server, whose
+modules a worker finds loaded too, and ending through normal interpreter finalization) starts
 listeners in the variant's process-wide registry and returns from main; the
 parent times how long interpreter exit then takes and looks at what is left.
 
@@ -14,7 +15,6 @@ from __future__ import annotations
 
 import os
 import socket
-import subprocess
 import sys
 import tempfile
 import threading
@@ -26,7 +26,9 @@ from harness.timeouts import scaled
 EXIT_BUDGET_S = 0.5  # the child's exit budget
 STUCK_DRAIN_S = 2.0  # drain_timeout of each stuck listener in the child
 STUCK_LISTENERS = 2
-CHILD_MAIN = "import sys; from harness.contract.exit_probe import _child; _child(*sys.argv[1:5])"
+# What the fork server's child runs (harness.launch.forkserver.call), and what it puts first on sys.path
+CHILD_CALL = "harness.contract.exit_probe:_child"
+CHILD_PATH: list[str] = []
 
 
 def _child(mode: str, variant_name: str, root: str, history: str) -> None:
@@ -85,6 +87,41 @@ def _child(mode: str, variant_name: str, root: str, history: str) -> None:
     print(f"exiting {time.monotonic_ns()}", flush=True)
 
 
+def _spawn(mode: str, variant: str, root: Path, history: str) -> tuple[int, int, int, str, str]:
+    """Fork the child from this process's fork server (its modules loaded, as a worker's are) and wait for it
+    to be reaped: (its pid, its exit status as Popen gives it, the reap's monotonic ns, its stdout, its
+    stderr)."""
+    import signal
+
+    from harness.launch.spawn import ForkServer
+
+    outs = [tempfile.mkstemp(prefix="lastcall-exit-probe-", suffix=f".{name}") for name in ("out", "err")]
+    for fd, _ in outs:
+        os.close(fd)
+    reaped = threading.Event()
+    ended: dict[str, int] = {}
+
+    def on_exit(pid: int, status: int, t_ns: int) -> None:
+        ended.update(code=os.waitstatus_to_exitcode(status), t_ns=t_ns)
+        reaped.set()
+
+    spec = {"call": CHILD_CALL, "args": [mode, variant, str(root), history], "path": list(CHILD_PATH),
+            "stdout": outs[0][1], "stderr": outs[1][1]}
+    try:
+        pids = ForkServer.shared().spawn_group([spec], on_exit)
+        if not reaped.wait(scaled(60)):  # a safety net: the child ends in about a second
+            try:
+                os.killpg(pids[0], signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            reaped.wait(scaled())
+        texts = [Path(path).read_text(errors="replace") for _, path in outs]
+    finally:
+        for _, path in outs:
+            os.unlink(path)
+    return pids[0], ended.get("code", -signal.SIGKILL), ended.get("t_ns", time.monotonic_ns()), texts[0], texts[1]
+
+
 def _run_child(mode: str, variant: str, root: Path) -> tuple[float, list[str], str]:
     """Run the child; returns the seconds its exit hooks delayed exit (from main's return to the
     last hook), without the interpreter's own teardown, which load makes noisy.
@@ -101,15 +138,7 @@ def _run_child(mode: str, variant: str, root: Path) -> tuple[float, list[str], s
     taken = collect(rec)
     taken.snapshot("before", root)
     try:
-        # -c rather than -m: the package imports this module, and runpy warns when it runs one already imported
-        proc = subprocess.Popen([sys.executable, "-c", CHILD_MAIN, mode, variant, str(root), history],
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        try:
-            out, err = proc.communicate(timeout=scaled(60))
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            out, err = proc.communicate()
-        exited = time.monotonic_ns()
+        pid, returncode, exited, out, err = _spawn(mode, variant, root, history)
         taken.snapshot("after", root)
         events, _ = read_jsonl(history) if os.path.getsize(history) else ([], [])
     finally:
@@ -117,11 +146,11 @@ def _run_child(mode: str, variant: str, root: Path) -> tuple[float, list[str], s
     for ev in events:
         rec.add(ev)
     if events:  # the child ran: its exit as the harness saw it (reaped), in its own pid
-        rec.add(Event(exited, proc.pid, "harness", "", "MainThread", "process_exited", {"status": proc.returncode}))
+        rec.add(Event(exited, pid, "harness", "", "MainThread", "process_exited", {"status": returncode}))
     lines = out.splitlines()
     exiting = [int(x.split()[1]) for x in lines if x.startswith("exiting ")]
     done = [int(x.split()[1]) for x in lines if x.startswith("hooks-done ")]
-    if proc.returncode < 0 and exiting and done:
+    if returncode < 0 and exiting and done:
         # main returned and every exit hook ran, then the interpreter died on a signal while it finalized:
         # a thread still running then (torch aborts with "terminate called without an active exception"
         # when a daemon thread inside it is stopped). A listener whose stop said it was done left it
@@ -129,13 +158,13 @@ def _run_child(mode: str, variant: str, root: Path) -> tuple[float, list[str], s
         from harness.contract.rig import violated
         from harness.reference.serve import signal_name
 
-        raise violated(f"the interpreter died on {signal_name(-proc.returncode)} after its exit hooks ran: a thread "
+        raise violated(f"the interpreter died on {signal_name(-returncode)} after its exit hooks ran: a thread "
                        f"was still running at finalization ({'; '.join(lines[:1])}); stderr ends: "
                        f"{err.strip()[-300:]}")
-    if proc.returncode != 0 or not exiting or not done:
+    if returncode != 0 or not exiting or not done:
         # not a verdict on the listener: the probe itself broke, so the check reports a crash (which
         # every contract test fails on) instead of counting it as a caught bug
-        raise ExitProbeFailed(f"exit probe child ({mode}, {variant}) failed with status {proc.returncode}; "
+        raise ExitProbeFailed(f"exit probe child ({mode}, {variant}) failed with status {returncode}; "
                               f"stdout: {lines[-5:]}; stderr ends: {err[-2000:]}")
     return (done[0] - exiting[0]) / 1e9, lines, err
 

@@ -12,6 +12,8 @@ module's ordinary flow, so it ends through normal interpreter finalization:
 atexit hooks run and non-daemon threads are joined (multiprocessing children
 end with os._exit and skip both).
 
+A spec with ``call`` (``module:function``) runs that function instead of a role (:func:`call`).
+
 Protocol (framed msgpack over a socketpair, see channel.py):
 harness -> server ``{"op": "spawn_group", "req": n, "specs": [...], "env": {...}}`` and ``{"op": "quit"}``;
 server -> harness ``{"op": "ready"}``, ``{"op": "spawned", "req": n, "pids": [...]}``,
@@ -177,11 +179,24 @@ def serve(fd: int) -> dict[str, Any] | None:
                     return None
 
 
+def call(spec: dict[str, Any]) -> int:
+    """A ``call`` spec: ``module:function`` run with ``args`` in the forked child, with no control channel
+    (``path`` entries first on sys.path); its return value (None: 0) is the exit status, and the child ends,
+    as a role's does, through normal interpreter finalization. The contract's exit probes run this way: an
+    interpreter that has its modules loaded already, as a worker's has."""
+    sys.path[:0] = [str(p) for p in spec.get("path") or ()]
+    module, _, name = str(spec["call"]).partition(":")
+    result = getattr(importlib.import_module(module), name)(*spec.get("args") or ())
+    return int(result or 0)
+
+
 def main() -> int:
     preload()
     spec = serve(int(sys.argv[1]))
     if spec is None:
         return 0
+    if "call" in spec:
+        return call(spec)
     from harness.launch.child import run
 
     code = run(spec)

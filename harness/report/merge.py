@@ -192,9 +192,10 @@ def _check(shards: list[Shard]) -> list[str]:
                 continue
             first = files.setdefault(name, (run.scenario_sha256, shard))
             if first[0] != run.scenario_sha256:
-                problems.append(_located(shard.path / SESSION, f"{_shown(run.nodeid)} ran under other contents of {_shown(name)} "
-                                         f"than in {first[1].label} (sha256 {run.scenario_sha256[:SHORT]} vs "
-                                         f"{first[0][:SHORT]}): the shards ran different trees"))
+                problems.append(_located(shard.path / SESSION, f"{_shown(run.nodeid)} ran under other contents "
+                                         f"of {_shown(name)} than in {first[1].label} (sha256 "
+                                         f"{run.scenario_sha256[:SHORT]} vs {first[0][:SHORT]}): the shards ran "
+                                         "different trees"))
                 files[name] = (run.scenario_sha256, shard)  # one line per disagreeing shard, not per item
     by_target: dict[str, list[Shard]] = defaultdict(list)
     for shard in shards:
