@@ -18,3 +18,12 @@ os.environ.setdefault("LASTCALL_STRICT_EVENTS", "1")
 if os.environ.get("PYTHONDONTWRITEBYTECODE") and os.environ.get("LASTCALL_SUITE_BYTECODE", "1") != "0":
     del os.environ["PYTHONDONTWRITEBYTECODE"]
     sys.dont_write_bytecode = False
+
+# Hypothesis under CI (CI set, as .ci/run and GitHub Actions set it) draws the same examples on every run
+# (derandomize: each test's seed is a hash of the test), so a gating run fails only on what the change did; a
+# developer's run still explores new examples each time and keeps what fails in .hypothesis/ to replay.
+# LASTCALL_HYPOTHESIS_PROFILE names another profile (default, ci) for one run.
+from hypothesis import settings
+
+settings.register_profile("ci", derandomize=True, print_blob=True)
+settings.load_profile(os.environ.get("LASTCALL_HYPOTHESIS_PROFILE") or ("ci" if os.environ.get("CI") else "default"))
