@@ -5,7 +5,8 @@ Run:  .venv/bin/python benchmarks/suite_time.py [--runs 3] [--select default|not
 
 The tree's HEAD is cloned (``git clone``; ``--tree`` runs in the working tree instead) and set up as .ci/run
 does (``./dev setup``: its own .venv), untimed; each run starts from a clean clone (``git clean -fdx``, the
-.venv kept) and runs ``.venv/bin/python -m pytest -n 2 -q -p no:randomly`` there, timing pytest alone.
+.venv kept) and runs ``.venv/bin/python -m pytest -n 2 --dist worksteal -q -p no:randomly`` there (``./dev
+test``'s scheduling), timing pytest alone.
 Beside the wall time it takes the CPU time of everything pytest ran (``RUSAGE_CHILDREN``: every descendant
 that was reaped), which a busy machine inflates far less than the wall time.
 
@@ -46,6 +47,9 @@ NAME = "suite-time"
 ROOT = Path(__file__).resolve().parent.parent
 PAGE = ROOT / "docs" / "running.md"
 SELECTIONS: dict[str, list[str]] = {"default": [], "not-slow": ["-m", "not slow"]}
+# ./dev test's scheduling (a worker that runs dry takes the other's pending items)
+PYTEST_ARGS = ["-n", "2", "--dist", "worksteal", "-q", "-p", "no:randomly"]
+OLD_ARGS = "-n 2 -q -p no:randomly"  # what the runs recorded before PYTEST_ARGS was in the JSON used
 TARGET_S = {"default": 240.0, "not-slow": 90.0}  # issue 17: <= 4 min, <= 90 s
 _SUMMARY = re.compile(r"^=*\s*(\d+ \w+.*?) in ([\d.]+)s", re.M)
 _COUNT = re.compile(r"(\d+) (passed|failed|skipped|errors?|xfailed|xpassed|deselected)")
@@ -105,8 +109,7 @@ def one_run(where: Path, select: str, extra_env: Mapping[str, str] | None = None
     """One pytest run in ``where`` (with ``python``, default this one): wall seconds, CPU seconds of
     everything it ran, its summary.  ``extra_args`` go before the selection (benchmarks/suite_profile.py's
     probe plugin)."""
-    cmd = [str(python or sys.executable), "-m", "pytest", "-n", "2", "-q", "-p", "no:randomly", *extra_args,
-           *SELECTIONS[select], *paths]
+    cmd = [str(python or sys.executable), "-m", "pytest", *PYTEST_ARGS, *extra_args, *SELECTIONS[select], *paths]
     proc, wall, cpu = timed_pytest(cmd, where, {**os.environ, **(extra_env or {})})
     summary = parse_summary(proc.stdout)
     return {"wall_s": round(wall, 1), "cpu_s": round(cpu, 1), "rc": proc.returncode, **summary,
@@ -141,7 +144,8 @@ def measure(tree: Path, selects: list[str], runs: int, in_tree: bool) -> dict[st
             shutil.rmtree(tmp, ignore_errors=True)
     return {"date": datetime.date.today().isoformat(), "commit": commit,
             "machine": f"{platform.machine()}, {os.cpu_count()} CPUs", "python": platform.python_version(),
-            "where": "working tree" if in_tree else "clean clone", "selections": rows}
+            "where": "working tree" if in_tree else "clean clone", "pytest_args": " ".join(PYTEST_ARGS),
+            "selections": rows}
 
 
 def from_profiles(files: list[Path]) -> dict[str, Any]:
@@ -200,7 +204,7 @@ def table(result: Mapping[str, Any]) -> str:
                      f"{_mmss(row['median_cpu_s'])} | {items} | <= {_mmss(row['target_s'])} | {flag} |")
     lines.append("")
     lines.append(f"{result['where']} of {result['commit']}, {result['date']}, {result['machine']}, "
-                 f"python {result['python']}; `pytest -n 2 -q -p no:randomly`, pytest alone timed."
+                 f"python {result['python']}; `pytest {result.get('pytest_args', OLD_ARGS)}`, pytest alone timed."
                  + (f" {result['note']}" if result.get("note") else ""))
     return "\n".join(lines)
 
