@@ -23,7 +23,11 @@ if os.environ.get("PYTHONDONTWRITEBYTECODE") and os.environ.get("LASTCALL_SUITE_
 # (derandomize: each test's seed is a hash of the test), so a gating run fails only on what the change did; a
 # developer's run still explores new examples each time and keeps what fails in .hypothesis/ to replay.
 # LASTCALL_HYPOTHESIS_PROFILE names another profile (default, ci) for one run.
-from hypothesis import settings
-
-settings.register_profile("ci", derandomize=True, print_blob=True)
-settings.load_profile(os.environ.get("LASTCALL_HYPOTHESIS_PROFILE") or ("ci" if os.environ.get("CI") else "default"))
+try:
+    from hypothesis import settings
+except ImportError:  # an environment without the dev extras runs no Hypothesis test
+    pass
+else:
+    settings.register_profile("ci", derandomize=True, print_blob=True)
+    _profile = os.environ.get("LASTCALL_HYPOTHESIS_PROFILE") or ("ci" if os.environ.get("CI") else "default")
+    settings.load_profile(_profile)
