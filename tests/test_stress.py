@@ -4,6 +4,7 @@ bugs drop exactly one lock; a replay of the seed records the same schedule (slow
 
 from __future__ import annotations
 
+import os
 import threading
 from pathlib import Path
 from typing import Any
@@ -253,13 +254,22 @@ def test_the_catch_rate_table_is_rendered_from_its_data() -> None:
     assert all(row["passed"] == row["runs"] == data["repeat"] >= 20 for row in data["rows"])
 
 
+# Issue 16's proof runs 20 repeats (160 runs, about 100 s of one worker and two more sub-session workers) under
+# ./dev table (LASTCALL_TABLE=1), and benchmarks/stress_catch_rate.py --write records it in docs/stress.md, which
+# test_the_catch_rate_table_is_rendered_from_its_data holds at 20 of 20; every default run proves the same
+# end to end with 3 repeats, and its scenario items catch each race bug once more.
+FULL_PROOF = os.environ.get("LASTCALL_TABLE") == "1"
+REPEAT = 20 if FULL_PROOF else 3
+
+
 @pytest.mark.slow
-def test_every_race_bug_is_caught_20_times_in_20_within_the_bound(tmp_path: Path) -> None:
-    """The stress scenarios' items, 20 times each with -n 2: the reference passes every time, each planted race bug
-    is caught every time by its named checker, and a run's median stays within the bound (its max is in the docs:
-    the first run of each xdist worker also starts its fork server)."""
+def test_every_race_bug_is_caught_every_time_within_the_bound(tmp_path: Path) -> None:
+    """The stress scenarios' items, REPEAT times each with -n 2 (20 under ./dev table): the reference passes every
+    time, each planted race bug is caught every time by its named checker, and a run's median stays within the
+    bound (its max is in the docs: the first run of each xdist worker also starts its fork server)."""
     mod = _script()
-    result = mod.measure(20, mod.SCENARIOS)
+    result = mod.measure(REPEAT, mod.SCENARIOS)
+    assert all(row["runs"] == REPEAT for row in result["rows"]), result["rows"]
     bad = [row for row in result["rows"] if row["passed"] != row["runs"] or row["median_s"] > mod.BOUND_S]
     assert not bad and result["rows"], bad
 
