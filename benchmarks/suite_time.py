@@ -81,7 +81,9 @@ def parse_summary(output: str) -> dict[str, Any]:
         return {}
     text, secs = found[-1]
     counts = {k.rstrip("s") if k.startswith("error") else k: int(n) for n, k in _COUNT.findall(text)}
-    return {"counts": counts, "pytest_s": float(secs)}
+    # what failed, from the short test summary (a timing run that fails says which item, for the log)
+    failures = [line[:300] for line in output.splitlines() if line.startswith(("FAILED ", "ERROR "))]
+    return {"counts": counts, "pytest_s": float(secs), **({"failures": failures} if failures else {})}
 
 
 def clone(tree: Path, into: Path) -> str:
@@ -112,8 +114,10 @@ def one_run(where: Path, select: str, extra_env: Mapping[str, str] | None = None
     cmd = [str(python or sys.executable), "-m", "pytest", *PYTEST_ARGS, *extra_args, *SELECTIONS[select], *paths]
     proc, wall, cpu = timed_pytest(cmd, where, {**os.environ, **(extra_env or {})})
     summary = parse_summary(proc.stdout)
+    at = proc.stdout.find("= FAILURES =")
     return {"wall_s": round(wall, 1), "cpu_s": round(cpu, 1), "rc": proc.returncode, **summary,
-            "tail": proc.stdout[-1500:] if proc.returncode not in (0, 1) or not summary else ""}
+            "tail": proc.stdout[-1500:] if proc.returncode not in (0, 1) or not summary
+            else proc.stdout[max(at, 0):][:8000] if summary.get("failures") else ""}
 
 
 def set_up(where: Path) -> None:
@@ -178,7 +182,8 @@ def measure_one(where: Path, select: str, runs: int, clean_first: bool) -> dict[
             clean(where)
         r = one_run(where, select, python=where / ".venv" / "bin" / "python" if clean_first else None)
         print(f"{select} run {i + 1}/{runs}: {r['wall_s']:.0f} s wall, {r['cpu_s']:.0f} s CPU, "
-              f"{r.get('counts', {})}", flush=True)
+              f"{r.get('counts', {})}", *r.get("failures", ()), sep="\n  " if r.get("failures") else " ",
+              flush=True)
         if r.get("tail"):
             print(r["tail"], file=sys.stderr)
         results.append(r)
