@@ -396,6 +396,11 @@ def serve(port: int, o: Options) -> int:
     pid, ctl_w, ready_r = _fork_child(_engine_core(o))
     core_fd = os.pidfd_open(pid)
     readable, _, _ = select.select([sig_r, ready_r], [], [])
+    if sig_r not in readable:
+        # The kernel's select returns the ready pipe without EINTR when the engine core wrote it before this
+        # process ran again, though a SIGTERM came first (the harness signals, then opens the start gate); a
+        # signal pending then is delivered as the call returns, so its wake-up byte is there by now.
+        readable += select.select([sig_r], [], [], 0)[0]
     if sig_r in readable:
         print("INFO:     Shutdown requested during start: stopping the engine core", flush=True)
         _stop(ctl_w)
