@@ -306,6 +306,7 @@ class EngineTree:
                 seen(live)
             if not live:
                 self._reap()
+                self._leader_status()
                 return True
             left = deadline - time.monotonic()
             if left <= 0:
@@ -320,6 +321,13 @@ class EngineTree:
             finally:
                 for fd in fds:
                     os.close(fd)
+
+    def _leader_status(self) -> None:
+        """The leader's status once it is gone: Popen.poll() says None while another thread holds its waitpid
+        lock (close() on the watchdog's thread, say), so wait for it there (the leader has exited: at once)."""
+        if self.proc is not None and self.returncode is None:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.returncode = self.proc.wait(5.0)
 
     def _reap(self) -> None:
         if self.proc is not None and self.returncode is None:
