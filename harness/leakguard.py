@@ -205,7 +205,9 @@ def diff(before: Inventory) -> list[str]:
     if alive:
         out.append(f"threads still running: {sorted(alive)}")
     if after.children - before.children:
-        out.append(f"child processes still running: {sorted(after.children - before.children)}")
+        left = sorted(after.children - before.children)
+        out.append(f"child processes still running: {left} (killed)")
+        _kill_and_reap(left)
     if after.ports - before.ports:
         out.append(f"ports still LISTENing: {sorted(after.ports - before.ports)}")
     if after.umask != before.umask and before.umask >= 0:
@@ -213,6 +215,30 @@ def diff(before: Inventory) -> list[str]:
         os.umask(before.umask)
         out.append(f"the process umask changed from {before.umask:#05o} to {after.umask:#05o} (put back)")
     return out
+
+
+def _kill_and_reap(pids: list[int]) -> None:
+    """SIGKILL what a test left running, and reap those that are this process's children (a subreaper's: the
+    orphans of what the test started come back to it): reported once, a leak must not stay to fail every later
+    test of this process (a zombie nobody reaps would). Each wait is on a pidfd, bounded as a safety net."""
+    import select
+    import signal
+
+    fds = []
+    for pid in pids:
+        try:
+            fds.append((pid, os.pidfd_open(pid)))
+            os.kill(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError, OSError):
+            continue
+    for pid, fd in fds:
+        try:
+            select.select([fd], [], [], GRACE_S * 10)
+            os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:
+            pass  # a grandchild: its own parent reaps it
+        finally:
+            os.close(fd)
 
 
 def _reap_grace(pids: frozenset[int]) -> None:

@@ -89,3 +89,29 @@ def test_the_kernels_children_lists_find_what_the_ppid_links_find() -> None:
         for p in from_thread:
             p.wait(timeout=30)
     assert leakguard._kernel_descendants(me) == base
+
+
+def test_a_leaked_child_is_reported_killed_and_reaped_so_it_fails_one_test_only() -> None:
+    """A child a test leaves running (here: the orphan of a process the test started, reparented to this
+    subreaper, as test_sigterm's cleanup once left a `lastcall run` tree's) is named once, then killed and
+    reaped: a zombie nobody reaps failed no_orphan_processes in every later run of that xdist worker."""
+    import subprocess
+    import sys
+
+    from harness.launch.spawn import become_subreaper
+
+    assert become_subreaper()  # as every process that runs a cluster already is
+    before = leakguard.take()
+    # a parent that starts a child blocked for good (a select on nothing), prints its pid and exits: the child
+    # comes back to us
+    code = ("import subprocess as s, sys; c = s.Popen([sys.executable, '-c', 'import select; "
+            "select.select([], [], [])'], stdin=s.DEVNULL, stdout=s.DEVNULL, stderr=s.DEVNULL); "
+            "print(c.pid, flush=True)")
+    parent = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
+    orphan = int(parent.stdout.split()[0])
+    assert orphan in leakguard.take().children - before.children
+    leaks = leakguard.diff(before)
+    assert leaks == [f"child processes still running: [{orphan}] (killed)"]
+    with pytest.raises(ChildProcessError):
+        os.waitpid(orphan, os.WNOHANG)  # reaped already: no zombie left
+    assert orphan not in leakguard.take().children
