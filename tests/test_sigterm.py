@@ -8,6 +8,7 @@ the session at the scenario's directory, which the plugin used to resolve the fi
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -71,13 +72,18 @@ def test_sigterm_closes_the_live_run_and_leaves_nothing(argv: list[str], code: i
     try:
         tags: list[str] = []
 
-        def live() -> bool:  # the engine's usage segment appears once the cluster is up
+        def live() -> bool:  # the engine's usage segment appears once the cluster is up, its worker soon after
             tags[:] = _tags(proc.pid)
-            return any(n.startswith("/dev/shm/") for n in mine(tags)) or proc.poll() is not None
+            if proc.poll() is not None:
+                return True
+            with contextlib.suppress(psutil.NoSuchProcess):  # fork server, engine, worker (xdist's too)
+                if len(psutil.Process(proc.pid).children(recursive=True)) >= 3:
+                    return any(n.startswith("/dev/shm/") for n in mine(tags))
+            return False
 
         until(live, 60.0)
         assert proc.poll() is None, proc.communicate()
-        family = psutil.Process(proc.pid).children(recursive=True)  # fork server, engine, worker (xdist's too)
+        family = psutil.Process(proc.pid).children(recursive=True)
         assert len(family) >= 3
         if group:
             os.killpg(proc.pid, signal.SIGTERM)
@@ -85,9 +91,16 @@ def test_sigterm_closes_the_live_run_and_leaves_nothing(argv: list[str], code: i
             proc.send_signal(signal.SIGTERM)
         out, err = proc.communicate(timeout=60)
     finally:
-        if proc.poll() is None:
+        if proc.poll() is None:  # the test failed with the run live: none of its tree may outlive the test
+            stragglers: list[psutil.Process] = []
+            with contextlib.suppress(psutil.NoSuchProcess):
+                stragglers = psutil.Process(proc.pid).children(recursive=True)
             proc.kill()
             proc.communicate()
+            for p in stragglers:
+                with contextlib.suppress(psutil.NoSuchProcess):
+                    p.kill()
+            psutil.wait_procs(stragglers, timeout=10)  # reparented to this subreaper: reaped here
     _gone, alive = psutil.wait_procs(family, timeout=10)
     left = mine(tags)
     for path in left:  # a failing run's leftovers are this test's to remove
