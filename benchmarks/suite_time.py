@@ -193,7 +193,8 @@ def measure_one(where: Path, select: str, runs: int, clean_first: bool) -> dict[
 
 
 def _mmss(s: float) -> str:
-    return f"{int(s // 60)} min {round(s % 60):02d} s" if s >= 60 else f"{s:.0f} s"
+    whole = round(s)  # 419.6 s is 7 min 00 s, not 6 min 60 s
+    return f"{whole // 60} min {whole % 60:02d} s" if whole >= 60 else f"{whole} s"
 
 
 def table(result: Mapping[str, Any]) -> str:
