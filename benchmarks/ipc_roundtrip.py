@@ -540,6 +540,9 @@ def main(argv: list[str] | None = None) -> int:
         before = json.loads(docpage.data_path(NAME).read_text())["runs"] if args.append else []
         result: dict[str, Any] = {"runs": [*before, run]}
         docpage.write(NAME, result, tables(result))
+        import targets_block
+
+        targets_block.write()  # the README's table of the measured targets
     return 0
 
 

@@ -302,6 +302,9 @@ def main(argv: list[str] | None = None) -> int:
             old = json.loads(docpage.data_path(NAME).read_text())
             result["selections"] = {**old.get("selections", {}), **result["selections"]}
         docpage.write(NAME, result, table(result), page=PAGE)
+        import targets_block
+
+        targets_block.write()  # the README's table of the measured targets
     return 0
 
 

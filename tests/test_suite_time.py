@@ -105,3 +105,18 @@ def test_two_profiles_are_compared_like_for_like_only() -> None:
     assert [(r["file"], r["before_s"], r["after_s"], r["ratio"]) for r in out["files"]] == [("a.py", 4.0, 2.0, 0.5)]
     assert (out["same_files"], out["same_before_s"], out["same_after_s"], out["same_ratio"]) == (1, 4.0, 2.0, 0.5)
     assert out["unlike"] == ["c.py"] and out["wall"] == {"before": 10.0, "after": 8.0}
+
+
+def test_the_readmes_targets_table_is_rendered_from_the_measurements() -> None:
+    """The README's table of the measured speed targets is benchmarks/targets_block.py's rendering of the JSON
+    that suite_time.py and ipc_roundtrip.py commit (either script's --write rewrites it)."""
+    mod = script("targets_block")
+    begin, end = mod.docpage.markers(mod.NAME)
+    text = (ROOT / "README.md").read_text()
+    assert text.count(begin) == 1 and text.count(end) == 1
+    assert table.between_markers(text, begin, end) == mod.table(), (
+        "README.md's targets table differs from docs/data/: rerun `python benchmarks/targets_block.py`")
+    suite = json.loads((ROOT / "docs" / "data" / "suite_time.json").read_text())
+    rendered = mod.table()
+    assert rendered.count("\n| ") == len(suite["selections"]) + 1  # a row per selection, and stop() with 256
+    assert "median of 3" in rendered and "stop() with 256 idle connections parked" in rendered

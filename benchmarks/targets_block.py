@@ -1,0 +1,61 @@
+"""Issue 17's measured targets in the README: one table rendered from the JSON the measuring scripts commit
+(docs/data/suite_time.json from benchmarks/suite_time.py, docs/data/ipc_roundtrip.json from
+benchmarks/ipc_roundtrip.py), written between the README's ``targets`` markers whenever either script runs with
+``--write``.  tests/test_suite_time.py re-renders it and compares."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import docpage
+
+NAME = "targets"
+README = docpage.ROOT / "README.md"
+STOP_TARGET_MS = 1.0  # issue 17 item 4 (benchmarks/ipc_roundtrip.py's STOP_TARGET_MS)
+
+
+def _mmss(s: float) -> str:
+    whole = round(s)
+    return f"{whole // 60} min {whole % 60:02d} s" if whole >= 60 else f"{whole} s"
+
+
+def _load(name: str) -> dict[str, Any]:
+    path: Path = docpage.data_path(name)
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
+def table(suite: dict[str, Any] | None = None, ipc: dict[str, Any] | None = None) -> str:
+    suite = _load("suite-time") if suite is None else suite
+    ipc = _load("ipc-roundtrip") if ipc is None else ipc
+    rows = ["| target | measured | met | where |", "|---|---|---|---|"]
+    what = {"default": "the default suite (`./dev test`) <= 4 min", "not-slow": '`-m "not slow"` <= 90 s'}
+    for select, row in suite.get("selections", {}).items():
+        met = "yes" if row["median_wall_s"] <= row["target_s"] else "**no (missed)**"
+        rows.append(f"| {what.get(select, select)} | {_mmss(row['median_wall_s'])}, median of {len(row['runs'])} "
+                    f"({suite.get('where', '')} of {suite.get('commit', '?')}, {suite.get('date', '?')}) | {met} | "
+                    "[running.md](docs/running.md#suite-time) |")
+    runs = ipc.get("runs") or [{}]
+    last = runs[-1]
+    ms, cpu = last.get("stop_median_ms", {}).get("256"), last.get("stop_cpu_us", {}).get("256")
+    if ms is not None:
+        met = "yes" if ms <= STOP_TARGET_MS else "**no (missed)**"
+        profile = (f"; profile: {cpu['caller']:.0f} us of the caller's CPU, then {cpu['thread']:.0f} us of the "
+                   "serving thread's, in the order line 4 of the stop contract sets") if cpu else ""
+        rows.append(f"| stop() with 256 idle connections parked <= {STOP_TARGET_MS:g} ms, median | {ms:.2f} ms "
+                    f"({last.get('stop_reps', '?')} fresh listeners, {last.get('date', '?')}){profile} | {met} | "
+                    "[benchmarks.md](docs/benchmarks.md) |")
+    return "\n".join(rows)
+
+
+def write() -> None:
+    begin, end = docpage.markers(NAME)
+    text = README.read_text()
+    start, stop = text.index(begin) + len(begin), text.index(end)
+    README.write_text(text[:start] + "\n" + table() + "\n" + text[stop:])
+
+
+if __name__ == "__main__":
+    write()
+    print(table())
