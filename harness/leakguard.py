@@ -31,6 +31,7 @@ from dataclasses import dataclass
 import pytest
 
 from harness.names import TMP, process_tag
+from harness.probes.procs import process_umask
 
 __all__ = ["Inventory", "take", "diff", "GRACE_S", "SUT_THREADS", "MODES", "INI", "mode", "applies",
            "asked_by"]
@@ -86,7 +87,7 @@ class Inventory:
     threads: frozenset[threading.Thread]
     children: frozenset[int]
     ports: frozenset[str]
-    umask: int = -1  # the process umask (-1: unreadable); a listener started in-process may leave its own
+    umask: int | None = None  # the process umask (None: unreadable); a listener started in-process may leave its own
 
 
 def _children(harness_pids: set[int]) -> frozenset[int]:
@@ -146,19 +147,6 @@ def take() -> Inventory:
     threads = frozenset(t for t in threading.enumerate() if t.name.startswith(SUT_THREADS))
     return Inventory(paths, shm, threads, _children(_harness_pids()), _listening(os.getpid()), process_umask())
 
-
-def process_umask() -> int:
-    """This process's umask, read without changing it (/proc/self/status ``Umask:``); -1 where unreadable."""
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith("Umask:"):
-                    return int(line.split()[1], 8)
-    except (OSError, ValueError, IndexError):
-        pass
-    return -1
-
-
 def _listening(pid: int) -> frozenset[str]:
     """The local addresses of ``pid``'s TCP sockets that LISTEN (as harness.probes.net.sockets gives them).
 
@@ -210,7 +198,7 @@ def diff(before: Inventory) -> list[str]:
         _kill_and_reap(left)
     if after.ports - before.ports:
         out.append(f"ports still LISTENing: {sorted(after.ports - before.ports)}")
-    if after.umask != before.umask and before.umask >= 0:
+    if after.umask != before.umask and before.umask is not None and after.umask is not None:
         # put back, or every process this one starts later (a fork server, its workers) inherits it
         os.umask(before.umask)
         out.append(f"the process umask changed from {before.umask:#05o} to {after.umask:#05o} (put back)")
@@ -229,7 +217,7 @@ def _kill_and_reap(pids: list[int]) -> None:
         try:
             fds.append((pid, os.pidfd_open(pid)))
             os.kill(pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError, OSError):
+        except OSError:  # gone already, or not ours to signal
             continue
     for pid, fd in fds:
         try:

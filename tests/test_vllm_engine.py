@@ -9,7 +9,6 @@ judged by the engine scenarios, with their rates over repeats.
 
 from __future__ import annotations
 
-import contextlib
 import fcntl
 import json
 import os
@@ -23,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.engine.host import shm_owners
+from harness.engine.host import remove_segments, shm_owners
 from harness.engine.tree import EngineTree, wait_accepting
 from harness.probes.snapshot import take
 
@@ -106,12 +105,10 @@ def test_vllm_serve_becomes_ready_answers_and_leaves_nothing_running(tmp_path: P
         tree.close()
         # what a killed or failed tree could not remove, removed as the engine host does (nothing a test starts
         # outlives it), and observed
-        left = [path for path in owners if os.path.lexists(path)]
-        for path in left:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(path)
-        if left:
-            _observe("segments-left", {"removed": left, "owners": {p: owners[p] for p in left}})
+        removed = remove_segments(owners)
+        if removed:
+            _observe("segments-left", {"removed": [r["path"] for r in removed],
+                                       "owners": {r["path"]: r["owners"] for r in removed}})
     assert tree.members() == []
 
 

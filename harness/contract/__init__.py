@@ -27,6 +27,7 @@ from harness.contract.exit_probe import EXIT_BUDGET_S, exit_hook_bounded, exit_h
 from harness.contract.rig import ContractViolation, recorded
 from harness.contract.table import HARNESS, LINES, ContractLine
 from harness.names import temp_root
+from harness.probes.procs import process_umask
 from harness.reference.variants import Variant
 from harness.reference.wire import PeerClosed
 from harness.timeouts import scale
@@ -180,8 +181,10 @@ def run_check(check: Check, variant: Variant, root: Path | None = None) -> Outco
     base = temp_root() if root is None else root
     t0 = time.monotonic()
     harness = ""
-    umask = os.umask(0o077)  # the listener runs in this process: a variant's leaked umask must not stay here
-    os.umask(umask)
+    umask = process_umask()  # the listener runs in this process: a variant's leaked umask must not stay here
+    if umask is None:  # a kernel that does not say: read it by setting it, and put it back
+        umask = os.umask(0o077)
+        os.umask(umask)
     try:
         with recorded() as histories:
             try:

@@ -33,7 +33,7 @@ from harness.probes.model import Snapshot
 from harness.probes.snapshot import take
 from harness.timeouts import scaled
 
-__all__ = ["EngineHost", "LAUNCHES", "members_data", "free_port"]
+__all__ = ["EngineHost", "LAUNCHES", "members_data", "free_port", "shm_owners", "remove_segments"]
 
 LAUNCHES = 2  # launches the run's deadline allows for beyond the scenario's own (the first, one restart)
 LOCK_NAME = "engine.lock"
@@ -81,6 +81,17 @@ def shm_owners(snap: Snapshot, members: list[Member]) -> dict[str, list[int]]:
             if fd.target.startswith("/dev/shm/"):
                 out.setdefault(fd.target, set()).add(p.pid)
     return {path: sorted(pids) for path, pids in sorted(out.items())}
+
+
+def remove_segments(owners: dict[str, list[int]]) -> list[dict[str, Any]]:
+    """Unlink each /dev/shm path of ``owners`` (from :func:`shm_owners`, taken while the tree lived) still there;
+    each removed one with the pids that held it."""
+    removed = []
+    for path in sorted(owners):
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+            removed.append({"path": path, "owners": owners[path]})
+    return removed
 
 
 class EngineHost:
@@ -245,16 +256,9 @@ class EngineHost:
 
     def _remove_segments(self, tree: EngineTree) -> list[dict[str, Any]]:
         """Remove the /dev/shm segments and semaphores (sem.*) the tree's processes held or mapped when ready
-        that outlived it (a killed engine cannot remove them): nothing a run starts outlives it.  Each is
-        reported with the pids that held it (attributed while the tree lived).  The checkers judged them
-        before (wait_gone)."""
-        owners = self.owners.get(self.trees.index(tree), {})
-        removed = []
-        for path in sorted(owners):
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(path)
-                removed.append({"path": path, "owners": owners[path]})
-        return removed
+        that outlived it (a killed engine cannot remove them): nothing a run starts outlives it.  The checkers
+        judged them before (wait_gone)."""
+        return remove_segments(self.owners.get(self.trees.index(tree), {}))
 
     def kill(self) -> None:
         """The watchdog: every live process's stacks first (a hung run's evidence), then SIGKILL of all."""

@@ -357,12 +357,9 @@ class EngineTree:
         self.wait_gone(10.0)
         if self._reader is not None:
             self._reader.join(5.0)
-        # the leader reaped here, whoever else was waiting on it: Popen.poll() returns None while another
-        # thread holds its waitpid lock, so wait_gone could return with the leader still a zombie
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            code = self.proc.wait(5.0)
-            if self.returncode is None:
-                self.returncode = code
+        # the leader reaped here, whoever else was waiting on it (Popen.poll() returns None while another
+        # thread holds its waitpid lock)
+        self._leader_status()
         self._reap()
         if self.proc.stdout is not None:
             self.proc.stdout.close()

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from harness.probes.model import FdEntry, ProcEntry
 
 __all__ = ["Stat", "read_stat", "all_stats", "classify_fd", "fds_of", "threads_of", "proc_entry", "descendants",
-           "processes", "zombies", "reparented_away", "CMDLINE_MAX"]
+           "processes", "zombies", "reparented_away", "process_umask", "CMDLINE_MAX"]
 
 CMDLINE_MAX = 300  # characters of the command line kept per process
 
@@ -233,3 +233,16 @@ def reparented_away(procs: Iterable[ProcEntry], pgids: Iterable[int], harness_pi
     groups = set(pgids)
     known = {p.pid for p in entries} | set(harness_pids)
     return tuple(sorted(p.pid for p in entries if p.pgid in groups and p.ppid not in known))
+
+
+def process_umask() -> int | None:
+    """This process's umask, read from /proc/self/status (``Umask:``, Linux 4.7+) without changing it; None when
+    the kernel does not say."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    return None

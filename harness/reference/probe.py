@@ -14,6 +14,7 @@ import stat
 from typing import Any
 
 from harness.errors import ConfigError
+from harness.probes.procs import process_umask
 
 __all__ = ["start_and_stop", "process_umask"]
 
@@ -63,16 +64,3 @@ def _mode(path: str) -> int | None:
         return stat.S_IMODE(os.lstat(path).st_mode)
     except OSError:
         return None
-
-
-def process_umask() -> int | None:
-    """This process's umask, read from /proc/self/status (``Umask:``, Linux 4.7+) without changing it; None when
-    the kernel does not say."""
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith("Umask:"):
-                    return int(line.split()[1], 8)
-    except OSError:
-        pass
-    return None
