@@ -31,6 +31,7 @@ class RunResult:
     step_error: str = ""
     seconds: float = 0.0
     broken: str = ""  # why nothing the run shows counts (it did not start, the harness crashed, a bad event)
+    scale: float = 1.0  # what the checkers multiplied every time bound by (harness.timeouts.run_scale)
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property

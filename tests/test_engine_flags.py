@@ -23,7 +23,7 @@ from harness.errors import ConfigError
 from harness.history import Recorder
 from harness.scenario.loader import expand, loads
 from harness.scenario.runner import run_item
-from harness.targets.vllm_engine import STANDIN, TARGET, EngineFlags, EngineTarget
+from harness.targets.vllm_engine import STANDIN, STANDIN_BOUND_SCALE, TARGET, EngineFlags, EngineTarget
 from tests.test_engine_host import HUNG
 
 NIXL = {"kv_connector": "NixlConnector", "kv_role": "kv_both"}
@@ -96,7 +96,11 @@ def test_the_host_resolves_the_scenarios_flags_and_a_free_side_channel_port_once
     host = _host(_scenario("{shutdown_timeout: 3s, kv_connector: NixlConnector}", topology="topology: {tp: 2}"),
                  tp=2)
     flags = host.flags()
-    assert (flags.tp, flags.shutdown_timeout, flags.kv_connector) == (2, 3, "NixlConnector")
+    assert (flags.tp, flags.kv_connector) == (2, "NixlConnector")
+    # the drain is on the target's clock, as its bounds are: a fifth for the stand-in, whole seconds for vLLM
+    assert flags.shutdown_timeout == pytest.approx(3 * STANDIN_BOUND_SCALE) and host.scale == STANDIN_BOUND_SCALE
+    real = _host(_scenario("{shutdown_timeout: 3s}"), target="vllm_engine")
+    assert real.scale == 1 and real.flags().argv() == ["--shutdown-timeout", "3"]
     assert flags.side_channel_port and host.flags().side_channel_port == flags.side_channel_port  # the run's own
     assert host.launches == 2  # the start and the restart
     assert host.c.deadline_s == 1.0 + 2 * host.launch_s

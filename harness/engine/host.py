@@ -31,7 +31,7 @@ from harness.engine.tree import EngineStartError, EngineTree, Member, shm_mapped
 from harness.errors import ConfigError
 from harness.probes.model import Snapshot
 from harness.probes.snapshot import take
-from harness.timeouts import scaled
+from harness.timeouts import run_scale, scaled
 
 __all__ = ["EngineHost", "LAUNCHES", "members_data", "free_port", "shm_owners", "remove_segments"]
 
@@ -107,6 +107,8 @@ class EngineHost:
                               f"target (vllm_engine, engine_standin)")
         bound = getattr(self.target, "launch_bound", None)
         self.launch_s = scaled(float(bound() if callable(bound) else getattr(self.target, "launch_s", 10.0)))
+        self.scale = run_scale(self.target)  # the scenario's bounds and timeouts are multiplied by it
+        self.bound_scale = float(getattr(self.target, "bound_scale", 1.0))  # and its engine's drain by this part
         self.scenario = getattr(cluster, "scenario", None)
         self.launches = launches_of(self.scenario)
         cluster.deadline_s += self.launches * self.launch_s  # the scenario's own deadline, plus each launch
@@ -118,6 +120,10 @@ class EngineHost:
         self._closed = False
         self.owners: dict[int, dict[str, list[int]]] = {}  # launch -> /dev/shm path -> the pids holding it
         self.model = ""  # the model name requests carry (the target's, set at each launch)
+
+    def scaled(self, seconds: float) -> float:
+        """``seconds`` of the scenario (a bound, a timeout) as this run applies it: times the run's scale."""
+        return seconds * self.scale
 
     @property
     def tree(self) -> EngineTree:
@@ -160,7 +166,10 @@ class EngineHost:
         side: int | None = None
         if cfg.kv_connector is not None:
             side = self._side_channel_port(cfg.side_channel_port)
-        return EngineFlags(tp=tp, shutdown_timeout=None if st is None else int(st), kv_connector=cfg.kv_connector,
+        # the drain a scenario asks of its engine is on the target's clock, as its bounds are (a fifth for the
+        # stand-in): vLLM (bound_scale 1) is given the scenario's whole seconds
+        drain = None if st is None else st * self.bound_scale
+        return EngineFlags(tp=tp, shutdown_timeout=drain, kv_connector=cfg.kv_connector,
                            side_channel_port=side)
 
     def _side_channel_port(self, given: int | str | None) -> int:
@@ -284,7 +293,7 @@ class EngineHost:
                 for m in live:  # a stop first: a real engine then removes its segments itself
                     tree.signal(signal.SIGTERM, m.pid)
                 if live:
-                    tree.wait_gone(scaled(CLOSE_GRACE_S))
+                    tree.wait_gone(self.scaled(CLOSE_GRACE_S))
                 killed = tree.close()
                 removed = self._remove_segments(tree)
                 self.c.rec.emit("engine_closed", killed=members_data(killed), terminated=members_data(live),

@@ -14,9 +14,9 @@ vLLM's:
 vLLM's own flags, with vLLM 0.32's meaning:
 
 * ``--tensor-parallel-size N``: N worker processes under the engine core;
-* ``--shutdown-timeout S`` (whole seconds, default 0): on SIGTERM or SIGINT requests in flight may finish for
-  up to S seconds while new ones are refused (the HTTP server stays up meanwhile, as vLLM's does); then, or at
-  once with 0, they are aborted (``finish_reason: "abort"``);
+* ``--shutdown-timeout S`` (seconds, default 0; vLLM's are whole, the stand-in's may be less): on SIGTERM or
+  SIGINT requests in flight may finish for up to S seconds while new ones are refused (the HTTP server stays
+  up meanwhile, as vLLM's does); then, or at once with 0, they are aborted (``finish_reason: "abort"``);
 * ``--kv-transfer-config '{"kv_connector": "NixlConnector", ...}'``: the engine core listens on NIXL's TCP
   side channel, ``VLLM_NIXL_SIDE_CHANNEL_HOST:VLLM_NIXL_SIDE_CHANNEL_PORT`` (default localhost:5600); a port
   that cannot be bound fails the start with one ``ERROR:`` line and a non-zero exit, nothing left; the
@@ -88,7 +88,7 @@ class Options:
     variant: str = "standin"
     interval: float = 0.01  # seconds per generated token
     tp: int = 1  # --tensor-parallel-size
-    shutdown_timeout: int = 0  # --shutdown-timeout
+    shutdown_timeout: float = 0  # --shutdown-timeout
     side_channel: tuple[str, int] | None = None  # NIXL's side channel (host, port), with NixlConnector
 
 
@@ -460,6 +460,16 @@ def _side_channel(kv_config: str | None) -> tuple[str, int] | None:
     return host, port
 
 
+def _seconds(low: float, high: float) -> Callable[[str], float]:
+    def parse(text: str) -> float:
+        value = float(text)
+        if not low <= value <= high:  # nan fails too
+            raise argparse.ArgumentTypeError(f"{value} is not from {low:g} to {high:g}")
+        return value
+    parse.__name__ = "seconds"
+    return parse
+
+
 def _bounded(low: int, high: int) -> Callable[[str], int]:
     def parse(text: str) -> int:
         value = int(text)
@@ -480,7 +490,7 @@ def main(argv: list[str] | None = None) -> int:
     sv.add_argument("--token-interval", type=float, default=0.01, help="seconds per generated token")
     sv.add_argument("--tensor-parallel-size", "-tp", type=_bounded(1, MAX_TP), default=1,
                     help="worker processes under the engine core (vLLM's flag)")
-    sv.add_argument("--shutdown-timeout", type=_bounded(0, 3600), default=0,
+    sv.add_argument("--shutdown-timeout", type=_seconds(0, 3600), default=0,
                     help="seconds requests in flight may finish after SIGTERM; 0: abort (vLLM's flag)")
     sv.add_argument("--kv-transfer-config", default=None, help="vLLM's KV connector config (JSON)")
     a, _ = ap.parse_known_args(argv)  # vLLM's other options (--dtype, ...) are accepted and ignored

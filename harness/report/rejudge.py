@@ -15,6 +15,7 @@ absent are not judged, as in the run.
 from __future__ import annotations
 
 import json
+import math
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -90,6 +91,15 @@ def _expect(meta: dict[str, Any], checks: Sequence[str]) -> tuple[Expect, str]:
             f"every checker with its defaults (no expect list in a {VERDICTS} beside it)")
 
 
+def _scale(meta: dict[str, Any]) -> float:
+    """The scale the stored run's bounds were judged at (verdicts.json's ``scale``); 1 where it has none (a
+    report written before it was recorded) or one that is not a positive finite number."""
+    value = meta.get("scale", 1.0)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+        return 1.0
+    return float(value)
+
+
 def _absent(variant: object) -> frozenset[str]:
     """The parties the stored run's target declares absent; none when it names no target that loads here."""
     if not isinstance(variant, str) or not variant:
@@ -128,7 +138,7 @@ def report_history(history: str | Path, out: str | Path | None = None, checks: S
     meta: dict[str, Any] = raw_meta if isinstance(raw_meta, dict) else {}
     snaps = _snapshots(_load_json(path.parent / SNAPSHOTS, problems), path.parent / SNAPSHOTS, problems)
     expect, source = _expect(meta, checks)
-    record = RunRecord(tuple(events), snaps, absent=_absent(meta.get("variant")))
+    record = RunRecord(tuple(events), snaps, _scale(meta), absent=_absent(meta.get("variant")))
     verdicts = [judge(name, record, params, allow_unknown=allow) for name, params, allow in expect]
     stored = meta.get("verdicts") if isinstance(meta.get("verdicts"), list) else []
     was = {i: d.get("status") for i, d in enumerate(stored or []) if isinstance(d, dict)}

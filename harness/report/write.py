@@ -69,7 +69,7 @@ def describe(result: RunResult, nodeid: str | None = None, target: str | None = 
             "outcome": {"status": out.status, "detail": out.detail, "exits": dict(out.exits),
                         "leftovers": list(out.leftovers), "stacks": dict(out.stacks)},
             "step_error": result.step_error, "broken": getattr(result, "broken", ""),
-            "seconds": round(result.seconds, 3), "expect": expect}
+            "seconds": round(result.seconds, 3), "scale": getattr(result, "scale", 1.0), "expect": expect}
 
 
 def verdicts_doc(meta: Mapping[str, Any], verdicts: Sequence[Verdict]) -> dict[str, Any]:

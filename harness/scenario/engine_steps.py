@@ -91,11 +91,11 @@ def _host(pl: Player) -> EngineHost:
 
 # ---------------------------------------------------------------- requests
 def _connect(host: EngineHost, s: Any) -> http.client.HTTPConnection:
-    conn = http.client.HTTPConnection("127.0.0.1", host.port, timeout=scaled(s.timeout))
+    conn = http.client.HTTPConnection("127.0.0.1", host.port, timeout=host.scaled(s.timeout))
     if s.stop_reading_after:  # a small window: what the server writes backs up into its own buffers
         sock = socket.socket()
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, STALLED_RCVBUF)
-        sock.settimeout(scaled(s.timeout))
+        sock.settimeout(host.scaled(s.timeout))
         sock.connect(("127.0.0.1", host.port))
         conn.sock = sock
     return conn
@@ -105,7 +105,7 @@ def _stall(pl: Player, s: Any, name: str, events: int, since: int) -> str:
     """Stop reading until the tree is gone (a wait_gone step returned) or the safety net; what ended it."""
     pl.emit("engine_client_stalled", step=name, events=events)
     seen = pl.c.rec.wait_for(lambda e: e.kind == "step_returned" and e.data.get("kind") == "wait_gone",
-                             scaled(s.timeout), after=since)
+                             pl.c.host.scaled(s.timeout), after=since)
     return "tree_gone" if seen is not None else "timeout"
 
 
@@ -155,7 +155,7 @@ def _outcome(pl: Player, host: EngineHost, s: Any, name: str) -> dict[str, Any]:
         return {"outcome": "aborted" if reason == "abort" else "complete", "status": 200, "events": events,
                 "tokens": tokens, "finish_reason": reason, **extra}
     except TimeoutError:
-        return {"outcome": "hung", "status": None, "error": f"no answer in {scaled(s.timeout):.1f}s", **extra}
+        return {"outcome": "hung", "status": None, "error": f"no answer in {host.scaled(s.timeout):.1f}s", **extra}
     except (OSError, http.client.HTTPException, ValueError) as exc:
         return {"outcome": "cut", "status": None, "error": f"{type(exc).__name__}: {exc}", **extra}
     finally:
@@ -168,7 +168,7 @@ def _shutdown_began(pl: Player, s: Any) -> Event | None:
                if e.kind == "step_returned" and e.data.get("kind") == "engine_signal"]
     if not signals:
         raise StepError("engine_request after_shutdown_began: no engine_signal before it (nothing began a shutdown)")
-    return pl.c.rec.wait_for("engine_shutdown_began", scaled(s.timeout), after=signals[-1])
+    return pl.c.rec.wait_for("engine_shutdown_began", pl.c.host.scaled(s.timeout), after=signals[-1])
 
 
 @step_kind("engine_request", "request", cast=E)
@@ -191,7 +191,7 @@ def engine_request(pl: Player, s: Any, name: str) -> None:
         pl.returned(name, "engine_request", value["outcome"] not in ("hung", "not_sent"), value, **data)
 
     if s.background:
-        pl.background(name, ask, join=2 * scaled(s.timeout) + scaled(5))
+        pl.background(name, ask, join=2 * host.scaled(s.timeout) + scaled(5))
     else:
         ask()
 
@@ -293,8 +293,8 @@ def wait_gone(pl: Player, s: Any, name: str) -> None:
             if m.pid != leader and m.ppid == os.getpid():
                 orphaned[m.pid] = m.name
 
-    pl.started(name, "wait_gone", timeout=scaled(s.timeout), after=st.signal_step)
-    gone = tree.wait_gone(scaled(s.timeout), seen)
+    pl.started(name, "wait_gone", timeout=host.scaled(s.timeout), after=st.signal_step)
+    gone = tree.wait_gone(host.scaled(s.timeout), seen)
     seconds = time.monotonic() - since
     survivors = members_data([m for m in tree.members() if m.state != "Z"])
     value = {"gone": gone, "seconds": round(seconds, 3), "survivors": survivors,
@@ -384,10 +384,10 @@ def engine_start(pl: Player, s: Any, name: str) -> None:
     try:
         if gate is None:  # another engine: starting once its process is launched (its start takes long)
             launched = pl.c.rec.wait_for(lambda e: e.kind == "engine_launched" and e.data.get("launch") == n,
-                                         scaled(s.timeout))
+                                         host.scaled(s.timeout))
             pl.emit("engine_starting", step=name, gated=False, launched=launched is not None)
             return
-        readable, _, _ = select.select([gate.fileno(), ended_r], [], [], scaled(s.timeout))
+        readable, _, _ = select.select([gate.fileno(), ended_r], [], [], host.scaled(s.timeout))
         if gate.fileno() in readable:
             st.gate, _ = gate.accept()  # its engine core is loading, behind the gate: the tree is starting
         pl.emit("engine_starting", step=name, gated=st.gate is not None)

@@ -91,7 +91,9 @@ def run_item(item: MatrixItem, *, variant: str | None = None, run_id: str | None
         step_error = "bad event: " + "; ".join(c.rec.bad_events[:3]) + (" ..." if len(c.rec.bad_events) > 3 else "")
     if c.rec.bad_events and not broken:
         broken = "it recorded an event outside harness.events (" + c.rec.bad_events[0] + ")"
-    record = RunRecord(tuple(c.rec.events()), snaps, scale(), absent=_absent(chosen))
+    # the run's scale: an engine host's (LASTCALL_TIMEOUT_SCALE times its target's bound_scale), else the variable's
+    bounds_scale = float(getattr(c.host, "scale", None) or scale())
+    record = RunRecord(tuple(c.rec.events()), snaps, bounds_scale, absent=_absent(chosen))
     expect: list[tuple[str, Any]] = [(e.checker, e.params) for e in scn.expect]
     if player is not None and player.armed and "fault_fired" not in [n for n, _ in expect]:
         expect.append(("fault_fired", None))
@@ -99,7 +101,7 @@ def run_item(item: MatrixItem, *, variant: str | None = None, run_id: str | None
     verdicts = [judge(n, record, p, allow_unknown=allowed[i] if i < len(allowed) else None)
                 for i, (n, p) in enumerate(expect)]
     return RunResult(item, chosen, c.run_id, verdicts, outcome, list(c.rec.events()), snaps, step_error,
-                     time.monotonic() - t0, broken=broken)
+                     time.monotonic() - t0, broken=broken, scale=bounds_scale)
 
 
 def _broken(exc: Exception, started: bool, step_error: str) -> str:

@@ -178,7 +178,9 @@ class Target(Protocol):
 
     Optional attributes: ``unavailable() -> str | None`` (why it cannot run on this machine: one line),
     ``events`` (its own harness.events.EventKind records), ``variants`` (planted-bug name -> target spec
-    ``module:attribute``: a scenario's ``catches`` names resolve to them).
+    ``module:attribute``: a scenario's ``catches`` names resolve to them), ``bound_scale`` (an engine target's
+    clock: every bound and timeout of its scenarios, and the drain they ask of it, times this number in
+    (0, 100]; default 1, the stand-in engine's 0.2; harness.timeouts.run_scale).
     """
 
     name: str
@@ -234,6 +236,10 @@ def check_target_object(obj: Any) -> list[str]:
             problem = _arity_problem(part, fn, 2)  # (spec, recorder)
             if problem:
                 out.append(problem)
+    if hasattr(obj, "bound_scale"):
+        bs = obj.bound_scale
+        if isinstance(bs, bool) or not isinstance(bs, (int, float)) or not 0 < bs <= 100:  # nan fails the range
+            out.append(f"bound_scale is {bs!r}, not a number in (0, 100]")
     if not hasattr(obj, "codec"):
         out.append("codec is missing (None: the reference framing)")
     elif obj.codec is not None:
