@@ -55,6 +55,7 @@ import itertools
 import os
 import platform
 import resource
+import select
 import shutil
 import socket
 import statistics
@@ -347,6 +348,53 @@ def closed_by_peer(socks: list[socket.socket]) -> int:
     return n
 
 
+def stop_floor(root: Path, n: int, reps: int) -> tuple[float, float]:
+    """What the kernel and the file system alone take of a stop with ``n`` parked, in one thread, medians in
+    us: (the closes: an epoll with ``n`` accepted Unix connections registered, closed, then each connection,
+    as the serving thread does; the teardown's calls: stat, unlink of the socket file, close of the server
+    socket, unlink of the owner record, rmdir of the directory, in ``root``'s file system).  No lock, event,
+    flag or thread of the listener: the floor its stop() cannot go under in that order, on this machine."""
+    closes: list[int] = []
+    teardown: list[int] = []
+    for i in range(reps):
+        d = root / f"floor-{n}-{i}"
+        d.mkdir()
+        path, owner = d / "w0.sock", d / "w0.owner"
+        server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        server.bind(os.fspath(path))
+        server.listen(n + 1)
+        owner.write_bytes(b"x")
+        clients: list[socket.socket] = []
+        accepted: list[socket.socket] = []
+        try:
+            for _ in range(n):
+                c = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                clients.append(c)
+                c.connect(os.fspath(path))
+                accepted.append(server.accept()[0])
+            ep = select.epoll()
+            for a in accepted:
+                ep.register(a.fileno(), select.EPOLLIN)
+            t0 = time.perf_counter_ns()
+            ep.close()
+            for a in accepted:
+                a.close()
+            t1 = time.perf_counter_ns()
+            os.stat(path)
+            path.unlink()
+            server.close()
+            owner.unlink()
+            d.rmdir()
+            t2 = time.perf_counter_ns()
+        finally:
+            close_all(clients)
+            close_all(accepted)
+            server.close()
+        closes.append(t1 - t0)
+        teardown.append(t2 - t1)
+    return statistics.median(closes) / 1e3, statistics.median(teardown) / 1e3
+
+
 def part_stop(root: Path, parked: tuple[int, ...], reps: int, figures: dict[str, Any] | None = None) -> str:
     """stop() from the call to True, each of the n parked connections checked closed once it returns.  The
     profile beside it: the CPU time of the caller's thread (the stop flag, waking the thread, the teardown)
@@ -394,8 +442,15 @@ def part_stop(root: Path, parked: tuple[int, ...], reps: int, figures: dict[str,
                      f"{statistics.median(thread) / 1e3:.0f}", target])
     head = (f"stop() latency, reference listener, idle connections parked (all closed when it returns); {reps} "
             "fresh listeners per row; CPU: medians of the caller's and the serving thread's CPU time")
+    n = max(parked)
+    closes_us, teardown_us = stop_floor(root, n, reps)
+    if figures is not None:
+        figures["stop_floor_us"] = {str(n): {"closes": closes_us, "teardown": teardown_us}}
+    floor = (f"floor with {n} parked (the kernel and the file system alone, one thread, no listener): "
+             f"{closes_us:.0f} us closing the epoll and the {n} connections, {teardown_us:.0f} us for the "
+             f"teardown's stat, unlinks, close and rmdir under {root.parent}; {(closes_us + teardown_us) / 1e3:.3f} ms")
     return head + "\n" + format_rows(["parked", "median (ms)", "min (ms)", "max (ms)", "returned True",
-                                      "caller CPU (us)", "thread CPU (us)", "target"], rows)
+                                      "caller CPU (us)", "thread CPU (us)", "target"], rows) + "\n" + floor
 
 
 def part_loaded(root: Path, parked: int, windows: int, requests: int, figures: dict[str, Any] | None = None) -> str:
@@ -468,6 +523,9 @@ def tables(result: Mapping[str, Any]) -> str:
             ("stop() with 256 parked: CPU of the caller / of the serving thread (profile)",
              [f"{r['stop_cpu_us']['256']['caller']:.0f} / {r['stop_cpu_us']['256']['thread']:.0f} us"
               if "stop_cpu_us" in r else "not measured" for r in runs], "informational"),
+            ("stop() with 256 parked: its floor, the kernel and the file system alone (closes + teardown's calls)",
+             [f"{f['closes']:.0f} + {f['teardown']:.0f} us = {(f['closes'] + f['teardown']) / 1e3:.2f} ms"
+              if (f := r.get("stop_floor_us", {}).get("256")) else "not measured" for r in runs], "informational"),
             ("a request while 16 idle clients are parked vs none", [f"{r['loaded_ratio']:.3f}" for r in runs],
              f"<= {LOADED_TARGET:g}x: {met(loaded_ok)}")]
     two = ["| measure | " + " | ".join(f"run {n}" for n in range(1, len(runs) + 1)) + " | target |",

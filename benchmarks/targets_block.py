@@ -43,6 +43,11 @@ def table(suite: dict[str, Any] | None = None, ipc: dict[str, Any] | None = None
         met = "yes" if ms <= STOP_TARGET_MS else "**no (missed)**"
         profile = (f"; profile: {cpu['caller']:.0f} us of the caller's CPU, then {cpu['thread']:.0f} us of the "
                    "serving thread's, in the order line 4 of the stop contract sets") if cpu else ""
+        floor = last.get("stop_floor_us", {}).get("256")
+        if floor:
+            profile += (f"; its floor, the kernel and the file system alone in one thread: "
+                        f"{(floor['closes'] + floor['teardown']) / 1e3:.2f} ms ({floor['closes']:.0f} us of closes, "
+                        f"{floor['teardown']:.0f} us of the teardown's calls)")
         rows.append(f"| stop() with 256 idle connections parked <= {STOP_TARGET_MS:g} ms, median | {ms:.2f} ms "
                     f"({last.get('stop_reps', '?')} fresh listeners, {last.get('date', '?')}){profile} | {met} | "
                     "[benchmarks.md](docs/benchmarks.md) |")

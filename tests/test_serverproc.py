@@ -113,4 +113,5 @@ def test_ipc_roundtrip_benchmark_runs_and_prints_its_tables(tmp_path: Path) -> N
     assert text.count("Round trip, one fresh connection per request") == 4
     assert "each listener in its own process" in text and "one GIL" in text
     assert "stop() latency" in text and "16 idle clients parked" in text
+    assert "floor with 256 parked (the kernel and the file system alone" in text  # what the stop cannot go under
     assert "WARNING" not in text and "Traceback" not in out.stderr

@@ -120,3 +120,14 @@ def test_the_readmes_targets_table_is_rendered_from_the_measurements() -> None:
     rendered = mod.table()
     assert rendered.count("\n| ") == len(suite["selections"]) + 1  # a row per selection, and stop() with 256
     assert "median of 3" in rendered and "stop() with 256 idle connections parked" in rendered
+
+
+def test_the_stops_floor_is_shown_beside_its_profile_once_measured() -> None:
+    mod = script("targets_block")
+    run = {"stop_median_ms": {"256": 1.5}, "stop_cpu_us": {"256": {"caller": 400.0, "thread": 800.0}},
+           "stop_reps": 25, "date": "2026-12-01"}
+    assert "floor" not in mod.table(ipc={"runs": [run]})  # a run before the floor was measured
+    run["stop_floor_us"] = {"256": {"closes": 600.0, "teardown": 200.0}}
+    row = mod.table(ipc={"runs": [run]}).splitlines()[-1]
+    assert "1.50 ms" in row and "**no (missed)**" in row
+    assert "its floor, the kernel and the file system alone in one thread: 0.80 ms (600 us of closes, 200 us" in row
