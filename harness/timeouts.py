@@ -6,13 +6,12 @@ synchronise.  ``LASTCALL_TIMEOUT_SCALE`` (default 1) multiplies them all.
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 from harness import envvars
 from harness.errors import ConfigError
 
-__all__ = ["scale", "scaled", "run_scale", "SAFETY_S"]
+__all__ = ["scale", "scaled", "run_scale", "bound_scale", "is_bound_scale", "SAFETY_S"]
 
 SAFETY_S = 10.0  # default safety net for one wait, before scaling
 
@@ -30,22 +29,26 @@ def scaled(seconds: float = SAFETY_S) -> float:
     return seconds * scale()
 
 
-def run_scale(target: Any) -> float:
-    """The scale of one run against ``target``: LASTCALL_TIMEOUT_SCALE times the target's ``bound_scale``.
+def is_bound_scale(value: object) -> bool:
+    """Whether ``value`` may be a target's ``bound_scale``: a number in (0, 100] (nan and a bool are not)."""
+    return not isinstance(value, bool) and isinstance(value, (int, float)) and 0 < value <= 100
 
-    A target may declare ``bound_scale`` (default 1): every bound and timeout its scenario states is multiplied
-    by it in the steps and in the checkers (the run's ``RunRecord.scale``, recorded in verdicts.json).  The
-    stand-in engine declares 0.2: the engine scenarios' bounds are written for real vLLM, and the stand-in, up
-    in 0.2 s and gone in under 0.1 s, meets a fifth of them with room to spare, so a planted hang is told in a
-    fifth of the time (docs/running.md).  Error handling: ConfigError naming the target when ``bound_scale``
-    is not a finite number in (0, 100].
+
+def bound_scale(target: Any) -> float:
+    """The target's ``bound_scale`` (default 1): every bound and timeout its engine scenarios state is multiplied
+    by it in the steps and in the checkers, as the drain they ask of the engine is.  The stand-in engine
+    declares 0.2: the engine scenarios' bounds are written for real vLLM, and the stand-in, up in 0.2 s and gone
+    in under 0.1 s, meets a fifth of them with room to spare, so a planted hang is told in a fifth of the time
+    (docs/running.md).  Error handling: ConfigError naming the target when it is not a number in (0, 100].
     """
     raw = getattr(target, "bound_scale", 1.0)
-    try:
-        value = float(raw)
-    except (TypeError, ValueError):
-        value = math.nan
-    if isinstance(raw, bool) or not math.isfinite(value) or not 0 < value <= 100:
+    if not is_bound_scale(raw):
         raise ConfigError(f"target {getattr(target, 'name', target)!r}: bound_scale must be a number in (0, 100], "
                           f"found {raw!r}")
-    return scale() * value
+    return float(raw)
+
+
+def run_scale(target: Any) -> float:
+    """The scale of one run against ``target``: LASTCALL_TIMEOUT_SCALE times its :func:`bound_scale` (the run's
+    ``RunRecord.scale``, recorded in verdicts.json)."""
+    return scale() * bound_scale(target)

@@ -31,7 +31,7 @@ from harness.engine.tree import EngineStartError, EngineTree, Member, shm_mapped
 from harness.errors import ConfigError
 from harness.probes.model import Snapshot
 from harness.probes.snapshot import take
-from harness.timeouts import run_scale, scaled
+from harness.timeouts import bound_scale, scale, scaled
 
 __all__ = ["EngineHost", "LAUNCHES", "members_data", "free_port", "shm_owners", "remove_segments"]
 
@@ -107,8 +107,8 @@ class EngineHost:
                               f"target (vllm_engine, engine_standin)")
         bound = getattr(self.target, "launch_bound", None)
         self.launch_s = scaled(float(bound() if callable(bound) else getattr(self.target, "launch_s", 10.0)))
-        self.scale = run_scale(self.target)  # the scenario's bounds and timeouts are multiplied by it
-        self.bound_scale = float(getattr(self.target, "bound_scale", 1.0))  # and its engine's drain by this part
+        self.bound_scale = bound_scale(self.target)  # the target's clock: the drain its scenario asks is on it
+        self.scale = scale() * self.bound_scale  # the scenario's bounds and timeouts are multiplied by it
         self.scenario = getattr(cluster, "scenario", None)
         self.launches = launches_of(self.scenario)
         cluster.deadline_s += self.launches * self.launch_s  # the scenario's own deadline, plus each launch

@@ -25,6 +25,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Protocol, TypedDict, runtime_checkable
 
 from harness import failpoints
+from harness.timeouts import is_bound_scale
 
 if TYPE_CHECKING:
     from harness.reference import wire
@@ -236,10 +237,8 @@ def check_target_object(obj: Any) -> list[str]:
             problem = _arity_problem(part, fn, 2)  # (spec, recorder)
             if problem:
                 out.append(problem)
-    if hasattr(obj, "bound_scale"):
-        bs = obj.bound_scale
-        if isinstance(bs, bool) or not isinstance(bs, (int, float)) or not 0 < bs <= 100:  # nan fails the range
-            out.append(f"bound_scale is {bs!r}, not a number in (0, 100]")
+    if hasattr(obj, "bound_scale") and not is_bound_scale(obj.bound_scale):
+        out.append(f"bound_scale is {obj.bound_scale!r}, not a number in (0, 100]")
     if not hasattr(obj, "codec"):
         out.append("codec is missing (None: the reference framing)")
     elif obj.codec is not None:
