@@ -236,9 +236,13 @@ class Cluster:
             self.host.start()
             return self
         specs = self._specs()
+        # The process-wide fork server first (its preload has its own bound, READY_TIMEOUT_S, and a LaunchError):
+        # its one-time start (torch's import, seconds on a loaded machine) is not the run's, so the watchdog's
+        # deadline bounds the run alone, from its first fork on.
+        forks = ForkServer.shared()
         self._watchdog = threading.Thread(target=self._watch, name="lastcall-watchdog", daemon=True)
         self._watchdog.start()
-        pids = ForkServer.shared().spawn_group(specs, self._on_exit)
+        pids = forks.spawn_group(specs, self._on_exit)
         self.pgid = pids[0]
         for pid, spec in zip(pids, specs, strict=True):
             proc = self._proc(pid)
