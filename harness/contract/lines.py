@@ -26,10 +26,9 @@ from harness.reference import wire
 from harness.reference.listener import WorkerListener
 from harness.reference.variants import Variant
 from harness.reference.worker import ReferenceWorker
-from harness.timeouts import scaled
+from harness.timeouts import AT_ONCE_S, scaled
 
 SHORT_DRAIN_S = 0.1  # drain_timeout where a check needs the drain to time out (a parked handler holds it)
-AT_ONCE_S = 2.0  # "at once": generous bound separating prompt from stuck (scaled)
 
 MAP: wire.Command = "map_to_kv_tensors"
 

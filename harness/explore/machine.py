@@ -26,7 +26,7 @@ from harness.contract.rig import ContractViolation, Pending, Rig, _force_down
 from harness.errors import ListenerBusy
 from harness.explore.catalogue import HISTORY_CHECKERS, STEP_CHECKERS
 from harness.explore.model import MAP, MiB, Phase, _Conn, _describe, _is_eof, _map, _Parked, _read_replies
-from harness.explore.render import AT_ONCE_S, DRAIN_S, ExplorationFailure, TraceStep, render_scenario
+from harness.explore.render import DRAIN_S, ExplorationFailure, TraceStep, render_scenario
 from harness.faults import env
 from harness.history import Event
 from harness.names import temp_root
@@ -35,12 +35,12 @@ from harness.reference.listener import WorkerListener
 from harness.reference.paths import owner_path
 from harness.reference.variants import VARIANTS, Variant
 from harness.reference.worker import ReferenceWorker
-from harness.timeouts import scale, scaled
+from harness.timeouts import AT_ONCE_S, scale, scaled
 
 __all__ = ["ListenerMachine", "Violation"]
 
 SHORT_STOP_S = 0.05  # stop(timeout) while a handler is parked: the drain cannot finish, so False at once
-SERVE_S = 2.0  # (scaled) a new connection is accepted and read while other clients idle or stall
+SERVE_S = AT_ONCE_S  # (scaled) a new connection is accepted and read while other clients idle or stall
 ACTIVE_KINDS = frozenset({  # listener events worth showing in the recorded interleaving
     "accepted", "accepted_after_stop", "frame_started", "frame_completed", "dispatch_started", "dispatch_refused",
     "dispatch_finished", "connection_closed", "stop_started", "reads_cancelled", "drain_started",

@@ -17,14 +17,13 @@ from harness.contract.rig import ContractViolation
 from harness.explore.catalogue import LINE_SUSPECTS
 from harness.reference import wire
 from harness.reference.variants import VARIANTS
-from harness.timeouts import scaled
+from harness.timeouts import AT_ONCE_S, scaled
 
 __all__ = ["ExplorationFailure", "TraceStep", "render_scenario", "scenario_in", "SCENARIO_BEGIN", "SCENARIO_END"]
 
 MiB = 1 << 20
 MAP: wire.Command = "map_to_kv_tensors"
 DRAIN_S = 0.3  # the listener's drain_timeout (scaled): what a stop with nothing parked never needs
-AT_ONCE_S = 0.5  # "at once" (scaled): a cancelled read reads EOF, a stopped thread is gone
 SCENARIO_BEGIN = "----- replayable scenario (harness.explore) -----"
 SCENARIO_END = "----- end of scenario -----"
 
