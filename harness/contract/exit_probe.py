@@ -5,7 +5,7 @@ modules a worker finds loaded too, and ending through normal interpreter finaliz
 listeners in the variant's process-wide registry and returns from main; the
 parent times how long interpreter exit then takes and looks at what is left.
 
-* ``stuck``: two listeners each with a handler parked forever, drain_timeout 2 s,
+* ``stuck``: two listeners each with a handler parked forever, drain_timeout 1 s (scaled),
   exit budget 0.2 s: exit must take about the budget, not 2 x drain_timeout.
 * ``retry``: a stop that timed out (False, kept registered), then the handler
   finishes; the exit hook must retry and remove the socket on a clean exit.
@@ -24,7 +24,11 @@ from pathlib import Path
 from harness.timeouts import scaled
 
 EXIT_BUDGET_S = 0.2  # the child's exit budget (the stuck listeners hold it whole: any length is waited out)
-STUCK_DRAIN_S = 2.0  # drain_timeout of each stuck listener in the child
+# drain_timeout of each stuck listener in the child, before scaling.  Scaled, as the bounds are: an exit hook
+# that drains each listener whole takes STUCK_LISTENERS x this, over both bounds (exit_hook_within's 1.2 s and
+# the own assertion's budget + 1 s, each scaled) at any LASTCALL_TIMEOUT_SCALE; unscaled, a scale of 3.8 let it
+# pass.
+STUCK_DRAIN_S = 1.0
 STUCK_LISTENERS = 2
 # What the fork server's child runs (harness.launch.forkserver.call), and what it puts first on sys.path
 CHILD_CALL = "harness.contract.exit_probe:_child"
@@ -53,7 +57,7 @@ def _child(mode: str, variant_name: str, root: str, history: str) -> None:
 
     variant = get_variant(variant_name)
     registry = variant.registry(exit_budget=EXIT_BUDGET_S, exit_hook=True, recorder=rec)
-    drain = STUCK_DRAIN_S if mode == "stuck" else 0.1
+    drain = scaled(STUCK_DRAIN_S) if mode == "stuck" else 0.1
     count = STUCK_LISTENERS if mode == "stuck" else 1
     fp = failpoints.arm("backend.map_to_kv_tensors", "pause")
     workers = []
