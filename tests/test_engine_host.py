@@ -10,6 +10,7 @@ import os
 import threading
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
 import pytest
 
@@ -38,12 +39,19 @@ expect:
 """
 
 
-def test_the_watchdog_kills_an_engine_tree_that_outlives_the_deadline() -> None:
+def test_the_watchdog_kills_an_engine_tree_that_outlives_the_deadline_with_every_processs_stacks() -> None:
+    """One hung run (it waits out its deadline) for both: the watchdog kills the tree, and the hung outcome
+    carries every process's stacks (this was test_engine_flags' test of the same item, run a second time)."""
     result = run_item(expand(loads(HUNG, "<hung>"))[0])
     assert result.outcome.status == "hung"
     kinds = [e.kind for e in result.events]
     assert "watchdog_fired" in kinds
     ready = next(e for e in result.events if e.kind == "engine_ready")
+    stacks: list[Any] = [e for e in result.events if e.kind == "stacks"]
+    assert sorted(e.data["pid"] for e in stacks) == sorted(m["pid"] for m in ready.data["members"])
+    assert all(e.data["text"].strip() for e in stacks)
+    assert set(result.outcome.stacks) == {e.data["label"] for e in stacks}
+    assert all(label.startswith("e0/") for label in result.outcome.stacks)
     gone = next(e for e in result.events if e.kind == "step_returned" and e.data.get("step") == "gone")
     assert gone.data["value"]["gone"] is True  # killed by the watchdog, long before the step's 60 s
     assert gone.data["value"]["seconds"] < 30
