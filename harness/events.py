@@ -126,7 +126,8 @@ _BUILTIN: tuple[EventKind, ...] = (
        {**_L, "path": "str"}),
     _k("accepted", "listener", "a connection was accepted", _LC),
     _k("accepted_after_stop", "listener", "a connection was accepted after stop began (a defect)", _LC),
-    _k("accept_failed", "listener", "accept() raised", {**_L, "error": "str"}),
+    _k("accept_failed", "listener", "accept() raised (the reference records the first of a streak and pauses "
+       "accepting)", {**_L, "error": "str"}),
     _k("peer_rejected", "listener", "a peer of another user was refused (SO_PEERCRED)",
        {**_L, "peer_pid": "int", "peer_uid": "int"}),
     _k("frame_started", "listener", "the first bytes of a request frame arrived on a connection", _LC),

@@ -138,7 +138,7 @@ class TrackingNoop(WorkerListener):
             except (BlockingIOError, InterruptedError):
                 return
             except OSError as exc:
-                self.rec.emit("accept_failed", listener=self.label, error=str(exc))
+                self._accept_failed(exc)  # pause accepting, as the reference does
                 return
             failpoints.hit("listener.accepted")
             if self.config.check_peer_uid:

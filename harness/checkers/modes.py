@@ -49,14 +49,15 @@ def _oct(mode: object) -> str:
 
 
 class IdleCost(Params):
-    """idle_cost: while its clients idle, a worker process runs (or waits for a CPU) at most ``most`` of a
-    ``measure_idle`` window."""
+    """idle_cost: while it has nothing to do (its clients idle, or a connection it cannot accept yet waits), a
+    worker process runs (or waits for a CPU) at most ``most`` of a ``measure_idle`` window."""
 
     most: float = Field(0.25, gt=0, lt=1, description="the fraction of the window, e.g. 0.25")
 
 
-@checker("idle_cost", "a listener whose clients idle costs nothing: its process's threads block instead of "
-         "spinning (measure_idle: on a CPU or waiting for one at most a quarter of the window)",
+@checker("idle_cost", "a listener with nothing to do costs nothing (its clients idle, or a connection waits that it "
+         "cannot accept yet): its process's threads block instead of spinning (measure_idle: on a CPU or waiting for "
+         "one at most a quarter of the window)",
          params=IdleCost, judges=("step_returned",))
 def idle_cost(run: RunRecord, p: IdleCost) -> Verdict:
     rets = [e for e in _steps(run, "measure_idle") if isinstance(e.data.get("value"), dict)]
@@ -71,6 +72,6 @@ def idle_cost(run: RunRecord, p: IdleCost) -> Verdict:
         if share > p.most:
             bad.append(e)
     if bad:
-        return violated("idle_cost", f"a process with idle clients ran (or waited for a CPU) more than "
+        return violated("idle_cost", f"a process with nothing to do ran (or waited for a CPU) more than "
                         f"{p.most:.0%} of the window: " + ", ".join(seen), bad)
     return ok("idle_cost", ", ".join(seen))

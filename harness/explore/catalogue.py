@@ -92,6 +92,8 @@ UNREACHABLE: dict[str, str] = {
                             "delay); the explorer takes each step only once it has completed",
     "dies_on_accept_failure": "needs an accept that fails (EMFILE under a lowered fd limit); the explorer's accepts "
                               "succeed",
+    "spins_on_accept_failure": "needs an accept that fails (EMFILE under a lowered fd limit), and is a cost, not an "
+                               "outcome (idle_cost over a measure_idle window, on real processes)",
     **{name: "needs interpreter exit; the explorer does not model the exit hook"
        for name in ("exit_hook_waits_a_second", "hook_per_start")},
     **{name: "a mode or umask of what a start creates; the explorer's invariants read no modes (private_paths does)"

@@ -367,7 +367,7 @@ class WorkerListener:
         try:
             while not self._stopping:
                 self._in_poll = True
-                ready = ep.poll()
+                ready = ep.poll(self._poll_timeout())
                 self._in_poll = False
                 for fd, _ in ready:
                     if fd == server_fd:
@@ -414,8 +414,8 @@ class WorkerListener:
             fd, _addr = self._server._accept()  # type: ignore[attr-defined]
         except (BlockingIOError, InterruptedError):
             return
-        except OSError as exc:  # EMFILE and friends: leave it pending, keep serving
-            self.rec.emit("accept_failed", listener=self.label, error=str(exc))
+        except OSError as exc:  # EMFILE and friends: leave it pending, pause accepting, keep serving the rest
+            self._accept_failed(exc)
             return
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM, 0, fd)
         failpoints.hit("listener.accepted")
@@ -595,3 +595,47 @@ class WorkerListener:
         conn.out.clear()
         if self._on:
             self.rec.emit("connection_closed", listener=self.label, conn=conn.cid, why=why)
+
+    # -------------------------------------------------------- a failed accept
+    # Out of descriptors (EMFILE, ENFILE) or kernel memory (ENOBUFS, ENOMEM), accept() fails and the connection
+    # stays pending in the backlog, so a level-triggered epoll reports the server socket again at once: watched
+    # on, the serving thread would spin (and record a failure each turn) for as long as the process is out of
+    # them.  Accepting pauses instead, as Go's net/http and asyncio do: the server socket stays in the epoll set
+    # with no events for a backoff that doubles from ACCEPT_RETRY_MIN_S to ACCEPT_RETRY_MAX_S, then is watched
+    # again; the first failure of a streak is recorded, and an accept that does not fail ends the streak.  The
+    # other connections are served meanwhile, and a stop still wakes the thread through its pipe.  (Written
+    # here, below the rest, so that no line above moves: the mutation record names mutants by line.)
+    ACCEPT_RETRY_MIN_S = 0.005
+    ACCEPT_RETRY_MAX_S = 0.1
+    _accept_retry_at: float | None = None  # the monotonic time accepting resumes, while paused
+    _accept_delay = 0.0  # the backoff of the streak of failed accepts, 0 when there is none
+
+    def _accept_failed(self, exc: OSError) -> None:
+        """A failed accept (the serving thread): record the first of a streak and pause accepting."""
+        import time
+
+        assert self._server is not None
+        first = not self._accept_delay
+        self._accept_delay = self.ACCEPT_RETRY_MIN_S if first else min(self.ACCEPT_RETRY_MAX_S, 2 * self._accept_delay)
+        self._accept_retry_at = time.monotonic() + self._accept_delay
+        self._ep.modify(self._server.fileno(), 0)  # paused before it is recorded
+        if first:
+            self.rec.emit("accept_failed", listener=self.label, error=str(exc))
+
+    def _poll_timeout(self) -> float:
+        """epoll's timeout for the serving thread: none (-1) while accepting, else the seconds until it resumes
+        (watching the server socket again once they have passed)."""
+        at = self._accept_retry_at
+        if at is None:
+            if self._accept_delay:
+                self._accept_delay = 0.0  # the accept after the last retry did not fail: the streak is over
+            return -1
+        import time
+
+        left = at - time.monotonic()
+        if left > 0:
+            return left
+        assert self._server is not None
+        self._accept_retry_at = None
+        self._ep.modify(self._server.fileno(), select.EPOLLIN)
+        return -1

@@ -16,7 +16,7 @@ from harness.reference import wire
 from harness.reference.listener import WorkerListener, _Conn, _State
 
 __all__ = ["CancelLeftToThread", "StartsTwice", "LeavesUmask", "SocketModeOpen", "BusyPollsAfterReply",
-           "DiesOnAcceptFailure", "UnrecordedDispatch", "MisreportsClose", "QueuesPartialReads"]
+           "DiesOnAcceptFailure", "SpinsOnAcceptFailure", "UnrecordedDispatch", "MisreportsClose", "QueuesPartialReads"]
 
 
 class CancelLeftToThread(WorkerListener):
@@ -102,6 +102,16 @@ class DiesOnAcceptFailure(WorkerListener):
         finally:
             self._server = server
 
+
+
+class SpinsOnAcceptFailure(WorkerListener):
+    """The reference before its accept backoff (and tests/thirdparty's listener before its own): a failed accept
+    (EMFILE: the process is out of descriptors) leaves the server socket watched, the level-triggered epoll
+    reports the pending connection again at once, and the serving thread spins, recording a failure each turn,
+    for as long as the process is out of descriptors; it serves again once they are back."""
+
+    def _accept_failed(self, exc: OSError) -> None:
+        self.rec.emit("accept_failed", listener=self.label, error=str(exc))
 
 
 class _Dropping:

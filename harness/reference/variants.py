@@ -27,6 +27,7 @@ from harness.reference.listener_variants import (
     MisreportsClose,
     QueuesPartialReads,
     SocketModeOpen,
+    SpinsOnAcceptFailure,
     StartsTwice,
     UnrecordedDispatch,
 )
@@ -510,6 +511,8 @@ VARIANTS: dict[str, Variant] = _variants(
             "while its client idles", listener=BusyPollsAfterReply),
     Variant("dies_on_accept_failure", "a failed accept (out of descriptors) kills the serving thread",
             listener=DiesOnAcceptFailure),
+    Variant("spins_on_accept_failure", "a failed accept (out of descriptors) leaves the server socket watched: the "
+            "serving thread spins until descriptors are back", listener=SpinsOnAcceptFailure),
     Variant("unrecorded_dispatch", "dispatch_started is not recorded: the checkers of late dispatches see none",
             listener=UnrecordedDispatch),
     Variant("misreports_close", "a connection its client closed is recorded as cancelled by stop",

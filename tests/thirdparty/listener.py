@@ -16,7 +16,8 @@ by class attributes, are its target's ``variants`` (tests/thirdparty/target.py).
 the fourth for real: its stop from a handler waited out the drain for itself;
 stop-from-a-handler-returns-at-once found it.  It had no exit hook: exit-hook-runs-once-after-a-restart
 found its socket file left by a process that exited without a stop; and its accept thread died of the
-first failed accept: accept-failure-keeps-serving found nothing served after an EMFILE.)
+first failed accept: accept-failure-keeps-serving found nothing served after an EMFILE, and then, once it
+judged idle_cost too, the accept thread spinning while the process was out of descriptors.)
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from harness.targets import api
 HEADER = struct.Struct(">I")
 MAX_FRAME = 1 << 20
 JOIN_S = 10.0  # a safety net for joining a thread that has been told to end
+ACCEPT_RETRY_MIN_S, ACCEPT_RETRY_MAX_S = 0.005, 0.1  # the pause after a failed accept, doubling up to its cap
 
 
 class Backend:
@@ -233,19 +235,23 @@ class ThreadedListener:
     # ------------------------------------------------------------ serving
     def _accept_loop(self) -> None:
         assert self._sock is not None
-        failing = False  # in a streak of failed accepts: recorded once, at its first
+        delay = 0.0  # the backoff of a streak of failed accepts (0: none); its first is recorded
         while True:
+            # Paused after a failed accept: the pending connection would wake select at once, and the loop would
+            # spin for as long as the process is out of descriptors.  Only a stop ends the pause early.
+            if delay and select.select([self._wake_r], [], [], delay)[0]:
+                return
             ready, _, _ = select.select([self._sock.fileno(), self._wake_r], [], [])
             if self._wake_r in ready:
                 return
             try:
                 conn, _ = self._sock.accept()
             except OSError as exc:  # EMFILE and friends: the connection stays pending, the loop goes on
-                if not failing:
+                if not delay:
                     self.rec.emit("accept_failed", listener=self.label, error=str(exc))
-                failing = True
+                delay = min(ACCEPT_RETRY_MAX_S, 2 * delay) if delay else ACCEPT_RETRY_MIN_S
                 continue
-            failing = False
+            delay = 0.0
             n = next(self._ids)
             t = threading.Thread(target=self._serve, args=(n, conn), name=f"tp-conn-{self.label}-{n}", daemon=True)
             with self._lock:
