@@ -104,5 +104,8 @@ def test_a_later_part_replaces_an_earlier_result_only_with_later_wins() -> None:
     merged_before = "x + ./dev mutate --json /tmp/c.json --only <7 ids of the sample>"
     assert merge([{**a, "command": merged_before}, b])["command"] == (
         merged_before + " + ./dev mutate --sample 60 --seed 1 --json /tmp/b.json --only <1 ids of the sample>")
+    a["unmutated_seconds"], b["unmutated_seconds"] = {"listener": 30.0, "cli": 5.0}, {"listener": 41.0}
+    assert merge([a, b])["unmutated_seconds"] == {"listener": 30.0, "cli": 5.0}  # as its mutants: the first part's
+    assert merge([a, b], later_wins=True)["unmutated_seconds"] == {"listener": 41.0, "cli": 5.0}
     m = merge([a], equivalent={"a:2:0:negate"})  # an equivalence shown after the run: the score follows it
     assert m["non_equivalent"] == {"killed": 1, "all": 1} and m["mutants"][1]["equivalent"] is True

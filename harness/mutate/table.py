@@ -103,24 +103,32 @@ def merge(parts: list[dict[str, Any]], later_wins: bool = False,
     same code): the mutants of all, the first run's sample, seed and number planned, the scores recomputed.
 
     A mutant in several parts keeps its first result; with ``later_wins`` its last (a re-run of the earlier
-    survivors on a grown library replaces their earlier outcome), in the order the mutants first appeared.
+    survivors on a grown library replaces their earlier outcome), in the order the mutants first appeared.  A
+    group's unmutated time follows the same rule (each part timed its own unmutated run of a group: the merge
+    had kept the last part's, with or without ``later_wins``).
     ``equivalent``: the ids mutation/equivalent.yaml shows equivalent now (an entry may be newer than a part's
     run): each mutant's ``equivalent`` flag is set from it, and the non-equivalent score with it."""
     first = parts[0]
     seen: dict[str, dict[str, Any]] = {}
+    unmutated: dict[str, float] = {}
     for part in parts:
         for m in part["mutants"]:
             if later_wins:
                 seen[m["id"]] = m
             else:
                 seen.setdefault(m["id"], m)
+        for group, seconds in part.get("unmutated_seconds", {}).items():
+            if later_wins:
+                unmutated[group] = seconds
+            else:
+                unmutated.setdefault(group, seconds)
     mutants = list(seen.values())
     if equivalent is not None:
         mutants = [{**m, "equivalent": m["id"] in equivalent} for m in mutants]
     ne = [m for m in mutants if not m.get("equivalent")]
     return {**first, "command": " + ".join(_short_command(p["command"]) for p in parts),
             "commit": ", ".join(dict.fromkeys(p["commit"] for p in parts)),
-            "unmutated_seconds": {k: v for p in parts for k, v in p.get("unmutated_seconds", {}).items()},
+            "unmutated_seconds": unmutated,
             "flaky_on_unmutated": list(dict.fromkeys(f for p in parts for f in p.get("flaky_on_unmutated", []))),
             "raw": {"killed": sum(m["status"] != "survived" for m in mutants), "all": len(mutants)},
             "non_equivalent": {"killed": sum(m["status"] != "survived" for m in ne), "all": len(ne)},
