@@ -167,3 +167,37 @@ def test_the_planted_bug_records_every_turn_of_its_spin(tmp_path: Path) -> None:
         stand_in.go.set()
         c.close()
         assert lst.stop()
+
+
+@pytest.mark.parametrize("server_state", ["closed", "not_in_the_epoll_set"])
+def test_a_failed_accept_never_raises_when_there_is_nothing_left_to_pause(tmp_path: Path, server_state: str) -> None:
+    """A server socket closed under the serving thread (the planted teardown_while_alive does it): the thread
+    once died here of ``epoll.modify(-1)`` where it had recorded the failure and served on (the contract's full
+    matrix saw the thread's exception).  Recorded, not paused, nothing raised."""
+    import select
+
+    rec = Recorder()
+    lst = WorkerListener(socket_path("ab", 0, root=tmp_path), NoopBackend(), recorder=rec)
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    ep = select.epoll()
+    try:
+        if server_state == "closed":
+            server.close()
+        lst._server, lst._ep = server, ep
+        lst._accept_failed(OSError(errno.EMFILE, "Too many open files"))
+        assert _failures(rec) == 1 and lst._accept_retry_at is None and lst._accept_delay == 0
+    finally:
+        server.close()
+        ep.close()
+
+
+def test_an_error_that_leaves_nothing_pending_is_recorded_each_time_and_pauses_nothing(tmp_path: Path) -> None:
+    """Only running out of descriptors or memory pauses accepting (asyncio's list: EMFILE, ENFILE, ENOBUFS,
+    ENOMEM); any other failed accept (an aborted connection, taken off the backlog by the failure) is recorded
+    and the thread goes on at once."""
+    rec = Recorder()
+    lst = WorkerListener(socket_path("ab", 0, root=tmp_path), NoopBackend(), recorder=rec)
+    lst._accept_failed(OSError(errno.ECONNABORTED, "Software caused connection abort"))
+    lst._accept_failed(OSError(errno.ECONNABORTED, "Software caused connection abort"))
+    assert _failures(rec) == 2 and lst._accept_retry_at is None and lst._accept_delay == 0
+    assert lst._poll_timeout() == -1

@@ -611,14 +611,25 @@ class WorkerListener:
     _accept_delay = 0.0  # the backoff of the streak of failed accepts, 0 when there is none
 
     def _accept_failed(self, exc: OSError) -> None:
-        """A failed accept (the serving thread): record the first of a streak and pause accepting."""
+        """A failed accept (the serving thread): out of descriptors or memory, record the first of a streak and
+        pause accepting; any other error (the connection aborted, which takes it off the backlog; a server socket
+        closed under the thread, as a planted teardown does) is recorded and nothing pauses.  Never raises."""
+        import errno
         import time
 
-        assert self._server is not None
+        server = self._server
+        fd = server.fileno() if server is not None else -1
+        if exc.errno not in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM) or fd < 0:
+            self.rec.emit("accept_failed", listener=self.label, error=str(exc))
+            return
         first = not self._accept_delay
+        try:
+            self._ep.modify(fd, 0)  # paused before it is recorded
+        except (OSError, ValueError):  # the server socket went while we looked: nothing left to pause
+            self.rec.emit("accept_failed", listener=self.label, error=str(exc))
+            return
         self._accept_delay = self.ACCEPT_RETRY_MIN_S if first else min(self.ACCEPT_RETRY_MAX_S, 2 * self._accept_delay)
         self._accept_retry_at = time.monotonic() + self._accept_delay
-        self._ep.modify(self._server.fileno(), 0)  # paused before it is recorded
         if first:
             self.rec.emit("accept_failed", listener=self.label, error=str(exc))
 
@@ -635,7 +646,10 @@ class WorkerListener:
         left = at - time.monotonic()
         if left > 0:
             return left
-        assert self._server is not None
         self._accept_retry_at = None
-        self._ep.modify(self._server.fileno(), select.EPOLLIN)
+        server = self._server
+        try:
+            self._ep.modify(server.fileno() if server is not None else -1, select.EPOLLIN)
+        except (OSError, ValueError):  # the server socket went while accepting was paused: nothing to watch again
+            pass
         return -1
