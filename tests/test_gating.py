@@ -141,6 +141,23 @@ def _png_pixels(data: bytes) -> tuple[int, int, list[bytes]]:
     return width, channels, rows
 
 
+def _why_no_focus(page: Path) -> str:
+    """What the page's run says of its focus, for a failure's message: this test failed once in four default
+    runs (a page with the whole view only) and passed in every run around it; the next failure says why."""
+    from harness.history import read_jsonl
+
+    runs = sorted((p.name, (p / "verdicts.json").stat().st_mtime) for p in page.parent.parent.iterdir()
+                  if (p / "verdicts.json").exists())
+    evs, _ = read_jsonl(page.parent / "history.jsonl")
+    if not evs:
+        return f"no events; runs {runs}"
+    evs.sort(key=lambda e: e.t_ns)
+    marks = [f"{(e.t_ns - evs[0].t_ns) / 1e6:.1f} {e.kind} {e.data.get('step', '')}" for e in evs
+             if e.kind in ("fault_reached", "stop_started", "stop_returned", "connection_closed", "main_returned",
+                           "process_exited", "step_started", "step_returned")]
+    return f"page of {page.parent.name} among runs {runs}; its events (ms): {marks}"
+
+
 def test_report_page_in_a_headless_browser(failed_run: Path, tmp_path: Path) -> None:
     browser = _chromium()
     if browser is None:
@@ -164,7 +181,7 @@ def test_report_page_in_a_headless_browser(failed_run: Path, tmp_path: Path) -> 
     # in a closed <details> below it (a click on its summary opens it, no script)
     found = Dom(dom)
     views = found.all("svg", "timeline")
-    assert [v["data-view"] for v in views] == ["focus", "whole"], [v.get("class") for v in views]
+    assert [v["data-view"] for v in views] == ["focus", "whole"], ([v.get("class") for v in views], _why_no_focus(page))
     assert "details" not in views[0]["(in)"] and "details" in views[1]["(in)"] and "[open]" not in views[1]["(in)"]
     assert [a for t, a in found.found if t == "summary" and a["(in)"].endswith("details")]
     t0, t1, run_ms = float(views[0]["data-t0-ms"]), float(views[0]["data-t1-ms"]), float(views[1]["data-run-ms"])
