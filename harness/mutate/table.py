@@ -111,17 +111,12 @@ def merge(parts: list[dict[str, Any]], later_wins: bool = False,
     first = parts[0]
     seen: dict[str, dict[str, Any]] = {}
     unmutated: dict[str, float] = {}
+    put: Any = dict.__setitem__ if later_wins else dict.setdefault  # a later part replaces, or the first stays
     for part in parts:
         for m in part["mutants"]:
-            if later_wins:
-                seen[m["id"]] = m
-            else:
-                seen.setdefault(m["id"], m)
+            put(seen, m["id"], m)
         for group, seconds in part.get("unmutated_seconds", {}).items():
-            if later_wins:
-                unmutated[group] = seconds
-            else:
-                unmutated.setdefault(group, seconds)
+            put(unmutated, group, seconds)
     mutants = list(seen.values())
     if equivalent is not None:
         mutants = [{**m, "equivalent": m["id"] in equivalent} for m in mutants]

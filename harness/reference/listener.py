@@ -367,7 +367,7 @@ class WorkerListener:
         try:
             while not self._stopping:
                 self._in_poll = True
-                ready = ep.poll(self._poll_timeout())
+                ready = ep.poll(self._poll_timeout() if self._accept_delay else -1)
                 self._in_poll = False
                 for fd, _ in ready:
                     if fd == server_fd:
@@ -617,39 +617,38 @@ class WorkerListener:
         import errno
         import time
 
-        server = self._server
-        fd = server.fileno() if server is not None else -1
-        if exc.errno not in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM) or fd < 0:
-            self.rec.emit("accept_failed", listener=self.label, error=str(exc))
-            return
         first = not self._accept_delay
-        try:
-            self._ep.modify(fd, 0)  # paused before it is recorded
-        except (OSError, ValueError):  # the server socket went while we looked: nothing left to pause
-            self.rec.emit("accept_failed", listener=self.label, error=str(exc))
-            return
-        self._accept_delay = self.ACCEPT_RETRY_MIN_S if first else min(self.ACCEPT_RETRY_MAX_S, 2 * self._accept_delay)
-        self._accept_retry_at = time.monotonic() + self._accept_delay
-        if first:
-            self.rec.emit("accept_failed", listener=self.label, error=str(exc))
+        if exc.errno in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM) and self._watch_server(0):
+            self._accept_delay = (self.ACCEPT_RETRY_MIN_S if first
+                                  else min(self.ACCEPT_RETRY_MAX_S, 2 * self._accept_delay))
+            self._accept_retry_at = time.monotonic() + self._accept_delay
+            if not first:
+                return  # paused before it is recorded, and recorded once a streak
+        self.rec.emit("accept_failed", listener=self.label, error=str(exc))
 
     def _poll_timeout(self) -> float:
-        """epoll's timeout for the serving thread: none (-1) while accepting, else the seconds until it resumes
-        (watching the server socket again once they have passed)."""
-        at = self._accept_retry_at
-        if at is None:
-            if self._accept_delay:
-                self._accept_delay = 0.0  # the accept after the last retry did not fail: the streak is over
-            return -1
+        """epoll's timeout for the serving thread in a streak of failed accepts (``_serve`` asks only then): the
+        seconds until accepting resumes, or none (-1) once it has (watching the server socket again) or once the
+        accept after the last retry did not fail (the streak is over)."""
         import time
 
+        at = self._accept_retry_at
+        if at is None:
+            self._accept_delay = 0.0
+            return -1
         left = at - time.monotonic()
         if left > 0:
             return left
         self._accept_retry_at = None
+        self._watch_server(select.EPOLLIN)
+        return -1
+
+    def _watch_server(self, events: int) -> bool:
+        """Set the server socket's epoll events (0: paused); False when it is gone (closed under the thread, as
+        a planted teardown does): nothing to pause or watch again."""
         server = self._server
         try:
-            self._ep.modify(server.fileno() if server is not None else -1, select.EPOLLIN)
-        except (OSError, ValueError):  # the server socket went while accepting was paused: nothing to watch again
-            pass
-        return -1
+            self._ep.modify(server.fileno() if server is not None else -1, events)
+        except (OSError, ValueError):
+            return False
+        return True
