@@ -24,6 +24,10 @@ __all__ = ["ExplorationFailure", "TraceStep", "render_scenario", "scenario_in", 
 MiB = 1 << 20
 MAP: wire.Command = "map_to_kv_tensors"
 DRAIN_S = 0.3  # the listener's drain_timeout (scaled): what a stop with nothing parked never needs
+# A line-11 replay's ipc_timeout (the player scales it): its probe request, which the reference serves in
+# milliseconds while the other clients idle or stall, and which a head-of-line block leaves unanswered until the
+# request times out (the default 10 s was most of that replay's run); also the default of its waits
+PROBE_IPC_S = 4 * AT_ONCE_S
 SCENARIO_BEGIN = "----- replayable scenario (harness.explore) -----"
 SCENARIO_END = "----- end of scenario -----"
 
@@ -200,6 +204,7 @@ def render_scenario(trace: Sequence[TraceStep], *, variant: str, failure: str = 
              + (f"\nIt failed with: {failure}" if failure else ""))
     drain = scaled(DRAIN_S) if drain_timeout is None else drain_timeout
     lines = [f"name: {name}", "about: |-", *_block(about), f"catches: [{catches}]", "topology: {tp: 1, pp: 1}",
-             f"config: {{drain_timeout: {_seconds(drain)}}}", "steps:", *("  " + s for s in steps),
+             f"config: {{drain_timeout: {_seconds(drain)}"
+             + (f", ipc_timeout: {_seconds(PROBE_IPC_S)}}}" if probe else "}"), "steps:", *("  " + s for s in steps),
              "expect:", *("  " + e for e in _expect(trace, probe))]
     return "\n".join(lines) + "\n"
