@@ -52,7 +52,9 @@ def test_idle_shutdown_releases_the_port_at_once(make: Make, variant: str, expec
 @pytest.mark.parametrize(("variant", "caught"), [("reference", False), ("poll_timeout_1s", True)])
 def test_shutdown_under_continuous_traffic(make: Make, variant: str, caught: bool) -> None:
     c = make(variant=variant)
-    port = int(c.engine.call("start"))  # type: ignore[union-attr]
+    # a 1 s join, as the library's scenario has it: the reference's shutdown wakes its thread at once; the planted
+    # bug's, deferred by the traffic, gives up after it (False), not after the 5 s default
+    port = int(c.engine.call("start", join_timeout=scaled(1.0)))  # type: ignore[union-attr]
     c.peer.call("hammer", port=port)
     c.wait(lambda e: e.kind == "handshake_served")
     shutdown_and_probe(c, port)
