@@ -167,8 +167,9 @@ def _views(history: Path, verdicts: Path) -> list[str]:
     from harness.report.timeline import evidence_key, focus
 
     evs, _ = read_jsonl(history)
-    marked = {(e["t_ns"], e["pid"], e["kind"], e.get("thread", "")) for v in json.loads(verdicts.read_text())["verdicts"]
-              if v["status"] != "ok" for e in v.get("evidence", [])}
+    judged = json.loads(verdicts.read_text())["verdicts"]
+    marked = {(e["t_ns"], e["pid"], e["kind"], e.get("thread", "")) for v in judged if v["status"] != "ok"
+              for e in v.get("evidence", [])}
     shown = {evidence_key(e): [("", "")] for e in evs if evidence_key(e) in marked}
     return ["focus", "whole"] if focus(evs, shown) is not None else ["whole"]
 
