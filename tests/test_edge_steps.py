@@ -185,3 +185,43 @@ def test_ctl_sees_live_owners_unknown_once_a_stop_began_or_without_a_listing() -
     assert _owners(_h("step_started", 5, step="s1", kind="stop", category="stop"),
                    _listed("unknown", None)).status == "unknown"  # taken once a stop began: not judged
     assert _owners().status == "unknown"
+
+
+# ------------------------------------------------------------ send: {timeout}
+SEND_TIMEOUT = "name: t\nabout: t\ncatches: [no_conn_tracking]\ntopology: {tp: 1, pp: 1}\n" + textwrap.dedent("""\
+    config: {drain_timeout: 2s, ipc_timeout: 10s}
+    steps:
+      - start: cluster
+      - arm: {site: backend.kv_tensors_created, on: {rank: 0}, action: pause, count: 1, as: f1}
+      - send: {to: {rank: 0}, cmd: kv_tensors_created, timeout: 300ms, as: r1}
+      - release: f1
+      - stop: {on: all, as: s1}
+      - wait: {returned: s1}
+    expect:
+      - stop_result: {step: s1, returns: true}
+    """)
+
+
+def test_a_send_timeout_bounds_the_wait_for_its_reply_not_the_runs() -> None:
+    """The request is parked in the backend: the send fails with the client's TimeoutError after its own
+    300 ms, where the run's ipc_timeout (10 s) would have held it, and the run goes on (the release, the stop)."""
+    from harness.scenario.loader import expand
+    from harness.scenario.runner import run_item
+
+    item = expand(loads(SEND_TIMEOUT, "t.yaml"))[0]
+    assert item.scenario.steps[2].send.timeout == pytest.approx(0.3)
+    result = run_item(item, variant="reference")
+    assert result.step_error == "" and result.passed, (result.step_error, result.verdicts)
+    started = next(e for e in result.events if e.kind == "step_started" and e.data.get("step") == "r1")
+    ended = next(e for e in result.events if e.kind == "step_returned" and e.data.get("step") == "r1")
+    assert ended.data["ok"] is False and "TimeoutError" in ended.data["error"], ended.data
+    assert 0.3 <= (ended.t_ns - started.t_ns) / 1e9 < 5.0  # its own bound, far under the run's 10 s
+
+
+def test_a_send_timeout_is_refused_where_the_step_waits_for_no_reply() -> None:
+    for fault in ("stall_after_header", "never_read", "reset_mid_frame"):
+        with pytest.raises(ScenarioError, match=f"timeout: fault '{fault}' does not wait for a reply; remove it"):
+            loads(SEND_TIMEOUT.replace("cmd: kv_tensors_created, timeout: 300ms",
+                                       f"cmd: kv_tensors_created, fault: {fault}, timeout: 300ms"), "t.yaml")
+    with pytest.raises(ScenarioError, match="timeout"):
+        loads(SEND_TIMEOUT.replace("timeout: 300ms", "timeout: 0s"), "t.yaml")

@@ -24,10 +24,10 @@ __all__ = ["ExplorationFailure", "TraceStep", "render_scenario", "scenario_in", 
 MiB = 1 << 20
 MAP: wire.Command = "map_to_kv_tensors"
 DRAIN_S = 0.3  # the listener's drain_timeout (scaled): what a stop with nothing parked never needs
-# A line-11 replay's ipc_timeout (the player scales it): its probe request, which the reference serves in
-# milliseconds while the other clients idle or stall, and which a head-of-line block leaves unanswered until the
-# request times out (the default 10 s was most of that replay's run); also the default of its waits
-PROBE_IPC_S = 4 * AT_ONCE_S
+# A line-11 replay's probe request: the reference serves it in milliseconds while the other clients idle or stall;
+# a head-of-line block leaves it unanswered until the request times out (the player scales it; the default, the
+# run's ipc_timeout of 10 s, was most of that replay's run)
+PROBE_TIMEOUT_S = 4 * AT_ONCE_S
 SCENARIO_BEGIN = "----- replayable scenario (harness.explore) -----"
 SCENARIO_END = "----- end of scenario -----"
 
@@ -189,7 +189,8 @@ def render_scenario(trace: Sequence[TraceStep], *, variant: str, failure: str = 
         if probe and i == len(trace) - 1:  # the step that was not served: a plain request replays it
             steps.append("# explorer: this client was not served at once; the replay sends a plain request instead, "
                          "which must be served while the others idle or stall")
-            steps.append(f"- send: {{to: {_R0}, cmd: kv_tensors_created, as: probe}}")
+            steps.append(f"- send: {{to: {_R0}, cmd: kv_tensors_created, timeout: {_seconds(PROBE_TIMEOUT_S)}, "
+                         "as: probe}")
         else:
             steps += _steps_of(s)
         for j in range(0, len(s.events), 6):
@@ -204,7 +205,6 @@ def render_scenario(trace: Sequence[TraceStep], *, variant: str, failure: str = 
              + (f"\nIt failed with: {failure}" if failure else ""))
     drain = scaled(DRAIN_S) if drain_timeout is None else drain_timeout
     lines = [f"name: {name}", "about: |-", *_block(about), f"catches: [{catches}]", "topology: {tp: 1, pp: 1}",
-             f"config: {{drain_timeout: {_seconds(drain)}"
-             + (f", ipc_timeout: {_seconds(PROBE_IPC_S)}}}" if probe else "}"), "steps:", *("  " + s for s in steps),
+             f"config: {{drain_timeout: {_seconds(drain)}}}", "steps:", *("  " + s for s in steps),
              "expect:", *("  " + e for e in _expect(trace, probe))]
     return "\n".join(lines) + "\n"

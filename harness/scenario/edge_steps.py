@@ -39,7 +39,7 @@ def send_reader_fault(pl: Player, s: Any, name: str, path: str, req: wire.Reques
     peer = cf.slow_reader(path, req, pl.codec.encode_request)
     sock = peer.sock
     pl.peers[name] = [peer]
-    limit = pl.timeout()
+    limit = pl.timeout(s.timeout)
 
     def read() -> None:
         try:

@@ -70,6 +70,9 @@ SEND_FAULTS: tuple[str, ...] = SendFault.__args__  # type: ignore[attr-defined]
 WITHHOLDING_FAULTS = (  # faults that leave bytes to finish
     "stall_after_header", "stall_mid_body", "partial_header", "stall_byte_by_byte")
 FRAMELESS_FAULTS = ("zero_length", "oversize_length", "garbage_body")  # faults that send no request of their own
+# faults whose step waits for no reply (a stall leaves its request unfinished, never_read never reads the reply,
+# reset_mid_frame resets the connection): a send timeout does not apply to them
+NO_REPLY_WAIT = (*WITHHOLDING_FAULTS, "never_read", "reset_mid_frame")
 READER_FAULTS = ("never_read", "slow_reader")  # a whole request sent; its reply never read, or read a byte at a time
 MAX_REPLY = 1_000_000  # the largest reply_size: the request carrying its padding must fit max_frame (1 MiB)
 Action = Literal["pause", "raise", "delay", "crash", "pass", "stop_listener"]  # failpoints.ACTIONS but call,
@@ -107,6 +110,9 @@ class Send(Strict):
         "more than the listener's socket buffer takes at once"))
     keep_open: bool = Field(False, description="keep the connection open after the reply: a kept-alive client "
                             "gone idle (wait: {closed: NAME} waits for the listener to close it)")
+    timeout: Duration | None = Field(None, gt=0, description=(
+        "how long the client waits for its reply before the step fails (TimeoutError), e.g. 2s for a request "
+        "the listener must answer at once; default config.ipc_timeout"))
     as_: StepName | None = _AS
 
     @model_validator(mode="after")
@@ -118,6 +124,9 @@ class Send(Strict):
                              f"(e.g. cmd: map_to_kv_tensors)")
         if self.reply_size is not None and self.fault in FRAMELESS_FAULTS:
             raise ValueError(f"reply_size: fault {self.fault!r} sends no request whose reply could be padded")
+        if self.timeout is not None and self.fault in NO_REPLY_WAIT:
+            raise ValueError(f"timeout: fault {self.fault!r} does not wait for a reply; remove it (wait: {{closed: "
+                             f"NAME, timeout: ...}} bounds what the listener does with it)")
         return self
 
 

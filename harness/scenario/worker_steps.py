@@ -54,7 +54,7 @@ def send(pl: Player, s: Any, name: str) -> None:
         if fault == "reset_mid_frame":
             pl.returned(name, "send", True, {"status": None}, fault=fault)
             return
-        reply = peer.reply(pl.timeout())
+        reply = peer.reply(pl.timeout(s.timeout))
         value = None if reply is None else {"status": reply.status, "error_type": reply.error_type}
         ok = fault != "none" or (reply is not None and reply.status != "error")
         pl.returned(name, "send", ok, value, fault=fault,
