@@ -9,6 +9,7 @@ the session at the scenario's directory, which the plugin used to resolve the fi
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import signal
@@ -67,8 +68,12 @@ def test_sigterm_closes_the_live_run_and_leaves_nothing(argv: list[str], code: i
     scenario = tmp_path / "parked.yaml"
     scenario.write_text(PARKED)
     group = argv[0] != LASTCALL
-    proc = subprocess.Popen([*argv, str(scenario), "-k", "not catches"], cwd=ROOT, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=group)
+    # its reports under this test's directory: the session's rootdir is the common ancestor of ROOT and the scenario
+    # (reports/ goes there by default), which for a clone under /tmp was /tmp itself (a clean-clone run left
+    # /tmp/reports behind)
+    reports = tmp_path / "reports"
+    proc = subprocess.Popen([*argv, str(scenario), "-k", "not catches", f"--lastcall-reports={reports}"], cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=group)
     try:
         tags: list[str] = []
 
@@ -109,3 +114,4 @@ def test_sigterm_closes_the_live_run_and_leaves_nothing(argv: list[str], code: i
     assert alive == [], f"outlived the harness: {alive}"
     assert left == [], "left behind by a terminated run"
     assert "1 scenario run: 0 passed, 0 failed, 0 skipped, 1 interrupted" in out, out[-2000:]  # not a pass
+    assert json.loads((reports / "session.json").read_text())["runs"][0]["outcome"] == "interrupted"
