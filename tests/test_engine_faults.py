@@ -102,6 +102,10 @@ def test_engine_refuses_late_requests_violated_when_generated() -> None:
 
 def test_engine_refuses_late_requests_unknown_without_a_late_request_and_a_restart_ends_lateness() -> None:
     assert check("engine_refuses_late_requests", _late({"outcome": "complete"})[:4]).status == "unknown"
+    # a late request the step never sent (the shutdown line was not seen in time) refused nothing: no evidence
+    unsent = check("engine_refuses_late_requests", _late({"outcome": "not_sent", "status": None,
+                                                          "error": "the engine never said its shutdown began"}))
+    assert unsent.status == "unknown" and unsent.message == "no late request was sent: late: not_sent", unsent
     after_restart = [*_late({"outcome": "refused", "tokens": 0})[:4], launch(1, 3.5, 11), ready(3.6, 11),
                      started("r2", "engine_request", 4), returned("r2", "engine_request", 4.1, True,
                                                                    {"outcome": "complete", "tokens": 4})]
@@ -181,3 +185,24 @@ def test_a_signal_during_a_gated_start_lands_before_ready() -> None:
     assert [e.data["gated"] for e in result.events if e.kind == "engine_starting"] == [True]
     again = next(e for e in result.events if e.kind == "step_returned" and e.data.get("step") == "again")
     assert again.data["value"]["ready"] is False and again.data["value"]["stopped"] is True
+
+
+def test_a_late_request_finds_a_shutdown_line_recorded_before_its_signal_steps_return() -> None:
+    """The engine's shutdown line is watched for from before the signal is sent, so the tree's reader thread can
+    record it before the signal step's return is appended (a real vLLM run: the line in the history before the
+    return whose timestamp is 47 ms earlier). A late request must find it there at once, not wait out its timeout
+    for a line it already has (it did: 'not_sent' 10 s later, and the tree's exit measured from then)."""
+    from types import SimpleNamespace
+
+    from harness.history import Recorder
+    from harness.scenario.engine_steps import _shutdown_began
+
+    rec = Recorder()
+    rec.emit("step_started", step="term", kind="engine_signal", category="signal")
+    rec.emit("engine_shutdown_began", step="term", line="[shutdown] API server: shutdown triggered")
+    rec.emit("step_returned", step="term", kind="engine_signal", category="signal", ok=True)
+    pl = SimpleNamespace(c=SimpleNamespace(rec=rec, host=SimpleNamespace(scaled=lambda t: t)))
+    found = _shutdown_began(pl, SimpleNamespace(timeout=0.05))  # type: ignore[arg-type]
+    assert found is not None and found.kind == "engine_shutdown_began"
+    rec.emit("step_started", step="kill", kind="engine_signal", category="signal")  # a later signal: a later line
+    assert _shutdown_began(pl, SimpleNamespace(timeout=0.05)) is None  # type: ignore[arg-type]

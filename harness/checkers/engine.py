@@ -275,4 +275,7 @@ def engine_refuses_late_requests(run: RunRecord, p: Params) -> Verdict:
             notes.append(f"{s.data['step']}: {outcome}" + (f" ({v['status']})" if v.get("status") else ""))
     if bad:
         return violated(name, "; ".join(m for _, m in bad), [e for e, _ in bad], tuple(notes))
+    if all(((ended[s.data["step"]].data.get("value") or {}) if s.data["step"] in ended else {}).get("outcome")
+           == "not_sent" for s in late):  # each step gave up before sending (no shutdown line seen): none refused
+        return unknown(name, "no late request was sent: " + "; ".join(notes))
     return ok(name, "; ".join(notes))

@@ -163,9 +163,14 @@ def _outcome(pl: Player, host: EngineHost, s: Any, name: str) -> dict[str, Any]:
 
 
 def _shutdown_began(pl: Player, s: Any) -> Event | None:
-    """The engine's own line that its shutdown began, after the last engine_signal (None: not in time)."""
+    """The engine's own line that its shutdown began, after the last engine_signal (None: not in time).
+
+    Looked for from the signal step's start, not its return: the line is watched for from before the signal is
+    sent, and the tree's reader thread can record it before the step's own return is appended (seen on real
+    vLLM: the line 47 ms after the return's timestamp but before it in the history, so a wait from the return
+    never saw it and a late request waited out its whole timeout)."""
     signals = [i for i, e in enumerate(pl.c.rec.events())
-               if e.kind == "step_returned" and e.data.get("kind") == "engine_signal"]
+               if e.kind == "step_started" and e.data.get("kind") == "engine_signal"]
     if not signals:
         raise StepError("engine_request after_shutdown_began: no engine_signal before it (nothing began a shutdown)")
     return pl.c.rec.wait_for("engine_shutdown_began", pl.c.host.scaled(s.timeout), after=signals[-1])
