@@ -188,7 +188,7 @@ def test_ctl_sees_live_owners_unknown_once_a_stop_began_or_without_a_listing() -
 
 
 # ------------------------------------------------------------ send: {timeout}
-SEND_TIMEOUT = "name: t\nabout: t\ncatches: [no_conn_tracking]\ntopology: {tp: 1, pp: 1}\n" + textwrap.dedent("""\
+SEND_TIMEOUT = HEAD.replace("tp: 2", "tp: 1") + textwrap.dedent("""\
     config: {drain_timeout: 2s, ipc_timeout: 10s}
     steps:
       - start: cluster

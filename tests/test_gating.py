@@ -161,17 +161,17 @@ def _dump_dom(flags: list[str], page: Path) -> Dom:
 
 
 def _views(history: Path, verdicts: Path) -> list[str]:
-    """The views a run's history calls for: a focus first where the stop and its evidence (that of every verdict
-    not ok, as the page marks it) are at most FOCUS_MAX of the run (harness.report.timeline.focus)."""
-    from harness.history import read_jsonl
-    from harness.report.timeline import evidence_key, focus
+    """The views a run's history calls for: a focus first where the stop and its evidence (as the page marks it,
+    harness.report.html.evidence_of) are at most FOCUS_MAX of the run (harness.report.timeline.focus)."""
+    from harness.checkers import Verdict
+    from harness.history import Event, read_jsonl
+    from harness.report.html import evidence_of
+    from harness.report.timeline import focus
 
     evs, _ = read_jsonl(history)
-    judged = json.loads(verdicts.read_text())["verdicts"]
-    marked = {(e["t_ns"], e["pid"], e["kind"], e.get("thread", "")) for v in judged if v["status"] != "ok"
-              for e in v.get("evidence", [])}
-    shown = {evidence_key(e): [("", "")] for e in evs if evidence_key(e) in marked}
-    return ["focus", "whole"] if focus(evs, shown) is not None else ["whole"]
+    judged = [Verdict(v["checker"], v["status"], v["message"], tuple(Event(**e) for e in v.get("evidence", [])))
+              for v in json.loads(verdicts.read_text())["verdicts"]]
+    return ["focus", "whole"] if focus(evs, evidence_of(judged)) is not None else ["whole"]
 
 
 def test_report_page_in_a_headless_browser(failed_run: Path, tmp_path: Path) -> None:

@@ -264,10 +264,12 @@ def engine_refuses_late_requests(run: RunRecord, p: Params) -> Verdict:
     ended = {e.data["step"]: e for e in _returns(run, "engine_request")}
     bad: list[tuple[Event, str]] = []
     notes: list[str] = []
+    unsent = 0  # late requests the step gave up on before sending (no shutdown line seen in time)
     for s in late:
         r = ended.get(s.data["step"])
         v = (r.data.get("value") or {}) if r is not None else {}
         outcome = v.get("outcome", "never returned")
+        unsent += outcome == "not_sent"
         if outcome == "complete" or (v.get("tokens") or 0) > 0:
             bad.append((r or s, f"{s.data['step']}: generated after shutdown began ({outcome}, "
                                 f"{v.get('tokens', '?')} token(s))"))
@@ -275,7 +277,6 @@ def engine_refuses_late_requests(run: RunRecord, p: Params) -> Verdict:
             notes.append(f"{s.data['step']}: {outcome}" + (f" ({v['status']})" if v.get("status") else ""))
     if bad:
         return violated(name, "; ".join(m for _, m in bad), [e for e, _ in bad], tuple(notes))
-    if all(((ended[s.data["step"]].data.get("value") or {}) if s.data["step"] in ended else {}).get("outcome")
-           == "not_sent" for s in late):  # each step gave up before sending (no shutdown line seen): none refused
+    if unsent == len(late):  # nothing was refused: no evidence either way
         return unknown(name, "no late request was sent: " + "; ".join(notes))
     return ok(name, "; ".join(notes))
