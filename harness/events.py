@@ -227,8 +227,9 @@ _BUILTIN: tuple[EventKind, ...] = (
     _k("strays_killed", "harness", "processes of the run's group that outlived it were killed", {"pids": "list"}),
     # a real engine's process tree (harness.scenario.engine_steps), launched and judged from outside
     _k("engine_launched", "harness", "an engine command was launched in a session of its own; argv: its "
-       "arguments, env: the target flags' variables", {"pid": "int", "port": "int", "launch": "int"},
-       {"argv": "list", "env": "dict"}),
+       "arguments, env: the target flags' variables, launcher: exec (the command exec'd) or zygote (a fork of a "
+       "process that preloaded its modules runs its script)", {"pid": "int", "port": "int", "launch": "int"},
+       {"argv": "list", "env": "dict", "launcher": "str"}),
     _k("engine_ready", "harness", "the engine printed its ready line; members: its processes then; owners: each "
        "/dev/shm segment or semaphore they held, by pid", {"pid": "int", "ready_s": "float", "members": "list"},
        {"shm": "list", "owners": "dict"}),

@@ -128,9 +128,10 @@ def _kernel_descendants(root: int) -> set[int] | None:
 
 def _harness_pids() -> set[int]:
     from harness.launch.spawn import ForkServer
+    from harness.launch.zygote import helper_pids
 
     fs = ForkServer._shared
-    return {fs.pid} if fs is not None and fs._alive else set()
+    return ({fs.pid} if fs is not None and fs._alive else set()) | helper_pids()
 
 
 def take() -> Inventory:

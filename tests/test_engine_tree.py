@@ -16,6 +16,8 @@ from pathlib import Path
 import pytest
 
 from harness.engine.tree import EngineStartError, EngineTree, py_spy, shm_mapped
+from harness.launch.zygote import helper_pids
+from harness.probes.procs import read_stat
 
 FAKE = textwrap.dedent('''
     import ctypes, os, signal, sys, tempfile, threading
@@ -57,15 +59,25 @@ FAKE = textwrap.dedent('''
 ''')
 
 
-def _tree(tmp_path: Path, mode: str) -> EngineTree:
+# Each launcher: the command exec'd, and forked from a zygote that preloaded modules (harness.launch.zygote;
+# real vLLM's launches use it, each the `vllm` script run in a fork of a process that has imported vLLM)
+LAUNCHERS = {"exec": (), "zygote": ("ctypes", "tempfile", "threading")}
+
+
+@pytest.fixture(params=sorted(LAUNCHERS))
+def launcher(request: pytest.FixtureRequest) -> tuple[str, ...]:
+    return LAUNCHERS[request.param]
+
+
+def _tree(tmp_path: Path, mode: str, preload: tuple[str, ...] = ()) -> EngineTree:
     script = tmp_path / "fake_engine.py"
     script.write_text(FAKE)
     return EngineTree([sys.executable, str(script), mode], tmp_path / "run", ready=r"Application startup complete",
-                      failed=r"^ERROR: ")
+                      failed=r"^ERROR: ", preload=preload)
 
 
-def test_ready_by_its_own_line_then_sigterm_ends_the_whole_tree(tmp_path: Path) -> None:
-    tree = _tree(tmp_path, "clean")
+def test_ready_by_its_own_line_then_sigterm_ends_the_whole_tree(tmp_path: Path, launcher: tuple[str, ...]) -> None:
+    tree = _tree(tmp_path, "clean", launcher)
     try:
         took = tree.start(timeout=30)
         assert took >= 0
@@ -73,6 +85,9 @@ def test_ready_by_its_own_line_then_sigterm_ends_the_whole_tree(tmp_path: Path) 
         assert len(tree.members()) == 3
         assert len(tree.find(r"^VLLM::Worker")) == 1
         assert (tree.tmp / "made-by-the-engine").exists()  # TMPDIR pointed into the run
+        assert tree.proc is not None
+        if launcher:  # the API server is the zygote's child, the zygote one of the harness's helpers
+            assert read_stat(tree.proc.pid).ppid in helper_pids()
         tree.signal(signal.SIGTERM)
         assert tree.wait_gone(timeout=30)
         assert tree.returncode == 0
@@ -81,8 +96,9 @@ def test_ready_by_its_own_line_then_sigterm_ends_the_whole_tree(tmp_path: Path) 
         assert tree.close() == []
 
 
-def test_an_orphan_that_ignores_sigterm_is_found_by_its_session_and_killed_by_close(tmp_path: Path) -> None:
-    tree = _tree(tmp_path, "orphan")
+def test_an_orphan_that_ignores_sigterm_is_found_by_its_session_and_killed_by_close(
+        tmp_path: Path, launcher: tuple[str, ...]) -> None:
+    tree = _tree(tmp_path, "orphan", launcher)
     try:
         tree.start(timeout=30)
         worker = tree.find(r"^VLLM::Worker")[0]
@@ -101,8 +117,9 @@ def test_an_orphan_that_ignores_sigterm_is_found_by_its_session_and_killed_by_cl
     ("fail", r"the engine failed to start \(status 1\): ERROR: the model could not be loaded"),
     ("exit", "the engine exited with status 3 before it was ready"),
 ])
-def test_a_start_that_fails_is_a_clear_error_not_a_wait(tmp_path: Path, mode: str, message: str) -> None:
-    tree = _tree(tmp_path, mode)
+def test_a_start_that_fails_is_a_clear_error_not_a_wait(tmp_path: Path, mode: str, message: str,
+                                                       launcher: tuple[str, ...]) -> None:
+    tree = _tree(tmp_path, mode, launcher)
     try:
         with pytest.raises(EngineStartError, match=message):
             tree.start(timeout=30)

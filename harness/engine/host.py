@@ -203,12 +203,14 @@ class EngineHost:
         # a target's engine_command takes the flags when the scenario gives any (a module:attribute target
         # written for the defaults takes the port alone)
         cmd = self.target.engine_command(self.port) if flags.default() else self.target.engine_command(self.port, flags)
+        preload = tuple(getattr(cmd, "preload", ()))  # a target's own EngineCommand may predate it
         tree = EngineTree(cmd.argv, self.c.root / f"e{n}", ready=cmd.ready, failed=cmd.failed, env=cmd.env,
-                          path_vars=cmd.path_vars)
+                          path_vars=cmd.path_vars, preload=preload, preload_env=getattr(cmd, "preload_env", None))
         self.trees.append(tree)
         self.model = cmd.model
         tree.on_started = lambda pid: self.c.rec.emit("engine_launched", pid=pid, port=self.port, launch=n,
-                                                      argv=cmd.argv[1:], env=flags.env())
+                                                      argv=cmd.argv[1:], env=flags.env(),
+                                                      launcher="zygote" if preload else "exec")
         try:
             ready_s = tree.start(timeout=self.launch_s, after_failure=min(scaled(AFTER_FAILURE_S), self.launch_s))
         except EngineStartError as exc:

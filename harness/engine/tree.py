@@ -37,6 +37,7 @@ from pathlib import Path
 
 from harness.errors import HarnessError
 from harness.launch.spawn import become_subreaper
+from harness.launch.zygote import Zygote, ZygoteProcess
 from harness.probes.procs import all_stats, read_stat
 
 __all__ = ["EngineTree", "EngineStartError", "Member", "session_members", "process_stacks", "shm_mapped", "py_spy",
@@ -157,15 +158,19 @@ class EngineTree:
     """
 
     def __init__(self, argv: Sequence[str], run_dir: Path, *, ready: str, failed: str | None = None,
-                 env: Mapping[str, str] | None = None, path_vars: Sequence[str] = ()) -> None:
+                 env: Mapping[str, str] | None = None, path_vars: Sequence[str] = (),
+                 preload: Sequence[str] = (), preload_env: Mapping[str, str] | None = None) -> None:
         self.argv = list(argv)
+        # modules a zygote imports once for every launch of this command (harness.launch.zygote); () execs it
+        self.preload = tuple(preload)
+        self._preload_env = dict(preload_env or {})
         self.run_dir = run_dir
         self.tmp = run_dir / "tmp"
         self._ready_rx = re.compile(ready)
         self._failed_rx = re.compile(failed) if failed else None
         self._env = dict(env or {})
         self._path_vars = tuple(path_vars)
-        self.proc: subprocess.Popen[bytes] | None = None
+        self.proc: subprocess.Popen[bytes] | ZygoteProcess | None = None
         self.sid: int | None = None
         self.lines: collections.deque[str] = collections.deque(maxlen=TAIL)
         self.started_at: float | None = None
@@ -203,11 +208,15 @@ class EngineTree:
         become_subreaper()
         self.started_at = time.monotonic()
         try:
-            self.proc = subprocess.Popen(self.argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                         stderr=subprocess.STDOUT, env=self.environment(), cwd=self.run_dir,
-                                         start_new_session=True)
-        except OSError as exc:
-            raise EngineStartError(f"cannot start {self.argv[0]}: {exc.strerror or exc}") from None
+            if self.preload:  # a fork of the zygote that has imported them runs the command's script
+                zygote = Zygote.shared(sys.executable, self.preload, {**os.environ, **self._preload_env}, timeout)
+                self.proc = zygote.spawn(self.argv, self.environment(), str(self.run_dir), timeout)
+            else:
+                self.proc = subprocess.Popen(self.argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                             stderr=subprocess.STDOUT, env=self.environment(), cwd=self.run_dir,
+                                             start_new_session=True)
+        except (OSError, HarnessError) as exc:
+            raise EngineStartError(f"cannot start {self.argv[0]}: {getattr(exc, 'strerror', None) or exc}") from None
         self.sid = self.proc.pid
         if self.on_started is not None:
             self.on_started(self.proc.pid)

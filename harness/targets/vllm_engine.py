@@ -44,6 +44,21 @@ VLLM_SERVE = ("--host", "127.0.0.1", "--max-model-len", "2048", "--max-num-seqs"
               "--dtype", "float32")
 VLLM_ENV = {"HF_HUB_OFFLINE": "1", "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_NO_USAGE_STATS": "1",
             "VLLM_DO_NOT_TRACK": "1"}
+# What `vllm serve`'s API server imports before it spawns its EngineCore (about 6 s of a 16 s launch on 2 cores):
+# the CLI's subcommand modules (vllm/entrypoints/cli/main.py imports each in main()) and the OpenAI server.
+# The zygote imports them once; each launch is a fork of it that runs the `vllm` script (issue 15 item 7).
+VLLM_PRELOAD = ("vllm.entrypoints.cli.main", "vllm.entrypoints.cli.benchmark.main", "vllm.entrypoints.cli.collect_env",
+                "vllm.entrypoints.cli.download_kernels", "vllm.entrypoints.cli.launch", "vllm.entrypoints.cli.openai",
+                "vllm.entrypoints.cli.preload", "vllm.entrypoints.cli.run_batch", "vllm.entrypoints.cli.serve",
+                "vllm.entrypoints.cli.snapshot", "vllm.entrypoints.openai.api_server")
+
+
+def preloading() -> bool:
+    """Whether real-vLLM launches fork from a preloaded zygote (the default) or exec ``vllm serve``
+    (``LASTCALL_ENGINE_PRELOAD=0``)."""
+    from harness.envvars import number
+
+    return number("LASTCALL_ENGINE_PRELOAD") != 0
 
 
 # A failed start's output -> what to do about it (the first that matches names the fix), for a one-line error
@@ -113,6 +128,10 @@ class EngineCommand:
     env: dict[str, str]
     path_vars: tuple[str, ...]  # variables pointed at the run's TMPDIR (vLLM's own path variables)
     model: str  # the model name requests carry
+    # modules a zygote imports once, so each launch forks from it instead of importing them again
+    # (harness.launch.zygote); () execs the command
+    preload: tuple[str, ...] = ()
+    preload_env: dict[str, str] = field(default_factory=dict)  # the zygote's environment (the launch's constant part)
 
 
 @dataclass(frozen=True)
@@ -151,7 +170,8 @@ class EngineTarget:
         if flags.tp > 1:  # vLLM's CPU workers each bind OpenMP threads to cores: one core each here
             env["VLLM_CPU_OMP_THREADS_BIND"] = "|".join(str(i % (os.cpu_count() or 1)) for i in range(flags.tp))
         return EngineCommand([str(vllm_bin), "serve", model, "--port", str(port), *VLLM_SERVE, *flags.argv()],
-                             READY, FAILED, env, ("VLLM_RPC_BASE_PATH",), model)
+                             READY, FAILED, env, ("VLLM_RPC_BASE_PATH",), model,
+                             VLLM_PRELOAD if preloading() else (), dict(VLLM_ENV))
 
     def launch_bound(self) -> float:
         """Seconds one launch may take to be ready: ``launch_s``; for real vLLM ``LASTCALL_ENGINE_LAUNCH_S``
