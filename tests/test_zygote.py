@@ -151,3 +151,21 @@ def test_a_preload_that_fails_or_starts_a_thread_is_a_clear_error(tmp_path: Path
     with pytest.raises(EngineStartError, match=r"cannot start .*zygote did not start \(ModuleNotFoundError"):
         tree.start(timeout=60)
     assert tree.close() == []
+
+
+def test_an_engine_scenario_judges_a_zygote_launched_tree_as_it_judges_an_execd_one() -> None:
+    """engine-sigterm-idle (a launch, a request, SIGTERM, a restart on the same port) through the whole run: the
+    correct stand-in launched from a zygote passes every checker, both launches recorded as the zygote's; the
+    stand-in that ignores SIGTERM, launched the same way, is caught by the checker that names it."""
+    from harness.scenario import load
+    from harness.scenario.loader import expand
+    from harness.scenario.runner import run_item
+
+    item = expand(load(str(Path(__file__).resolve().parent.parent / "scenarios" / "engine-sigterm-idle.yaml")))[0]
+    good = run_item(item, variant="tests.zygote_target:STANDIN_PRELOADED")
+    assert good.step_error == "" and good.outcome.status == "ok"
+    assert {v.checker: v.status for v in good.verdicts} == {
+        "engine_tree_exits": "ok", "engine_nothing_left": "ok", "engine_port_released": "ok", "engine_exit_status": "ok"}
+    assert [e.data.get("launcher") for e in good.events if e.kind == "engine_launched"] == ["zygote", "zygote"]
+    bad = run_item(item, variant="tests.zygote_target:IGNORES_SIGTERM_PRELOADED")
+    assert {v.checker: v.status for v in bad.verdicts}["engine_tree_exits"] == "violated"

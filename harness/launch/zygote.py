@@ -22,8 +22,8 @@ What differs from ``execve`` of the command, and is set back where it matters:
   run), none of which the preloaded modules read at import (vLLM reads its variables when they are used).
 
 Protocol (a SOCK_SEQPACKET socketpair, one JSON message a packet): zygote -> harness ``{"op": "ready"}`` (or
-``{"op": "error", "message"}``); harness -> zygote ``{"op": "spawn", "argv", "env", "cwd"}`` with the write
-end of the output pipe attached (SCM_RIGHTS); zygote -> harness ``{"op": "spawned", "pid"}`` and
+``{"op": "error", "message"}``); harness -> zygote ``{"op": "spawn", "req", "argv", "env", "cwd"}`` with the
+write end of the output pipe attached (SCM_RIGHTS); zygote -> harness ``{"op": "spawned", "req", "pid"}`` and
 ``{"op": "exited", "pid", "status"}``.  When the harness goes away the zygote kills every session it started
 and exits.  The client side is :class:`Zygote` (one per harness process and module list, like the fork server).
 """
@@ -117,7 +117,7 @@ def _serve(sock: socket.socket) -> dict[str, Any] | None:
                 os.close(extra)
             children[pid] = os.pidfd_open(pid)
             sel.register(children[pid], selectors.EVENT_READ, pid)
-            _send(sock, {"op": "spawned", "pid": pid})
+            _send(sock, {"op": "spawned", "pid": pid, "req": req.get("req")})
 
 
 def _become(req: Mapping[str, Any], out: int) -> None:
@@ -249,7 +249,8 @@ class Zygote:
         self.sock = ours
         self.alive = True
         self._cond = threading.Condition()
-        self._spawned: list[int] = []
+        self._spawned: dict[int, int] = {}  # request number -> pid
+        self._req = 0
         self._status: dict[int, int] = {}
         self._ready: dict[str, Any] | None = None
         self._reader = threading.Thread(target=self._read, name="lastcall-zygote-reader", daemon=True)
@@ -298,7 +299,7 @@ class Zygote:
                 if op in ("ready", "error"):
                     self._ready = msg
                 elif op == "spawned":
-                    self._spawned.append(int(msg["pid"]))
+                    self._spawned[int(msg["req"])] = int(msg["pid"])
                 elif op == "exited":
                     self._status[int(msg["pid"])] = int(msg["status"])
                 self._cond.notify_all()
@@ -314,14 +315,15 @@ class Zygote:
         r, w = os.pipe()
         try:
             with self._cond:
-                self._spawned.clear()
-                msg = json.dumps({"op": "spawn", "argv": list(argv), "env": dict(env), "cwd": cwd}).encode()
-                socket.send_fds(self.sock, [msg], [w])
-                if not self._cond.wait_for(lambda: self._spawned or not self.alive, timeout):
+                self._req += 1
+                req = self._req  # a late answer to an earlier request that gave up is never taken for this one
+                msg = json.dumps({"op": "spawn", "req": req, "argv": list(argv), "env": dict(env), "cwd": cwd})
+                socket.send_fds(self.sock, [msg.encode()], [w])
+                if not self._cond.wait_for(lambda: req in self._spawned or not self.alive, timeout):
                     raise OSError(f"the zygote did not fork in {timeout:.0f} s; its log: {self._tail()}")
-                if not self._spawned:
+                if req not in self._spawned:
                     raise OSError(f"the zygote is gone; its log: {self._tail()}")
-                pid = self._spawned.pop()
+                pid = self._spawned.pop(req)
         except BaseException:
             os.close(r)
             raise
