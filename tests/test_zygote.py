@@ -164,8 +164,8 @@ def test_an_engine_scenario_judges_a_zygote_launched_tree_as_it_judges_an_execd_
     item = expand(load(str(Path(__file__).resolve().parent.parent / "scenarios" / "engine-sigterm-idle.yaml")))[0]
     good = run_item(item, variant="tests.zygote_target:STANDIN_PRELOADED")
     assert good.step_error == "" and good.outcome.status == "ok"
-    assert {v.checker: v.status for v in good.verdicts} == {
-        "engine_tree_exits": "ok", "engine_nothing_left": "ok", "engine_port_released": "ok", "engine_exit_status": "ok"}
+    assert {v.checker: v.status for v in good.verdicts} == {"engine_tree_exits": "ok", "engine_nothing_left": "ok",
+                                                            "engine_port_released": "ok", "engine_exit_status": "ok"}
     assert [e.data.get("launcher") for e in good.events if e.kind == "engine_launched"] == ["zygote", "zygote"]
     bad = run_item(item, variant="tests.zygote_target:IGNORES_SIGTERM_PRELOADED")
     assert {v.checker: v.status for v in bad.verdicts}["engine_tree_exits"] == "violated"
