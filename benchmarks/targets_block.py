@@ -1,7 +1,8 @@
-"""Issue 17's measured targets in the README: one table rendered from the JSON the measuring scripts commit
-(docs/data/suite_time.json from benchmarks/suite_time.py, docs/data/ipc_roundtrip.json from
-benchmarks/ipc_roundtrip.py), written between the README's ``targets`` markers whenever either script runs with
-``--write``.  tests/test_suite_time.py re-renders it and compares."""
+"""The measured speed targets in the README (issues 17 and 15): one table rendered from the JSON the measuring
+scripts commit (docs/data/suite_time.json from benchmarks/suite_time.py, docs/data/ipc_roundtrip.json from
+benchmarks/ipc_roundtrip.py, docs/data/engine_launch.json from benchmarks/engine_launch.py), written between the
+README's ``targets`` markers whenever one of them runs with ``--write``.  tests/test_suite_time.py re-renders it
+and compares."""
 
 from __future__ import annotations
 
@@ -26,9 +27,11 @@ def _load(name: str) -> dict[str, Any]:
     return json.loads(path.read_text()) if path.exists() else {}
 
 
-def table(suite: dict[str, Any] | None = None, ipc: dict[str, Any] | None = None) -> str:
+def table(suite: dict[str, Any] | None = None, ipc: dict[str, Any] | None = None,
+          engine: dict[str, Any] | None = None) -> str:
     suite = _load("suite-time") if suite is None else suite
     ipc = _load("ipc-roundtrip") if ipc is None else ipc
+    engine = _load("engine-launch") if engine is None else engine
     rows = ["| target | measured | met | where |", "|---|---|---|---|"]
     what = {"default": "the default suite (`./dev test`) <= 4 min", "not-slow": '`-m "not slow"` <= 90 s'}
     for select, row in suite.get("selections", {}).items():
@@ -51,6 +54,13 @@ def table(suite: dict[str, Any] | None = None, ipc: dict[str, Any] | None = None
         rows.append(f"| stop() with 256 idle connections parked <= {STOP_TARGET_MS:g} ms, median | {ms:.2f} ms "
                     f"({last.get('stop_reps', '?')} fresh listeners, {last.get('date', '?')}){profile} | {met} | "
                     "[benchmarks.md](docs/benchmarks.md) |")
+    for a in engine.get("amortised", ()):  # issue 15 item 7, per launcher (a launcher is how vLLM was started)
+        how = {"zygote": "forked from a zygote that preloaded vLLM's API server", "exec": "`vllm serve` exec'd"}
+        met = "yes" if a["met"] else "**no (missed)**"
+        rows.append(f"| real vLLM: launch per engine scenario, amortised, <= 15 s | {a['per_run_s']:.1f} s "
+                    f"({a['launch_s']:.0f} s of launch to ready over {a['runs']} runs, "
+                    f"{how.get(a['launcher'], a['launcher'])}, {engine.get('date', '?')}) | {met} | "
+                    "[benchmarks.md](docs/benchmarks.md#engine-launch-to-ready-issue-15-item-7) |")
     return "\n".join(rows)
 
 
