@@ -124,12 +124,23 @@ def test_the_readmes_targets_table_is_rendered_from_the_measurements() -> None:
     assert "median of 3" in rendered and "stop() with 256 idle connections parked" in rendered
 
 
+def test_the_engine_launch_row_says_met_only_within_the_target() -> None:
+    mod = script("targets_block")
+    row = {"target": "vllm_engine", "launcher": "zygote", "runs": 16, "launch_s": 255.8, "per_run_s": 16.0,
+           "met": False}
+    rows = mod.table(suite={}, ipc={}, engine={"date": "2026-12-05", "amortised": [row]}).splitlines()
+    assert rows[-1].startswith("| real vLLM: launch per engine scenario, amortised, <= 15 s | 16.0 s (256 s of "
+                               "launch to ready over 16 runs, forked from a zygote") and "**no (missed)**" in rows[-1]
+    met = mod.table(suite={}, ipc={}, engine={"amortised": [dict(row, per_run_s=14.0, met=True)]}).splitlines()[-1]
+    assert "14.0 s" in met and "| yes |" in met
+
+
 def test_the_stops_floor_is_shown_beside_its_profile_once_measured() -> None:
     mod = script("targets_block")
     run = {"stop_median_ms": {"256": 1.5}, "stop_cpu_us": {"256": {"caller": 400.0, "thread": 800.0}},
            "stop_reps": 25, "date": "2026-12-01"}
-    assert "floor" not in mod.table(ipc={"runs": [run]})  # a run before the floor was measured
+    assert "floor" not in mod.table(ipc={"runs": [run]}, engine={})  # a run before the floor was measured
     run["stop_floor_us"] = {"256": {"closes": 600.0, "teardown": 200.0}}
-    row = mod.table(ipc={"runs": [run]}).splitlines()[-1]
+    row = mod.table(ipc={"runs": [run]}, engine={}).splitlines()[-1]
     assert "1.50 ms" in row and "**no (missed)**" in row
     assert "its floor, the kernel and the file system alone in one thread: 0.80 ms (600 us of closes, 200 us" in row
