@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.engine.tree import EngineStartError, EngineTree, py_spy, shm_mapped
+from harness.engine.tree import EngineStartError, EngineTree, GoneWatch, py_spy, shm_mapped
 from harness.launch.zygote import helper_pids
 from harness.probes.procs import read_stat
 
@@ -111,6 +111,47 @@ def test_an_orphan_that_ignores_sigterm_is_found_by_its_session_and_killed_by_cl
         killed = tree.close()
     assert [m.pid for m in killed] == [worker.pid]
     assert tree.members() == []
+
+
+def test_a_gone_watch_times_the_trees_end_itself_however_late_it_is_asked(tmp_path: Path) -> None:
+    """wait_gone's seconds come from a GoneWatch started at the signal: when the last process exited, not when a
+    later step looked (a late request once made a 0.3 s stop read as 10 s)."""
+    import time
+
+    tree = _tree(tmp_path, "clean")
+    try:
+        tree.start(timeout=30)
+        pids = {m.pid for m in tree.members()}
+        t_signal = time.monotonic()
+        tree.signal(signal.SIGTERM)
+        watch = GoneWatch(tree)
+        assert watch.done.wait(30)
+        # each exit it saw (a process that ended before its first read of the tree is not one of them)
+        assert watch.gone_at is not None and watch.exits and set(watch.exits) <= pids
+        assert watch.gone_at == max(watch.exits.values()) <= time.monotonic()
+        later = time.monotonic() + 600.0  # a wait_gone that begins ten minutes later reads the same
+        assert watch.seconds_since(t_signal, later) == watch.gone_at - t_signal < 30
+        watch.close()
+        watch.close()  # idempotent
+    finally:
+        assert tree.close() == []
+
+
+def test_a_gone_watch_names_an_orphan_and_never_calls_a_survivor_gone(tmp_path: Path) -> None:
+    tree = _tree(tmp_path, "orphan")
+    try:
+        tree.start(timeout=30)
+        worker = tree.find(r"^VLLM::Worker")[0]
+        tree.signal(signal.SIGTERM)
+        watch = GoneWatch(tree)
+        assert not tree.wait_gone(timeout=0.5)  # the worker lives on
+        assert not watch.done.is_set() and watch.gone_at is None
+        assert watch.orphaned == {worker.pid: "VLLM::Worker"}  # reparented here when its engine core died
+        assert watch.seconds_since(1.0, 2.5) == 1.5  # not gone: the time until now
+    finally:
+        tree.close()
+    assert watch.done.wait(30) and worker.pid in watch.exits
+    watch.close()
 
 
 @pytest.mark.parametrize(("mode", "message"), [

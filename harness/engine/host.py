@@ -27,7 +27,7 @@ import socket
 import time
 from typing import Any
 
-from harness.engine.tree import EngineStartError, EngineTree, Member, shm_mapped, wait_accepting
+from harness.engine.tree import EngineStartError, EngineTree, GoneWatch, Member, shm_mapped, wait_accepting
 from harness.errors import ConfigError
 from harness.probes.model import Snapshot
 from harness.probes.snapshot import take
@@ -117,6 +117,7 @@ class EngineHost:
         self.trees: list[EngineTree] = []
         self.snaps: dict[str, Snapshot] = {}  # engine_ready<n>; the steps copy them into the run's snapshots
         self._lock: int | None = None
+        self.watches: list[GoneWatch] = []  # the trees the steps watch from a signal on (closed with the host)
         self._closed = False
         self.owners: dict[int, dict[str, list[int]]] = {}  # launch -> /dev/shm path -> the pids holding it
         self.model = ""  # the model name requests carry (the target's, set at each launch)
@@ -271,6 +272,12 @@ class EngineHost:
         judged them before (wait_gone)."""
         return remove_segments(self.owners.get(self.trees.index(tree), {}))
 
+    def watch(self, tree: EngineTree) -> GoneWatch:
+        """A :class:`~harness.engine.tree.GoneWatch` of ``tree`` from now on, ended by :meth:`close` at the latest."""
+        w = GoneWatch(tree)
+        self.watches.append(w)
+        return w
+
     def kill(self) -> None:
         """The watchdog: every live process's stacks first (a hung run's evidence), then SIGKILL of all."""
         for n, tree in enumerate(self.trees):
@@ -301,6 +308,8 @@ class EngineHost:
                 self.c.rec.emit("engine_closed", killed=members_data(killed), terminated=members_data(live),
                                 removed=removed)
         finally:
+            for w in self.watches:  # each ends once its tree is gone (killed above, at the latest)
+                w.close()
             if self._lock is not None:
                 os.close(self._lock)  # releases the flock
                 self._lock = None

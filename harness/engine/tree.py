@@ -40,8 +40,8 @@ from harness.launch.spawn import become_subreaper
 from harness.launch.zygote import Zygote, ZygoteProcess
 from harness.probes.procs import all_stats, read_stat
 
-__all__ = ["EngineTree", "EngineStartError", "Member", "session_members", "process_stacks", "shm_mapped", "py_spy",
-           "wait_accepting"]
+__all__ = ["EngineTree", "EngineStartError", "GoneWatch", "Member", "session_members", "process_stacks", "shm_mapped",
+           "py_spy", "wait_accepting"]
 
 TAIL = 200  # lines of the engine's output kept for messages and reports
 
@@ -373,3 +373,74 @@ class EngineTree:
         if self.proc.stdout is not None:
             self.proc.stdout.close()
         return left
+
+
+class GoneWatch:
+    """When each process of a tree exits, seen from the moment it starts (a signal was just sent), on a thread of
+    its own: a pidfd per live member, readable as that process exits, whoever its parent is, and the members
+    read again after each exit (a process started meanwhile is watched too).
+
+    ``gone_at`` is when the last of them was seen to exit (monotonic; None while any lives), so how long a stop
+    took does not depend on when a step asked: a ``wait_gone`` that comes after a slow step still reports the
+    tree's own time.  ``orphaned`` are the members seen alive with this process as their parent (the subreaper)
+    although not its child at launch.  A member that exited between two reads of the members, before its pidfd
+    was opened, counts as exited at the read that missed it (an upper bound).  :meth:`close` ends the thread.
+    """
+
+    def __init__(self, tree: EngineTree) -> None:
+        self.tree = tree
+        self.exits: dict[int, float] = {}
+        self.orphaned: dict[int, str] = {}
+        self.gone_at: float | None = None
+        self.done = threading.Event()
+        self._leader = tree.proc.pid if tree.proc is not None else -1
+        self._stop_r, self._stop_w = os.pipe()
+        self._thread = threading.Thread(target=self._run, name=f"lastcall-gone-watch-{tree.sid}", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        watched: dict[int, int] = {}  # pidfd -> pid
+        alive: set[int] = set()
+        try:
+            while True:
+                live = [m for m in self.tree.members() if m.state != "Z"]
+                now = time.monotonic()
+                for pid in alive - {m.pid for m in live}:
+                    self.exits.setdefault(pid, now)  # gone before its pidfd was opened, or unwatched
+                alive = {m.pid for m in live}
+                for m in live:
+                    if m.pid != self._leader and m.ppid == os.getpid():
+                        self.orphaned[m.pid] = m.name
+                    if m.pid not in watched.values():
+                        try:
+                            watched[os.pidfd_open(m.pid)] = m.pid
+                        except ProcessLookupError:
+                            pass
+                if not live:
+                    self.gone_at = max(self.exits.values(), default=now)
+                    self.done.set()
+                    return
+                ready, _, _ = select.select([*watched, self._stop_r], [], [])
+                t = time.monotonic()
+                if self._stop_r in ready:
+                    return
+                for fd in ready:
+                    self.exits.setdefault(watched.pop(fd), t)
+                    os.close(fd)
+        finally:
+            for fd in watched:
+                os.close(fd)
+
+    def seconds_since(self, since: float, now: float) -> float:
+        """Seconds from ``since`` to the tree's end: to when its last process exited once it is gone, else to
+        ``now``."""
+        return (self.gone_at if self.gone_at is not None else now) - since
+
+    def close(self) -> None:
+        """End the thread (at once if the tree is gone) and release its descriptors; idempotent."""
+        if self._stop_w >= 0:
+            os.write(self._stop_w, b"x")
+            self._thread.join(10.0)
+            os.close(self._stop_w)
+            os.close(self._stop_r)
+            self._stop_w = self._stop_r = -1
