@@ -408,18 +408,21 @@ class GoneWatch:
                 for pid in alive - {m.pid for m in live}:
                     self.exits.setdefault(pid, now)  # gone before its pidfd was opened, or unwatched
                 alive = {m.pid for m in live}
+                missed = False
                 for m in live:
                     if m.pid != self._leader and m.ppid == os.getpid():
                         self.orphaned[m.pid] = m.name
                     if m.pid not in watched.values():
                         try:
                             watched[os.pidfd_open(m.pid)] = m.pid
-                        except ProcessLookupError:
-                            pass
+                        except ProcessLookupError:  # exited and reaped since the read: read the tree again
+                            missed = True
                 if not live:
                     self.gone_at = max(self.exits.values(), default=now)
                     self.done.set()
                     return
+                if missed:
+                    continue
                 ready, _, _ = select.select([*watched, self._stop_r], [], [])
                 t = time.monotonic()
                 if self._stop_r in ready:
