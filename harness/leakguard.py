@@ -126,14 +126,6 @@ def _kernel_descendants(root: int) -> set[int] | None:
     return found
 
 
-def _harness_pids() -> set[int]:
-    from harness.launch.spawn import ForkServer
-    from harness.launch.zygote import helper_pids
-
-    fs = ForkServer._shared
-    return ({fs.pid} if fs is not None and fs._alive else set()) | helper_pids()
-
-
 def take() -> Inventory:
     tag = process_tag()
     try:
@@ -146,7 +138,9 @@ def take() -> Inventory:
     except OSError:
         shm = frozenset()
     threads = frozenset(t for t in threading.enumerate() if t.name.startswith(SUT_THREADS))
-    return Inventory(paths, shm, threads, _children(_harness_pids()), _listening(os.getpid()), process_umask())
+    from harness.launch.spawn import helper_pids
+
+    return Inventory(paths, shm, threads, _children(helper_pids()), _listening(os.getpid()), process_umask())
 
 def _listening(pid: int) -> frozenset[str]:
     """The local addresses of ``pid``'s TCP sockets that LISTEN (as harness.probes.net.sockets gives them).

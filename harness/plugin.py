@@ -248,14 +248,11 @@ def failpoints(lastcall_failpoints: object) -> object:
 def no_thread_leak() -> Iterator[None]:
     """Fails the test if a lastcall thread it started is still alive at its end (the process-wide fork
     server's reader and an engine zygote's, started on first use and stopped at exit, are not)."""
-    from harness.launch.spawn import ForkServer
+    from harness.launch.spawn import helper_threads
 
     before = set(threading.enumerate())
     yield
-    from harness.launch.zygote import helper_threads
-
-    shared = ForkServer._shared
-    kept = ({shared._reader} if shared is not None and shared._alive else set()) | helper_threads()
+    kept = helper_threads()
     left = [t.name for t in threading.enumerate()
             if t not in before and t not in kept and t.name.startswith("lastcall-")]
     if left:

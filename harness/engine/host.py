@@ -117,7 +117,7 @@ class EngineHost:
         self.trees: list[EngineTree] = []
         self.snaps: dict[str, Snapshot] = {}  # engine_ready<n>; the steps copy them into the run's snapshots
         self._lock: int | None = None
-        self.watches: list[GoneWatch] = []  # the trees the steps watch from a signal on (closed with the host)
+        self.gone_watch: GoneWatch | None = None  # the tree the last signal went to, watched since then
         self._closed = False
         self.owners: dict[int, dict[str, list[int]]] = {}  # launch -> /dev/shm path -> the pids holding it
         self.model = ""  # the model name requests carry (the target's, set at each launch)
@@ -273,10 +273,12 @@ class EngineHost:
         return remove_segments(self.owners.get(self.trees.index(tree), {}))
 
     def watch(self, tree: EngineTree) -> GoneWatch:
-        """A :class:`~harness.engine.tree.GoneWatch` of ``tree`` from now on, ended by :meth:`close` at the latest."""
-        w = GoneWatch(tree)
-        self.watches.append(w)
-        return w
+        """Watch ``tree`` from now on (a signal was just sent to it): ``gone_watch``, replacing the last one; the
+        host's :meth:`close` ends it at the latest."""
+        if self.gone_watch is not None:
+            self.gone_watch.close()
+        self.gone_watch = GoneWatch(tree)
+        return self.gone_watch
 
     def kill(self) -> None:
         """The watchdog: every live process's stacks first (a hung run's evidence), then SIGKILL of all."""
@@ -308,8 +310,8 @@ class EngineHost:
                 self.c.rec.emit("engine_closed", killed=members_data(killed), terminated=members_data(live),
                                 removed=removed)
         finally:
-            for w in self.watches:  # each ends once its tree is gone (killed above, at the latest)
-                w.close()
+            if self.gone_watch is not None:  # it ends once its tree is gone (killed above, at the latest)
+                self.gone_watch.close()
             if self._lock is not None:
                 os.close(self._lock)  # releases the flock
                 self._lock = None

@@ -18,7 +18,7 @@ from harness.errors import HarnessError
 from harness.launch.channel import Channel
 from harness.timeouts import scaled
 
-__all__ = ["LaunchError", "ForkServer", "become_subreaper"]
+__all__ = ["LaunchError", "ForkServer", "become_subreaper", "helper_pids", "helper_threads"]
 
 PR_SET_CHILD_SUBREAPER = 36  # prctl option (linux/prctl.h)
 READY_TIMEOUT_S = 60.0  # safety net for the server's preload (torch import) before scaling
@@ -183,3 +183,19 @@ class ForkServer:
             os.unlink(self.log_path)
         except OSError:
             pass
+
+
+def helper_pids() -> set[int]:
+    """The harness's own helper processes now alive (the fork server, each engine zygote): never a run's."""
+    from harness.launch import zygote
+
+    fs = ForkServer._shared
+    return ({fs.pid} if fs is not None and fs._alive else set()) | zygote.helper_pids()
+
+
+def helper_threads() -> set[threading.Thread]:
+    """Their reader threads in this process, started on first use and stopped at exit."""
+    from harness.launch import zygote
+
+    fs = ForkServer._shared
+    return ({fs._reader} if fs is not None and fs._alive else set()) | zygote.helper_threads()

@@ -66,8 +66,8 @@ def _preload(modules: Sequence[str]) -> None:
     gc.freeze()  # the children's collector skips what they share with the zygote, as the fork server does
 
 
-def _serve(sock: socket.socket) -> dict[str, Any] | None:
-    """Fork on request. In the zygote: None once the harness is gone. In a child: its request."""
+def _serve(sock: socket.socket) -> tuple[str | None, list[str]] | None:
+    """Fork on request. In the zygote: None once the harness is gone. In a child: its command (:func:`_command`)."""
     sel = selectors.DefaultSelector()
     sel.register(sock, selectors.EVENT_READ, None)
     children: dict[int, int] = {}  # pid -> pidfd
@@ -106,9 +106,9 @@ def _serve(sock: socket.socket) -> dict[str, Any] | None:
                 os.close(settled_r)
                 for fd in children.values():
                     os.close(fd)
-                _become(req, out)
+                command = _become(req, out)
                 os.close(settled_w)
-                return dict(req)
+                return command
             os.close(settled_w)
             os.read(settled_r, 1)  # EOF: the child has settled (or died, which its exit then reports)
             os.close(settled_r)
@@ -120,8 +120,9 @@ def _serve(sock: socket.socket) -> dict[str, Any] | None:
             _send(sock, {"op": "spawned", "pid": pid, "req": req.get("req")})
 
 
-def _become(req: Mapping[str, Any], out: int) -> None:
-    """In the child: the session, streams, directory and environment a plain launch of the command has."""
+def _become(req: Mapping[str, Any], out: int) -> tuple[str | None, list[str]]:
+    """In the child: the session, streams, directory and environment a plain launch of the command has; the
+    command to run."""
     os.setsid()  # as subprocess's start_new_session: the tree is found by its session id
     devnull = os.open(os.devnull, os.O_RDONLY)
     os.dup2(devnull, 0)
@@ -149,6 +150,7 @@ def _become(req: Mapping[str, Any], out: int) -> None:
 
         name = os.path.basename(req["argv"][0]).encode()[:15]
         ctypes.CDLL(None).prctl(PR_SET_NAME, ctypes.c_char_p(name), 0, 0, 0)
+    return module, argv
 
 
 def _command(argv: Sequence[str]) -> tuple[str | None, list[str]]:
@@ -172,13 +174,13 @@ def main(argv: Sequence[str]) -> None:
         _send(sock, {"op": "error", "message": f"{type(exc).__name__}: {exc}"})
         raise SystemExit(1) from None
     _send(sock, {"op": "ready"})
-    req = _serve(sock)
-    if req is None:
+    command = _serve(sock)
+    if command is None:
         return
     import runpy
 
     # the engine's command, in the module's ordinary flow: its SystemExit ends the interpreter normally
-    module, args = _command(req["argv"])
+    module, args = command
     if module:
         runpy.run_module(module, run_name="__main__", alter_sys=True)
     else:

@@ -91,11 +91,9 @@ def for_cluster(cluster: Cluster, label: str, *, ports: Iterable[int] = (), gpu:
     Safe before ``start`` and after ``close`` (gone processes are left out).
     Never starts a fork server.
     """
-    from harness.launch.spawn import ForkServer  # late: the launcher imports much more than the probes need
-    from harness.launch.zygote import helper_pids
+    from harness.launch.spawn import helper_pids  # late: the launcher imports much more than the probes need
 
-    server = ForkServer._shared
-    helpers = ((server.pid,) if server is not None and server._alive else ()) + tuple(sorted(helper_pids()))
+    helpers = tuple(sorted(helper_pids()))
     with cluster._lock:
         pids = list(cluster._procs)
     return take(label, root=cluster.root, shm_match=cluster.ipc, shm_dir=cluster.shm_dir, pids=pids,

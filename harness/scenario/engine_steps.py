@@ -47,7 +47,7 @@ from typing import Any
 
 from harness.engine.host import EngineHost, members_data
 from harness.engine.standin import GATE
-from harness.engine.tree import EngineStartError, EngineTree, GoneWatch, Member
+from harness.engine.tree import EngineStartError, EngineTree, Member
 from harness.history import Event
 from harness.launch.parts import Cast, Part, register_cast
 from harness.probes.snapshot import take
@@ -72,7 +72,6 @@ class EngineRunState:
 
     signal_t: float = 0.0  # monotonic time of the last engine_signal (0: none yet)
     signal_step: str = ""
-    watch: GoneWatch | None = None  # the last engine_signal's tree, watched from the signal on
     gate: socket.socket | None = None  # a held start gate's connection (engine_start), released by a signal
 
     def release_gate(self) -> None:
@@ -267,9 +266,7 @@ def engine_signal(pl: Player, s: Any, name: str) -> None:
     _watch_shutdown(pl, tree, name)
     st.signal_t, st.signal_step = time.monotonic(), name
     tree.signal(getattr(signal, s.sig), pid)
-    if st.watch is not None:
-        st.watch.close()
-    st.watch = host.watch(tree)  # when each process exits, from now on: wait_gone reports the tree's own time
+    host.watch(tree)  # when each process exits, from now on: wait_gone reports the tree's own time
     st.release_gate()  # a start held at its gate goes on, as a real engine's start would
     pl.returned(name, "engine_signal", True, pid, to=s.to, sig=s.sig)
 
@@ -303,13 +300,14 @@ def wait_gone(pl: Player, s: Any, name: str) -> None:
                 orphaned[m.pid] = m.name
 
     pl.started(name, "wait_gone", timeout=host.scaled(s.timeout), after=st.signal_step)
-    gone = tree.wait_gone(host.scaled(s.timeout), seen)
+    watch = host.gone_watch if st.signal_t and host.gone_watch is not None and host.gone_watch.tree is tree else None
+    if watch is not None:  # watched since the signal: the tree's own time, however late this step began
+        watch.done.wait(host.scaled(s.timeout))
+        gone = tree.wait_gone(0.0, seen)  # one last read: reaps what was reparented here, the leader's status
+        orphaned.update(watch.orphaned)  # every orphan seen since the signal
+    else:
+        gone = tree.wait_gone(host.scaled(s.timeout), seen)
     now = time.monotonic()
-    watch = st.watch if st.watch is not None and st.watch.tree is tree and st.signal_t else None
-    if watch is not None:  # the tree's own time, however late this step began; its orphans since the signal
-        if gone:
-            watch.done.wait(scaled(1.0))  # the watcher sees the last exit within milliseconds of this step
-        orphaned.update(watch.orphaned)
     seconds = watch.seconds_since(since, now) if watch is not None and gone else now - since
     survivors = members_data([m for m in tree.members() if m.state != "Z"])
     value = {"gone": gone, "seconds": round(seconds, 3), "survivors": survivors,
