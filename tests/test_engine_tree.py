@@ -115,19 +115,22 @@ def test_an_orphan_that_ignores_sigterm_is_found_by_its_session_and_killed_by_cl
 
 def test_a_gone_watch_times_the_trees_end_itself_however_late_it_is_asked(tmp_path: Path) -> None:
     """wait_gone's seconds come from a GoneWatch started at the signal: when the last process exited, not when a
-    later step looked (a late request once made a 0.3 s stop read as 10 s)."""
+    later step looked (a late request once made a 0.3 s stop read as 10 s). Here the watch is watching every
+    member before the signal, so it sees each exit (the harness starts it just after the signal: a process that
+    is gone before its first read is not in ``exits``, and the read is the upper bound of its end; such a test
+    once failed on a loaded machine when the stand-in's whole tree ended first)."""
     import time
 
     tree = _tree(tmp_path, "clean")
     try:
         tree.start(timeout=30)
         pids = {m.pid for m in tree.members()}
+        watch = GoneWatch(tree)
+        assert watch.watching.wait(30) and not watch.done.is_set()
         t_signal = time.monotonic()
         tree.signal(signal.SIGTERM)
-        watch = GoneWatch(tree)
         assert watch.done.wait(30)
-        # each exit it saw (a process that ended before its first read of the tree is not one of them)
-        assert watch.gone_at is not None and watch.exits and set(watch.exits) <= pids
+        assert watch.gone_at is not None and set(watch.exits) == pids  # each exit, seen as it happened
         assert watch.gone_at == max(watch.exits.values()) <= time.monotonic()
         later = time.monotonic() + 600.0  # a wait_gone that begins ten minutes later reads the same
         assert watch.seconds_since(t_signal, later) == watch.gone_at - t_signal < 30

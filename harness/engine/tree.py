@@ -393,6 +393,7 @@ class GoneWatch:
         self.orphaned: dict[int, str] = {}
         self.gone_at: float | None = None
         self.done = threading.Event()
+        self.watching = threading.Event()  # set once every member of its first read is watched (or it is done)
         self._leader = tree.proc.pid if tree.proc is not None else -1
         self._stop_r, self._stop_w = os.pipe()
         self._thread = threading.Thread(target=self._run, name=f"lastcall-gone-watch-{tree.sid}", daemon=True)
@@ -423,6 +424,7 @@ class GoneWatch:
                     return
                 if missed:
                     continue
+                self.watching.set()
                 ready, _, _ = select.select([*watched, self._stop_r], [], [])
                 t = time.monotonic()
                 if self._stop_r in ready:
@@ -431,6 +433,7 @@ class GoneWatch:
                     self.exits.setdefault(watched.pop(fd), t)
                     os.close(fd)
         finally:
+            self.watching.set()
             for fd in watched:
                 os.close(fd)
 
