@@ -238,8 +238,11 @@ class Cluster:
         specs = self._specs()
         # The process-wide fork server first (its preload has its own bound, READY_TIMEOUT_S, and a LaunchError):
         # its one-time start (torch's import, seconds on a loaded machine) is not the run's, so the watchdog's
-        # deadline bounds the run alone, from its first fork on.
-        forks = ForkServer.shared()
+        # deadline bounds the run alone, from its first fork on.  The one that did not preload torch for a target
+        # whose processes never use it: they carry only what the target's own processes would.
+        from harness.targets import uses_torch  # late: only a run that forks needs the targets
+
+        forks = ForkServer.shared(torch=uses_torch(self.variant))
         self._watchdog = threading.Thread(target=self._watch, name="lastcall-watchdog", daemon=True)
         self._watchdog.start()
         pids = forks.spawn_group(specs, self._on_exit)

@@ -2,7 +2,9 @@
 
 A fresh interpreter that imports torch takes about a second; a fork of one that
 already has takes a few milliseconds.  The server (``python -m
-harness.launch.forkserver FD``) imports the reference stack once, never
+harness.launch.forkserver FD [--no-torch]``) imports the reference stack once
+(torch too, unless ``--no-torch``: the server of a target whose processes never
+use it, harness.launch.spawn.ForkServer), never
 initialises CUDA and never starts a thread, then forks on request.  A target's
 own modules are imported after the fork, in the child (kvcached fixes its
 socket directory at import time).
@@ -50,9 +52,11 @@ from harness.reference import wire
 __all__ = ["serve", "main"]
 
 
-def preload() -> None:
-    """Import what every child needs, so a fork finds it loaded. Must not touch CUDA or start threads."""
-    import torch  # noqa: F401
+def preload(with_torch: bool = True) -> None:
+    """Import what every child needs, so a fork finds it loaded (torch only where the target's processes use
+    it: ``--no-torch``, harness.launch.spawn.ForkServer). Must not touch CUDA or start threads."""
+    if with_torch:
+        import torch  # noqa: F401
 
     import harness.launch.child
     import harness.reference.client
@@ -191,7 +195,7 @@ def call(spec: dict[str, Any]) -> int:
 
 
 def main() -> int:
-    preload()
+    preload(with_torch="--no-torch" not in sys.argv[2:])
     spec = serve(int(sys.argv[1]))
     if spec is None:
         return 0

@@ -58,12 +58,19 @@ def _child_env() -> dict[str, str]:
 
 
 class ForkServer:
-    """One preloaded fork server per harness process (``ForkServer.shared()``)."""
+    """A preloaded fork server, at most two per harness process (``ForkServer.shared(torch)``): one that
+    preloaded torch (``_shared``, for the targets whose processes use it: the reference's KV pages are torch
+    tensors, kvcached's too), and one that did not (``_light``, for a target that declares ``uses_torch =
+    False``, harness.targets.api.Target). A process forked from the first carries torch whether it uses it or
+    not, and pays for it at a faithful exit (about 0.25 s of CPU in module teardown); a torch-free target's
+    own processes never load it, and forked from the second they do not either."""
 
     _shared: ForkServer | None = None
+    _light: ForkServer | None = None
     _shared_lock = threading.Lock()
 
-    def __init__(self) -> None:
+    def __init__(self, torch: bool = True) -> None:
+        self.torch = torch
         ours, theirs = socket.socketpair()
         fd, self.log_path = tempfile.mkstemp(prefix="lastcall-forkserver-", suffix=".log")
         # The server imports what this process imports (a module:attribute target from the rootdir, say),
@@ -71,7 +78,8 @@ class ForkServer:
         env = _child_env()
         with os.fdopen(fd, "w") as log:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "harness.launch.forkserver", str(theirs.fileno())],
+                [sys.executable, "-m", "harness.launch.forkserver", str(theirs.fileno()),
+                 *(() if torch else ("--no-torch",))],
                 pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL, stdout=log, stderr=log,
                 start_new_session=True, env=env)
         theirs.close()
@@ -101,13 +109,17 @@ class ForkServer:
         self._alive = True
 
     @classmethod
-    def shared(cls) -> ForkServer:
-        """The process-wide server, started on first use and stopped at exit."""
+    def shared(cls, torch: bool = True) -> ForkServer:
+        """The process-wide server that preloaded torch (``torch``, the default) or the one that did not,
+        started on first use and stopped at exit."""
+        attr = "_shared" if torch else "_light"
         with cls._shared_lock:
-            if cls._shared is None or not cls._shared._alive:
-                cls._shared = cls()
-                atexit.register(cls._shared.stop)
-            return cls._shared
+            server: ForkServer | None = getattr(cls, attr)
+            if server is None or not server._alive:
+                server = cls(torch)
+                setattr(cls, attr, server)
+                atexit.register(server.stop)
+            return server
 
     def _log_tail(self) -> str:
         try:
@@ -186,16 +198,16 @@ class ForkServer:
 
 
 def helper_pids() -> set[int]:
-    """The harness's own helper processes now alive (the fork server, each engine zygote): never a run's."""
+    """The harness's own helper processes now alive (the fork servers, each engine zygote): never a run's."""
     from harness.launch import zygote
 
-    fs = ForkServer._shared
-    return ({fs.pid} if fs is not None and fs._alive else set()) | zygote.helper_pids()
+    servers = (ForkServer._shared, ForkServer._light)
+    return {fs.pid for fs in servers if fs is not None and fs._alive} | zygote.helper_pids()
 
 
 def helper_threads() -> set[threading.Thread]:
     """Their reader threads in this process, started on first use and stopped at exit."""
     from harness.launch import zygote
 
-    fs = ForkServer._shared
-    return ({fs._reader} if fs is not None and fs._alive else set()) | zygote.helper_threads()
+    servers = (ForkServer._shared, ForkServer._light)
+    return {fs._reader for fs in servers if fs is not None and fs._alive} | zygote.helper_threads()

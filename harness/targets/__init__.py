@@ -43,7 +43,7 @@ from harness.targets.api import Codec, EngineSide, Target, WorkerSide, check_tar
 from harness.targets.names import check_target
 
 __all__ = ["Target", "WorkerSide", "EngineSide", "Codec", "REFERENCE_CODEC", "load_target", "target_names",
-           "capabilities_of", "missing_for", "codec_of", "unavailable", "check_target",
+           "uses_torch", "capabilities_of", "missing_for", "codec_of", "unavailable", "check_target",
            "check_target_object", "describe", "catalogue", "describe_one"]
 
 
@@ -97,6 +97,17 @@ def _import(spec: str) -> Any:
         raise ConfigError(f"cannot load target {spec!r}: {exc}; give module:attribute naming a target "
                           f"(see harness.targets.api.Target) or a harness.reference.variants.Variant") from None
     return obj
+
+
+def uses_torch(spec: str) -> bool:
+    """Whether the processes of target ``spec`` use torch: its optional ``uses_torch`` (harness.targets.api.Target;
+    absent: True). Runs of a target that says False fork from a fork server that did not preload torch
+    (harness.launch.spawn.ForkServer). True for a target that cannot be loaded here: its processes say why."""
+    try:
+        target = load_target(spec)
+    except Exception:  # the run's own load reports it, located
+        return True
+    return getattr(target, "uses_torch", True) is not False
 
 
 def load_target(spec: str) -> Any:

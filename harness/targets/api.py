@@ -181,7 +181,10 @@ class Target(Protocol):
     ``events`` (its own harness.events.EventKind records), ``variants`` (planted-bug name -> target spec
     ``module:attribute``: a scenario's ``catches`` names resolve to them), ``bound_scale`` (an engine target's
     clock: every bound and timeout of its scenarios, and the drain they ask of it, times this number in
-    (0, 100]; default 1, the stand-in engine's 0.2; harness.timeouts.run_scale).
+    (0, 100]; default 1, the stand-in engine's 0.2; harness.timeouts.run_scale), ``uses_torch`` (a bool,
+    default True: whether its processes use torch; a target whose processes never do says False, and its
+    runs fork from a fork server that did not preload torch, so its processes carry only what its own would,
+    and a faithful exit does not pay torch's module teardown; harness.launch.spawn.ForkServer).
     """
 
     name: str
@@ -239,6 +242,8 @@ def check_target_object(obj: Any) -> list[str]:
                 out.append(problem)
     if hasattr(obj, "bound_scale") and not is_bound_scale(obj.bound_scale):
         out.append(f"bound_scale is {obj.bound_scale!r}, not a number in (0, 100]")
+    if hasattr(obj, "uses_torch") and not isinstance(obj.uses_torch, bool):
+        out.append(f"uses_torch is {obj.uses_torch!r}, not True or False")
     if not hasattr(obj, "codec"):
         out.append("codec is missing (None: the reference framing)")
     elif obj.codec is not None:

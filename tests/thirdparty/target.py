@@ -119,6 +119,7 @@ class ThirdPartyTarget:
     codec: None = None  # lastcall's reference framing
     handshake_listener: None = None
     variants: dict[str, str] = field(default_factory=dict)
+    uses_torch: bool = False  # its processes never import torch: they fork from a server that did not preload it
 
     def worker_side(self, spec: api.WorkerSpec, recorder: api.Recorder) -> Worker:
         return Worker(self.listener, spec, recorder)

@@ -1,0 +1,63 @@
+"""A target whose processes never use torch forks from a fork server that did not preload it.
+
+The reference's KV pages are torch tensors, so its processes fork from the server that preloaded torch; the
+third-party worked example (tests/thirdparty) says ``uses_torch = False``, and its processes must carry no
+torch: what its own deployment would run, and a faithful exit that does not pay torch's module teardown.
+Seen from outside: the shared objects each process has mapped (/proc/PID/maps) and who forked it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from harness.launch.cluster import Cluster
+from harness.launch.spawn import ForkServer, helper_pids
+from harness.targets import api, uses_torch
+from harness.targets.api import check_target_object
+from tests.thirdparty.target import TARGET
+
+THIRD_PARTY = "tests.thirdparty.target:TARGET"
+
+
+def _maps_torch(pid: int) -> bool:
+    return "libtorch" in Path(f"/proc/{pid}/maps").read_text()
+
+
+def _ppid(pid: int) -> int:
+    return int(Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[1])
+
+
+@pytest.mark.parametrize(("variant", "torch"), [(THIRD_PARTY, False), ("reference", True)])
+def test_a_run_forks_from_the_server_that_preloaded_what_its_target_uses(variant: str, torch: bool) -> None:
+    assert uses_torch(variant) is torch
+    with Cluster(variant=variant, drain_timeout=1.0) as c:
+        server = ForkServer._shared if torch else ForkServer._light
+        assert server is not None and server.pid in helper_pids()  # the harness's helper, never a run's process
+        procs = [c.engine, *c.workers]
+        for proc in procs:
+            assert proc is not None
+            assert _ppid(proc.pid) == server.pid, proc.label
+            assert _maps_torch(proc.pid) is torch, proc.label
+        assert _maps_torch(server.pid) is torch
+    assert c.outcome.status == "ok", c.outcome
+
+
+def test_uses_torch_defaults_to_true_and_must_be_a_bool() -> None:
+    assert TARGET.uses_torch is False
+    assert uses_torch("kvcached==0.1.6")  # no attribute: its processes use torch (kvcached's pages are tensors)
+    assert uses_torch("no_such_module_xyz:V")  # cannot be loaded here: the run's own load says why
+
+    class Sloppy:
+        name, about = "sloppy", "says uses_torch with a string"
+        capabilities = frozenset({"worker_side"})
+        codec = None
+        engine_side = handshake_listener = None
+        uses_torch = "no"
+
+        def worker_side(self, spec: api.WorkerSpec, recorder: api.Recorder) -> None:
+            return None
+
+    assert "uses_torch is 'no', not True or False" in check_target_object(Sloppy())
+
