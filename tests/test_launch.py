@@ -405,3 +405,17 @@ def test_a_fork_server_started_from_another_cwd_imports_what_the_harness_imports
             ForkServer._shared.stop()
     assert result.step_error in (None, ""), result.step_error
     assert {v.checker: v.status for v in result.verdicts} == {"stop_result": "ok"}
+
+
+def test_a_closed_run_leaves_no_thread_of_its_own_behind() -> None:
+    """The run's control socket's acceptor ends at close: a close alone never woke a thread blocked in
+    accept() (Linux), and every run left one behind for the rest of the process's life (hundreds in an xdist
+    worker). Its readers end with their processes."""
+    import threading
+
+    before = {t for t in threading.enumerate() if t.name.startswith("lastcall-control")}
+    with Cluster(drain_timeout=1.0) as c:
+        assert c._acceptor is not None and c._acceptor.is_alive()
+    assert not c._acceptor.is_alive()
+    left = {t for t in threading.enumerate() if t.name.startswith("lastcall-control")} - before
+    assert not left, sorted(t.name for t in left)

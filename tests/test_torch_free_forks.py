@@ -61,3 +61,4 @@ def test_uses_torch_defaults_to_true_and_must_be_a_bool() -> None:
 
     assert "uses_torch is 'no', not True or False" in check_target_object(Sloppy())
 
+

@@ -22,6 +22,7 @@ budget; every child is reaped.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 import shutil
@@ -206,6 +207,7 @@ class Cluster:
         self._server: socket.socket | None = None
         self._closed = threading.Event()
         self._watchdog: threading.Thread | None = None
+        self._acceptor: threading.Thread | None = None
         self.engine: Proc | None = None
         self.workers: list[Proc] = []
         self.parts: dict[str, list[Proc]] = {}  # part name -> its processes
@@ -228,7 +230,8 @@ class Cluster:
         server.bind(str(self.dir / "c.sock"))
         server.listen(64)
         self._server = server
-        threading.Thread(target=self._accept, name="lastcall-control-accept", daemon=True).start()
+        self._acceptor = threading.Thread(target=self._accept, name="lastcall-control-accept", daemon=True)
+        self._acceptor.start()
         if self.cast.host is not None:  # the harness starts this cast's processes itself, under the watchdog
             self.host = self.cast.host(self)  # may extend deadline_s by the launches it needs
             self._watchdog = threading.Thread(target=self._watch, name="lastcall-watchdog", daemon=True)
@@ -433,7 +436,13 @@ class Cluster:
         if stuck:
             self.outcome.detail = f"not reaped: {stuck}"
         if self._server is not None:
+            # a close alone does not wake a thread blocked in accept() on it (Linux): the shutdown does, and
+            # the acceptor ends instead of waiting there for the rest of the process's life, one per run
+            with contextlib.suppress(OSError):
+                self._server.shutdown(socket.SHUT_RDWR)
             self._server.close()
+            if self._acceptor is not None:
+                self._acceptor.join(scaled())
         if before_cleanup is not None and not self._cleaned:
             try:
                 before_cleanup(self)
