@@ -12,7 +12,8 @@ After each checked test (its teardown included) the guard looks, for this proces
 
 * paths under /tmp named ``lc-<tag>*`` and ``lastcall-tp-*<tag>*``,
 * /dev/shm entries of this process's runs,
-* lastcall threads of the system under test still alive (joined for a short grace first),
+* lastcall threads of the system under test, and the harness's own per-run threads (a run's control
+  acceptor and readers), still alive (joined for a short grace first),
 * child processes of this process other than the fork server and its idle state,
 * TCP ports this process LISTENs on.
 
@@ -34,11 +35,14 @@ import pytest
 from harness.names import TMP, process_tag
 from harness.probes.procs import process_umask
 
-__all__ = ["Inventory", "take", "diff", "GRACE_S", "SUT_THREADS", "MODES", "INI", "mode", "applies",
+__all__ = ["Inventory", "take", "diff", "GRACE_S", "SUT_THREADS", "RUN_THREADS", "MODES", "INI", "mode", "applies",
            "asked_by"]
 
 GRACE_S = 2.0  # a thread of the system under test may still be finishing: join it this long at most
 SUT_THREADS = ("lastcall-listener", "lastcall-handshake", "lastcall-hang", "lastcall-step-")
+# the harness's threads that belong to one run and must end with it (a run's control acceptor once outlived
+# every run, unseen: the guard looked at the system under test's threads only)
+RUN_THREADS = ("lastcall-control",)
 INI = "lastcall_leak_check"
 MODES = {"lastcall": "lastcall's own items, tests using its fixtures or marked lastcall (the default)",
          "all": "every test", "off": "no test"}
@@ -138,7 +142,7 @@ def take() -> Inventory:
         shm = frozenset(n for n in os.listdir("/dev/shm") if n.startswith("lastcall") and f"r{tag}" in n)
     except OSError:
         shm = frozenset()
-    threads = frozenset(t for t in threading.enumerate() if t.name.startswith(SUT_THREADS))
+    threads = frozenset(t for t in threading.enumerate() if t.name.startswith(SUT_THREADS + RUN_THREADS))
     from harness.launch.spawn import helper_pids
 
     return Inventory(paths, shm, threads, _children(helper_pids()), _listening(os.getpid()), process_umask())

@@ -419,3 +419,23 @@ def test_a_closed_run_leaves_no_thread_of_its_own_behind() -> None:
     assert not c._acceptor.is_alive()
     left = {t for t in threading.enumerate() if t.name.startswith("lastcall-control")} - before
     assert not left, sorted(t.name for t in left)
+
+
+def test_the_leak_guard_names_a_runs_own_thread_left_running(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run's control threads are the guard's too (harness.leakguard.RUN_THREADS): the acceptor above had
+    outlived every run unseen, since the guard looked only at the system under test's threads."""
+    import threading
+
+    from harness import leakguard
+
+    monkeypatch.setattr(leakguard, "GRACE_S", 0.05)
+    before = leakguard.take()
+    release = threading.Event()
+    stuck = threading.Thread(target=release.wait, name="lastcall-control-accept", daemon=True)
+    stuck.start()
+    try:
+        assert leakguard.diff(before) == ["threads still running: ['lastcall-control-accept']"]
+    finally:
+        release.set()
+        stuck.join()
+    assert leakguard.diff(before) == []
