@@ -24,9 +24,9 @@ In a group the first spec is the engine: it leads a new process group that the
 workers join, and holds the write end of a death pipe whose read end each
 worker watches.  If the harness goes away, the server kills its children.
 
-Each child gets the environment its requester had when it asked (``env``), as a
-subprocess would, not the one the server started with: the server is shared for
-the harness process's life, and was perhaps started inside a test that had
+Each child gets the environment its requester had when it asked (``env``), and its
+import path first (:func:`_take_path`), as a subprocess would, not the ones the
+server started with: the server is shared for the harness process's life, and was perhaps started inside a test that had
 changed the environment (pytester points HOME at its temporary directory, so a
 server first started there would have sent every later run's workers looking
 for ``~/.cache/lastcall`` in a directory long gone).
@@ -92,6 +92,15 @@ def _redirect(path: str | None, fds: tuple[int, ...]) -> None:
     os.close(target)
 
 
+def _take_path(pythonpath: str) -> None:
+    """In a child: its requester's import path first (``PYTHONPATH`` of its env: the requester's sys.path when it
+    asked, harness.launch.spawn._child_env), then the server's. The server's own path was fixed when it started;
+    a directory its requester added since (a conftest's, a test's) must serve the child's imports too, as it
+    would a subprocess's."""
+    first = [p for p in pythonpath.split(os.pathsep) if p]
+    sys.path[:] = list(dict.fromkeys([*first, *sys.path]))
+
+
 def _fork_group(specs: list[dict[str, Any]], keep: list[int],
                 env: dict[str, str] | None = None) -> tuple[list[int], dict[str, Any] | None]:
     """Fork every spec. In the parent: (pids, None). In a child: ([], its spec), under ``env`` if given."""
@@ -115,6 +124,7 @@ def _fork_group(specs: list[dict[str, Any]], keep: list[int],
             if env is not None:
                 os.environ.clear()
                 os.environ.update(env)
+                _take_path(env.get("PYTHONPATH", ""))
             _redirect(spec.get("stdout"), (1,))
             _redirect(spec.get("stderr"), (2,))
             return [], spec

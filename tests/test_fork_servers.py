@@ -1,4 +1,7 @@
-"""A target whose processes never use torch forks from a fork server that did not preload it.
+"""What a run's processes get from the fork server they fork from: torch only where their target uses it, and
+their requester's import path.
+
+A target whose processes never use torch forks from a fork server that did not preload it.
 
 The reference's KV pages are torch tensors, so its processes fork from the server that preloaded torch; the
 third-party worked example (tests/thirdparty) says ``uses_torch = False``, and its processes must carry no
@@ -62,3 +65,19 @@ def test_uses_torch_defaults_to_true_and_must_be_a_bool() -> None:
     assert "uses_torch is 'no', not True or False" in check_target_object(Sloppy())
 
 
+
+
+def test_a_target_on_a_path_added_after_the_server_started_imports_in_its_children(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The fork server's own sys.path is fixed when it starts (a worker's, at its first run); a conftest or a
+    test may add a directory later. The children take the path their requester has when it asks, as they take
+    its environment, so a target found there imports in them."""
+    ForkServer.shared()  # started before the path exists (or earlier in this process)
+    (tmp_path / "lc_late_path_target.py").write_text(
+        "from dataclasses import replace\n"
+        "from harness.reference.variants import VARIANTS\n"
+        "TARGET = replace(VARIANTS['reference'], name='lc_late_path_target:TARGET')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with Cluster(variant="lc_late_path_target:TARGET", drain_timeout=1.0) as c:
+        assert c.workers
+    assert c.outcome.status == "ok", c.outcome
