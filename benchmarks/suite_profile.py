@@ -248,7 +248,12 @@ def main(argv: list[str] | None = None) -> int:
             p.error(f"{f}: no such file")
     tmp = Path(tempfile.mkdtemp(prefix="lc-profile-"))
     try:
-        where, commit, python = ROOT, "working tree", Path(sys.executable)
+        where, python = ROOT, Path(sys.executable)
+        head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
+                              text=True).stdout.strip() or "an unknown commit"
+        dirty = subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True).stdout.strip()
+        commit = f"{head} with uncommitted changes" if dirty else head  # the working tree's commit
         if args.clone:
             where = tmp / "tree"
             subprocess.run(["git", "clone", "-q", "--no-hardlinks", str(ROOT), str(where)], check=True)
