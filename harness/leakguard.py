@@ -147,6 +147,7 @@ def take() -> Inventory:
 
     return Inventory(paths, shm, threads, _children(helper_pids()), _listening(os.getpid()), process_umask())
 
+
 def _listening(pid: int) -> frozenset[str]:
     """The local addresses of ``pid``'s TCP sockets that LISTEN (as harness.probes.net.sockets gives them).
 
@@ -155,9 +156,11 @@ def _listening(pid: int) -> frozenset[str]:
     a socket object that never owns the descriptor.  Reading /proc/net/tcp and tcp6 instead cost about 1.1 ms
     a file on this machine's kernel even when they are empty (6.6 ms a test, about 10 s of the default suite),
     and decoding every line of a shared machine's tables about 0.1 s a take (docs/suite-profile.md).  Another
-    process's: its own LISTEN lines of those tables."""
+    process's: as the probes give them (harness.probes.net.sockets)."""
     if pid != os.getpid():
-        return _listening_by_table(pid)
+        from harness.probes.net import sockets
+
+        return frozenset(s.local for s in sockets(pids=[pid]) if s.proto.startswith("tcp") and s.state == "LISTEN")
     out: set[str] = set()
     base = "/proc/self/fd"
     try:
@@ -180,31 +183,6 @@ def _listening(pid: int) -> frozenset[str]:
             continue
         finally:
             sock.detach()  # the descriptor stays its owner's
-    return frozenset(out)
-
-
-def _listening_by_table(pid: int) -> frozenset[str]:
-    """``pid``'s LISTEN sockets from /proc/net/tcp and tcp6: only the lines whose inode is one of its own
-    sockets are decoded."""
-    from harness.probes.net import decode_addr, inode_owners
-
-    mine = set(inode_owners([pid]))
-    if not mine:
-        return frozenset()
-    out: set[str] = set()
-    for proto in ("tcp", "tcp6"):
-        try:
-            with open(f"/proc/net/{proto}", "rb") as f:
-                lines = f.read().splitlines()[1:]
-        except OSError:
-            continue  # no IPv6 in this kernel, for instance
-        for line in lines:
-            fields = line.split()
-            if len(fields) < 10 or fields[3].upper() != b"0A" or not fields[9].isdigit():
-                continue
-            if int(fields[9]) in mine:
-                host, port = decode_addr(fields[1].decode())
-                out.add(f"[{host}]:{port}" if ":" in host else f"{host}:{port}")
     return frozenset(out)
 
 

@@ -65,8 +65,6 @@ def test_uses_torch_defaults_to_true_and_must_be_a_bool() -> None:
     assert "uses_torch is 'no', not True or False" in check_target_object(Sloppy())
 
 
-
-
 def test_a_target_on_a_path_added_after_the_server_started_imports_in_its_children(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The fork server's own sys.path is fixed when it starts (a worker's, at its first run); a conftest or a

@@ -2,8 +2,8 @@
 
 It asks the process's own socket descriptors whether they listen (a take is three per test; reading
 /proc/net/tcp costs a millisecond a file here); it must name the same sockets as ``sockets(pids=[pid])``
-filtered to TCP in LISTEN, IPv4 and IPv6, and as its own reading of the process's lines of /proc/net/tcp
-and tcp6 (what another process's inventory uses), and none once they are closed.
+filtered to TCP in LISTEN (what another process's inventory is), IPv4 and IPv6, and none once they are
+closed.
 tests/test_leak_guard_optin.py proves a leaked port still fails its test.
 """
 
@@ -37,7 +37,7 @@ def test_own_listening_sockets_are_named_as_the_probe_names_them() -> None:
             except OSError:
                 pass  # no IPv6 loopback here
         now = leakguard._listening(os.getpid())
-        assert now == _probed(os.getpid()) == leakguard._listening_by_table(os.getpid())
+        assert now == _probed(os.getpid())
         new = now - base
         assert f"127.0.0.1:{v4.getsockname()[1]}" in new
         assert len(new) == len([s for s in opened if s is not connected])

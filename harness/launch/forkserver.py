@@ -26,10 +26,11 @@ worker watches.  If the harness goes away, the server kills its children.
 
 Each child gets the environment its requester had when it asked (``env``), and its
 import path first (:func:`_take_path`), as a subprocess would, not the ones the
-server started with: the server is shared for the harness process's life, and was perhaps started inside a test that had
-changed the environment (pytester points HOME at its temporary directory, so a
-server first started there would have sent every later run's workers looking
-for ``~/.cache/lastcall`` in a directory long gone).
+server started with: the server is shared for the harness process's life, and
+was perhaps started inside a test that had changed the environment (pytester
+points HOME at its temporary directory, so a server first started there would
+have sent every later run's workers looking for ``~/.cache/lastcall`` in a
+directory long gone), or before a directory was added to the import path.
 """
 
 from __future__ import annotations

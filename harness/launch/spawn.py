@@ -121,6 +121,11 @@ class ForkServer:
                 atexit.register(server.stop)
             return server
 
+    @classmethod
+    def live(cls) -> list[ForkServer]:
+        """The process-wide servers now alive (none, one or both)."""
+        return [fs for fs in (cls._shared, cls._light) if fs is not None and fs._alive]
+
     def _log_tail(self) -> str:
         try:
             with open(self.log_path) as f:
@@ -201,13 +206,11 @@ def helper_pids() -> set[int]:
     """The harness's own helper processes now alive (the fork servers, each engine zygote): never a run's."""
     from harness.launch import zygote
 
-    servers = (ForkServer._shared, ForkServer._light)
-    return {fs.pid for fs in servers if fs is not None and fs._alive} | zygote.helper_pids()
+    return {fs.pid for fs in ForkServer.live()} | zygote.helper_pids()
 
 
 def helper_threads() -> set[threading.Thread]:
     """Their reader threads in this process, started on first use and stopped at exit."""
     from harness.launch import zygote
 
-    servers = (ForkServer._shared, ForkServer._light)
-    return {fs._reader for fs in servers if fs is not None and fs._alive} | zygote.helper_threads()
+    return {fs._reader for fs in ForkServer.live()} | zygote.helper_threads()
