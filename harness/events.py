@@ -250,6 +250,14 @@ _BUILTIN: tuple[EventKind, ...] = (
     _k("engine_closed", "harness", "the harness ended an engine tree: terminated (SIGTERM), then killed (SIGKILL) "
        "what was still alive, and removed the /dev/shm segments it held that outlived it",
        {"killed": "list"}, {"terminated": "list", "removed": "list"}),
+    # a chained engine run (harness.scenario.chain): several scenarios, each judged on its own window
+    _k("chain_item_began", "harness", "a scenario of a chained run begins: its window of the history starts here",
+       {"index": "int", "scenario": "str", "of": "int", "run": "str"}),
+    _k("chain_item_ended", "harness", "a scenario of a chained run ended: its window of the history ends here",
+       {"index": "int", "scenario": "str", "run": "str"}),
+    _k("engine_handed", "harness", "a chained run's scenario starts on the untouched, ready engine the scenario "
+       "before restarted (launch, its API server's pid, its ready time) instead of a launch of its own",
+       {"launch": "int", "pid": "int", "ready_s": "float", "giver": "str"}),
 )
 
 KINDS: dict[str, EventKind] = {k.name: k for k in _BUILTIN}

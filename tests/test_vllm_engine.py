@@ -121,22 +121,44 @@ def _expected() -> list[str]:
     return sorted(load_expected(FINDINGS / "expected.yaml"))
 
 
-@pytest.mark.parametrize("scenario", _expected())
-def test_engine_scenario_on_vllm_gives_its_expected_outcome(scenario: str) -> None:
-    """The engine scenario on real vLLM: each checker gives a status docs/findings/.../expected.yaml allows (its
+def _chains() -> list[list[str]]:
+    """The engine library as ./dev vllm-engine-test runs it: chained (harness.scenario.chain: a scenario that
+    ends by restarting its engine hands that ready, untouched engine to the next one of the same flags), or each
+    scenario alone with LASTCALL_ENGINE_CHAIN=0 (a plain run per scenario, as every finding is reproduced)."""
+    from harness.envvars import number
+    from harness.scenario import load
+    from harness.scenario.chain import plan
+    from harness.scenario.loader import expand
+
+    items = [expand(load(str(ROOT / "scenarios" / f"{name}.yaml")))[0] for name in _expected()]
+    if number("LASTCALL_ENGINE_CHAIN") == 0:
+        return [[i.scenario.name] for i in items]
+    return [[i.scenario.name for i in chain] for chain in plan(items)]
+
+
+@pytest.mark.parametrize("chain", _chains(), ids=lambda chain: "+".join(chain))
+def test_engine_scenario_on_vllm_gives_its_expected_outcome(chain: list[str]) -> None:
+    """Each engine scenario on real vLLM: each checker gives a status docs/findings/.../expected.yaml allows (its
     status, or one its rate range allows) and the run its expected outcome, so a finding that goes away (or a
-    new one) fails here instead of passing silently."""
+    new one) fails here instead of passing silently.  A chain of several is one run, each scenario judged on
+    its own window of the history (harness.scenario.chain); every scenario of it is checked."""
     from harness.engine.expected import differences, load_expected
     from harness.report.write import write_run
     from harness.scenario import load
+    from harness.scenario.chain import run_chain
     from harness.scenario.loader import expand
-    from harness.scenario.runner import run_item
 
-    want = load_expected(FINDINGS / "expected.yaml")[scenario]
-    result = run_item(expand(load(str(ROOT / "scenarios" / f"{scenario}.yaml")))[0], variant="vllm_engine")
-    write_run(result, ROOT / "reports" / "vllm-engine")  # ./dev vllm-engine-test tallies them at the end
-    _observe(scenario, {"step_error": result.step_error, "outcome": result.outcome.status,
-                        "seconds": round(result.seconds, 1),
-                        "verdicts": {v.checker: [v.status, v.message] for v in result.verdicts}})
-    assert result.step_error == ""
-    assert differences({v.checker: v.status for v in result.verdicts}, want, result.outcome.status) == []
+    expected = load_expected(FINDINGS / "expected.yaml")
+    items = [expand(load(str(ROOT / "scenarios" / f"{name}.yaml")))[0] for name in chain]
+    problems = []
+    for result in run_chain(items, variant="vllm_engine"):
+        scenario = result.item.scenario.name
+        write_run(result, ROOT / "reports" / "vllm-engine")  # ./dev vllm-engine-test tallies them at the end
+        _observe(scenario, {"step_error": result.step_error, "outcome": result.outcome.status,
+                            "seconds": round(result.seconds, 1), "chain": chain,
+                            "verdicts": {v.checker: [v.status, v.message] for v in result.verdicts}})
+        if result.step_error:
+            problems.append(f"{scenario}: {result.step_error}")
+        problems += [f"{scenario}: {d}" for d in differences({v.checker: v.status for v in result.verdicts},
+                                                             expected[scenario], result.outcome.status)]
+    assert problems == []

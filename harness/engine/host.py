@@ -110,7 +110,8 @@ class EngineHost:
         self.bound_scale = bound_scale(self.target)  # the target's clock: the drain its scenario asks is on it
         self.scale = scale() * self.bound_scale  # the scenario's bounds and timeouts are multiplied by it
         self.scenario = getattr(cluster, "scenario", None)
-        self.launches = launches_of(self.scenario)
+        # a chained run (harness.scenario.chain) gives every scenario it plays: each one's launches are allowed
+        self.launches = sum(launches_of(s) for s in getattr(cluster, "scenarios", None) or [self.scenario])
         cluster.deadline_s += self.launches * self.launch_s  # the scenario's own deadline, plus each launch
         self.port = free_port()
         self._side_port: int | None = None  # the NIXL side channel's free port of the run (chosen once)
@@ -121,6 +122,9 @@ class EngineHost:
         self._closed = False
         self.owners: dict[int, dict[str, list[int]]] = {}  # launch -> /dev/shm path -> the pids holding it
         self.model = ""  # the model name requests carry (the target's, set at each launch)
+        self.flags_of: list[Any] = []  # launch -> the flags it was launched with (a hand-over needs the same)
+        self.ended: set[int] = set()  # launches already closed (between two scenarios of a chained run)
+        self.handed: int | None = None  # the launch kept ready for the chain's next scenario (hand_over)
 
     def scaled(self, seconds: float) -> float:
         """``seconds`` of the scenario (a bound, a timeout) as this run applies it: times the run's scale."""
@@ -208,6 +212,7 @@ class EngineHost:
         tree = EngineTree(cmd.argv, self.c.root / f"e{n}", ready=cmd.ready, failed=cmd.failed, env=cmd.env,
                           path_vars=cmd.path_vars, preload=preload, preload_env=getattr(cmd, "preload_env", None))
         self.trees.append(tree)
+        self.flags_of.append(flags)
         self.model = cmd.model
         tree.on_started = lambda pid: self.c.rec.emit("engine_launched", pid=pid, port=self.port, launch=n,
                                                       argv=cmd.argv[1:], env=flags.env(),
@@ -294,21 +299,94 @@ class EngineHost:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(m.pid, signal.SIGKILL)
 
+    def _close_tree(self, n: int) -> None:
+        """End launch ``n``'s tree: SIGTERM to what is alive (a real engine then removes its segments itself), a
+        grace, SIGKILL of what is left, its outliving segments removed; ``engine_closed`` names all of it."""
+        if n in self.ended:
+            return
+        self.ended.add(n)
+        tree = self.trees[n]
+        live = [m for m in tree.members() if m.state != "Z"]
+        for m in live:
+            tree.signal(signal.SIGTERM, m.pid)
+        if live:
+            tree.wait_gone(self.scaled(CLOSE_GRACE_S))
+        killed = tree.close()
+        removed = self._remove_segments(tree)
+        self.c.rec.emit("engine_closed", killed=members_data(killed), terminated=members_data(live),
+                        removed=removed)
+
+    # ------------------------------------------------------ a chained run
+    def untouched(self) -> int | None:
+        """The last launch, if it can be handed to a chained run's next scenario as that one's start: it became
+        ready, every process of it is alive, and no step signalled it or sent it a request since its ready line
+        (so it is what a fresh launch would be once ready); None otherwise."""
+        if not self.trees or (n := len(self.trees) - 1) in self.ended:
+            return None
+        tree = self.trees[n]
+        if tree.ready_at is None or tree.proc is None or tree.returncode is not None:
+            return None
+        members = tree.members()
+        if tree.proc.pid not in {m.pid for m in members} or any(m.state == "Z" for m in members):
+            return None
+        ready = next((e for e in reversed(self.c.rec.events("engine_ready")) if e.data.get("pid") == tree.proc.pid),
+                     None)
+        if ready is None:
+            return None
+        for e in self.c.rec.events("step_started"):
+            if e.t_ns > ready.t_ns and e.data.get("kind") in ("engine_signal", "engine_request", "engine_start"):
+                return None
+        return n
+
+    def between(self, next_scenario: Any) -> bool:
+        """Between two scenarios of a chained run: keep the last launch for ``next_scenario`` when it is
+        untouched and ``next_scenario``'s launch would take the same flags (``handed``), end every other tree
+        (every tree when ``next_scenario`` is None: the scenario before failed).  Returns whether one is handed."""
+        keep = self.untouched() if next_scenario is not None else None
+        if keep is not None:
+            mine = self.scenario
+            self.scenario = next_scenario
+            try:
+                same = self.flags() == self.flags_of[keep]
+            finally:
+                self.scenario = mine
+            if not same:
+                keep = None
+        if self.gone_watch is not None and (keep is None or self.gone_watch.tree is not self.trees[keep]):
+            self.gone_watch.close()
+            self.gone_watch = None
+        for n in range(len(self.trees)):
+            if n != keep:
+                self._close_tree(n)
+        self.handed = keep
+        return keep is not None
+
+    def take_over(self, scenario: Any, giver: str) -> None:
+        """A chained run's next scenario starts (its ``start``): on the launch :meth:`between` kept
+        (``engine_handed``, with the launch's pid and ready time), else on a launch of its own (as :meth:`start`).
+
+        Error handling: as :meth:`start`."""
+        self.scenario = scenario
+        n, self.handed = self.handed, None
+        if n is None:
+            try:
+                self.launch()
+            except EngineStartError:
+                if not self.start_may_fail():
+                    raise
+            return
+        tree = self.trees[n]
+        assert tree.proc is not None and tree.ready_at is not None and tree.started_at is not None
+        self.c.rec.emit("engine_handed", launch=n, pid=tree.proc.pid, ready_s=round(tree.ready_at - tree.started_at, 3),
+                        giver=giver)
+
     def close(self) -> None:
         if self._closed:
             return
         self._closed = True
         try:
-            for tree in self.trees:
-                live = [m for m in tree.members() if m.state != "Z"]
-                for m in live:  # a stop first: a real engine then removes its segments itself
-                    tree.signal(signal.SIGTERM, m.pid)
-                if live:
-                    tree.wait_gone(self.scaled(CLOSE_GRACE_S))
-                killed = tree.close()
-                removed = self._remove_segments(tree)
-                self.c.rec.emit("engine_closed", killed=members_data(killed), terminated=members_data(live),
-                                removed=removed)
+            for n in range(len(self.trees)):
+                self._close_tree(n)
         finally:
             if self.gone_watch is not None:  # it ends once its tree is gone (killed above, at the latest)
                 self.gone_watch.close()

@@ -215,6 +215,7 @@ class Cluster:
         self.pgid = 0
         self.host: Any = None  # a hosted cast's host (harness.launch.parts.Cast.host); None otherwise
         self.scenario: Any = None  # the scenario run, when a runner gives it (a host reads its target flags)
+        self.scenarios: list[Any] = []  # a chained run's scenarios, each in turn (harness.scenario.chain)
 
     # ------------------------------------------------------------------ start
     def start(self) -> Cluster:

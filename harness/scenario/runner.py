@@ -80,9 +80,7 @@ def run_item(item: MatrixItem, *, variant: str | None = None, run_id: str | None
         started = True
         player.play()
     except Exception as exc:  # a failed step or launch is the run's outcome, not a crash of the session
-        step_error = f"{type(exc).__name__}: {exc}"
-        broken = _broken(exc, started, step_error)
-        c.rec.emit("step_failed", error=step_error)
+        step_error, broken = failed(c, exc, started)
     finally:
         if player is not None:
             player.finish_up()
@@ -102,6 +100,14 @@ def run_item(item: MatrixItem, *, variant: str | None = None, run_id: str | None
                 for i, (n, p) in enumerate(expect)]
     return RunResult(item, chosen, c.run_id, verdicts, outcome, list(c.rec.events()), snaps, step_error,
                      time.monotonic() - t0, broken=broken, scale=bounds_scale)
+
+
+def failed(c: Cluster, exc: Exception, started: bool) -> tuple[str, str]:
+    """A run's failed step or launch ``exc``, recorded (``step_failed``): its step error, and why the run is
+    broken (:func:`_broken`)."""
+    step_error = f"{type(exc).__name__}: {exc}"
+    c.rec.emit("step_failed", error=step_error)
+    return step_error, _broken(exc, started, step_error)
 
 
 def _broken(exc: Exception, started: bool, step_error: str) -> str:
