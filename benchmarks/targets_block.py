@@ -56,10 +56,13 @@ def table(suite: dict[str, Any] | None = None, ipc: dict[str, Any] | None = None
                     "[benchmarks.md](docs/benchmarks.md) |")
     for a in engine.get("amortised", ()):  # issue 15 item 7, per launcher (a launcher is how vLLM was started)
         how = {"zygote": "forked from a zygote that preloaded vLLM's API server", "exec": "`vllm serve` exec'd"}
+        mode = {"chained": ", restarted engines handed on (chained)", "alone": ", each scenario alone"}
         met = "yes" if a["met"] else "**no (missed)**"
         rows.append(f"| real vLLM: launch per engine scenario, amortised, <= 15 s | {a['per_run_s']:.1f} s "
                     f"({a['launch_s']:.0f} s of launch to ready over {a['runs']} runs, "
-                    f"{how.get(a['launcher'], a['launcher'])}, {engine.get('date', '?')}) | {met} | "
+                    f"{how.get(a['launcher'], a['launcher'])}"
+                    f"{mode.get(a.get('mode', 'alone'), '')}, "
+                    f"{engine.get('date', '?')}) | {met} | "
                     "[benchmarks.md](docs/benchmarks.md#engine-launch-to-ready-issue-15-item-7) |")
     return "\n".join(rows)
 

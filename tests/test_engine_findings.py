@@ -29,6 +29,23 @@ def test_the_stored_vllm_run_rejudged_gives_the_expected_outcome(scenario: str, 
     assert differences(got, EXPECTED[scenario], doc["outcome"]["status"]) == []
 
 
+CHAINED = sorted(p.name for p in (FINDINGS / "reports-chained").iterdir())
+
+
+@pytest.mark.parametrize("scenario", CHAINED)
+def test_a_stored_chained_run_rejudged_alone_gives_the_expected_outcome(scenario: str, tmp_path: Path) -> None:
+    """A scenario of a chained run on real vLLM (harness.scenario.chain) that started on the engine the scenario
+    before it restarted: its report is its own window, and re-judged alone it gives what expected.yaml holds."""
+    history = FINDINGS / "reports-chained" / scenario / "history.jsonl"
+    kinds = [json.loads(line)["kind"] for line in history.read_text().splitlines()]
+    assert kinds[:4] == ["engine_launched", "engine_ready", "chain_item_began", "engine_handed"]
+    assert kinds[-1] == "chain_item_ended"
+    report_history(history, out=tmp_path)
+    doc = json.loads((tmp_path / "verdicts.json").read_text())
+    assert differences({v["checker"]: v["status"] for v in doc["verdicts"]}, EXPECTED[scenario],
+                       doc["outcome"]["status"]) == []
+
+
 @pytest.mark.parametrize(("text", "message"), [
     ("engine-sigterm-idle:\n  checkers: {engine_tree_exits: fine}\n", "engine_tree_exits: give ok | violated"),
     ("engine-sigterm-idle:\n  runs: 3\n  checkers: {engine_tree_exits: {violated: [2, 4]}}\n",
