@@ -39,8 +39,9 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import docpage
 
-from harness.engine.host import free_port
+from harness.engine.host import free_port, remove_segments, shm_owners
 from harness.engine.tree import EngineStartError, EngineTree
+from harness.probes.snapshot import take
 from harness.targets.vllm_engine import STANDIN, TARGET, EngineFlags, EngineTarget
 
 NAME = "engine-launch"
@@ -58,12 +59,17 @@ def launch_once(target: EngineTarget, flags: EngineFlags, launcher: str = "exec"
     with tempfile.TemporaryDirectory(prefix="lc-bench-engine-") as d:
         tree = EngineTree(cmd.argv, Path(d) / "run", ready=cmd.ready, failed=cmd.failed, env=cmd.env,
                           path_vars=cmd.path_vars, preload=cmd.preload, preload_env=cmd.preload_env)
+        owners: dict[str, list[int]] = {}
         try:
             try:
                 ready_s = tree.start(timeout=600.0)  # a safety net: the figure is what is measured
             except EngineStartError as exc:
                 return {"error": str(exc).splitlines()[0], "launcher": launcher}
-            procs = len([m for m in tree.members() if m.state != "Z"])
+            members = tree.members()
+            # the /dev/shm segments it holds (a TP=2 vLLM leaves its cpushm pair on SIGTERM), removed below
+            owners = shm_owners(take("ready", root=tree.tmp, pids=[m.pid for m in members], ports=(),
+                                     unix_under=tree.tmp, gpu=False), members)
+            procs = len([m for m in members if m.state != "Z"])
             t0 = time.monotonic()
             tree.signal(signal.SIGTERM)
             gone = tree.wait_gone(120.0)
@@ -71,6 +77,7 @@ def launch_once(target: EngineTarget, flags: EngineFlags, launcher: str = "exec"
                     "stop_s": round(time.monotonic() - t0, 3), "launcher": launcher}
         finally:
             tree.close()
+            remove_segments(owners)  # nothing a benchmark starts outlives it
 
 
 def from_reports(dirs: list[Path]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
