@@ -243,16 +243,16 @@ class WorkerListener:
                 return
             self._stopping = True
             self.rec.emit("stop_started", listener=self.label)
-            conns = list(self._conns.values())
-            victims = [c for c in conns if c.state in (_State.IDLE, _State.READING)]
-            busy = not self._in_poll or any(c.state in (_State.QUEUED, _State.DISPATCHING, _State.WRITING)
-                                            for c in conns)
+            conns, reads, cancelled = list(self._conns.values()), (_State.IDLE, _State.READING), _State.CANCELLED
+            victims = [c for c in conns if c.state in reads]  # locals: no class attribute looked up per connection
+            busy = not self._in_poll or (len(victims) < len(conns) and any(  # all of them victims: none is busy
+                c.state in (_State.QUEUED, _State.DISPATCHING, _State.WRITING) for c in conns))
             failpoints.hit("listener.stop_snapshot")  # a racing point: the flag is set, the snapshot taken
             if busy:
                 self._cancel_reads(victims)
             else:  # the thread waits in epoll with nothing to answer: woken below, it closes them all at once
                 for conn in victims:
-                    conn.state = _State.CANCELLED
+                    conn.state = cancelled
                 self.rec.emit("reads_cancelled", listener=self.label, n=len(victims), conns=[c.cid for c in victims],
                               by="thread_exit")
         self._wake()
