@@ -112,3 +112,23 @@ def test_an_engine_touched_after_its_restart_is_not_handed(tmp_path: Path) -> No
 def test_scenarios_of_other_flags_are_no_chain() -> None:
     with pytest.raises(ConfigError, match="one launch key"):
         run_chain([item("engine-sigterm-idle"), item("engine-tp2-sigterm-idle")], variant="engine_standin")
+
+
+def test_once_the_watchdog_fired_the_rest_of_the_chain_is_not_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The watchdog's thread ends when it fires: a later scenario of the chain would run without a safety net,
+    so it is not run (its step error says why) and launches nothing."""
+    from harness.engine.host import EngineHost
+
+    between = EngineHost.between
+
+    def fired_meanwhile(self: EngineHost, next_scenario: object) -> bool:
+        self.c.rec.emit("watchdog_fired", deadline_s=1.0)  # as the watchdog records it when it fires
+        return between(self, next_scenario)
+
+    monkeypatch.setattr(EngineHost, "between", fired_meanwhile)
+    first, second = run_chain([item("engine-sigterm-idle"), item("engine-sigkill-engine-core")],
+                              variant="engine_standin")
+    assert first.outcome.status == "hung"  # its window holds the watchdog's firing
+    assert second.step_error == "StepError: not run: the chained run's watchdog fired in an earlier scenario"
+    assert second.broken.startswith("it did not start")
+    assert kinds(second, "engine_launched", "engine_handed") == []

@@ -137,7 +137,8 @@ def test_reading_and_idle_are_told_apart_only_where_the_flushed_state_cannot_mat
     }, where
     begin = ast.unparse(_method("_begin_stop"))  # stop() takes both alike, through one local tuple
     assert "reads, cancelled = (list(self._conns.values()), (_State.IDLE, _State.READING), _State.CANCELLED)" \
-        in begin and "[c for c in conns if c.state in reads]" in begin and begin.count(" reads") == 3  # its docstring, the tuple, the test
+        in begin and "[c for c in conns if c.state in reads]" in begin
+    assert begin.count(" reads") == 3  # its docstring, the tuple, the one test of it
     pass_ = next(n for n in ast.walk(_method("_dispatch_ready")) if isinstance(n, ast.With)
                  and "conn.state is _State.IDLE" in ast.unparse(n))
     first, second = pass_.body[:2]

@@ -175,15 +175,15 @@ def run_chain(items: Sequence[MatrixItem], *, variant: str | None = None, run_id
             lacking = missing_parts(c.cast, target)
             if lacking:
                 raise StepError(f"target {chosen!r} has no {', '.join(lacking)}: a {c.cast.name} run needs it")
+            if c.rec.events("watchdog_fired"):  # its thread has ended: nothing more starts without a safety net
+                raise StepError("not run: the chained run's watchdog fired in an earlier scenario")
             player = Player(item, c, snaps, snap)
-            if k == 0 or c.host is None:
-                c.scenario = scn
-                if c.host is None:
-                    c.start()
-                else:  # the first start failed; this one launches its own
-                    c.host.take_over(scn, "")
-            else:
-                c.scenario = scn
+            c.scenario = scn
+            if c.host is None:
+                if k:
+                    raise StepError("not run: the chained run's first start failed before its engine host")
+                c.start()
+            else:  # the engine the scenario before handed on, or a launch of its own
                 c.host.take_over(scn, items[k - 1].scenario.name)
             started = True
             player.play()
