@@ -132,3 +132,14 @@ def test_once_the_watchdog_fired_the_rest_of_the_chain_is_not_run(monkeypatch: p
     assert second.step_error == "StepError: not run: the chained run's watchdog fired in an earlier scenario"
     assert second.broken.startswith("it did not start")
     assert kinds(second, "engine_launched", "engine_handed") == []
+
+
+def test_a_restart_that_failed_hands_nothing_on_and_the_next_scenario_launches_its_own() -> None:
+    """engine_keeps_port: the killed API server's engine core keeps the port, so the giver's restart fails (its
+    engine_port_released fires). Nothing is handed; between the two every tree of the giver is ended (the port
+    with it), and the next scenario launches its own engine on the same port and runs."""
+    giver, receiver = run_chain([item("engine-sigkill-api-server"), item("engine-sigkill-engine-core")],
+                                variant="engine_keeps_port")
+    assert {v.checker: v.status for v in giver.verdicts}["engine_port_released"] == "violated"
+    assert kinds(receiver, "engine_handed") == [] and kinds(receiver, "engine_launched") == ["engine_launched"]
+    assert receiver.step_error == "" and kinds(receiver, "engine_ready") == ["engine_ready"]
