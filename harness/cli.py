@@ -272,6 +272,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
            *([f"--repeat={args.repeat}"] if args.repeat is not None else []),
            *([f"--junitxml={args.junitxml}"] if args.junitxml else []),
            *(["-x"] if args.exitfirst else []),
+           *(["--lastcall-chain"] if args.chain else []),
            *([f"--lastcall-reports={args.lastcall_reports}"] if args.lastcall_reports is not None else [])]
     return run(args.paths, workers=args.n, target=args.target, listener=args.listener, keyword=args.k,
                marks=args.m, extra=[*own, *args.pytest_args])
@@ -419,6 +420,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-x", "--exitfirst", action="store_true", help="stop at the first failing scenario item")
     p.add_argument("--repeat", type=_int_at_least(1, REPEAT_MAX), metavar="N",
                    help="run each item N times; one that passes sometimes and fails sometimes is FLAKY")
+    p.add_argument("--chain", action="store_true",
+                   help="run engine scenarios as chained runs: one that ends by restarting its engine hands it to "
+                        "the next of the same flags, each judged on its own window (pytest: --lastcall-chain; "
+                        "not with -n)")
     p.add_argument("--junitxml", metavar="FILE", help="write a JUnit XML report (one testcase per item)")
     p.add_argument("--lastcall-reports", metavar="DIR",
                    help="where each run writes its report (default: reports/; empty: none)")

@@ -37,11 +37,13 @@ def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
 def pytest_addoption(parser: pytest.Parser, pluginmanager: pytest.PytestPluginManager) -> None:
     import importlib
 
+    from harness.scenario.chain_items import addoption as chain_option
     from harness.scenario.collect import addoption
     from harness.scenario.repeat import addoption as repeat_option
 
     addoption(parser)
     repeat_option(parser)
+    chain_option(parser)
     for name in TARGET_PLUGINS:
         if not pluginmanager.has_plugin(name):
             pluginmanager.register(importlib.import_module(name), name)
@@ -51,6 +53,13 @@ def pytest_addoption(parser: pytest.Parser, pluginmanager: pytest.PytestPluginMa
                   help="which tests fail when they leave a lastcall path, segment, thread, process or port "
                        "behind: lastcall (its own items, tests using its fixtures or marked lastcall; the "
                        "default), all or off")
+
+
+@pytest.hookimpl(trylast=True)  # after -k and -m deselected what they deselect
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    from harness.scenario.chain_items import modifyitems
+
+    modifyitems(config, items)
 
 
 def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Collector | None:
@@ -77,6 +86,9 @@ def pytest_configure(config: pytest.Config) -> None:
         envvars.check()
     except ConfigError as exc:
         raise pytest.UsageError(str(exc)) from None
+    from harness.scenario.chain_items import check as check_chain
+
+    check_chain(config)  # --lastcall-chain with -n: refused before anything runs
     config.stash[_LEAK_MODE] = mode(config)  # a bad value stops the session here, located
     # SIGTERM (a CI job's timeout, a kill) unwinds the session like ^C, in the controller and in each
     # xdist worker, so every live run closes its cluster and removes what it owns; without it the fork

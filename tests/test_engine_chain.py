@@ -8,6 +8,8 @@ Proven on the well-behaved stand-in (every chained scenario passes, with fewer l
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -143,3 +145,27 @@ def test_a_restart_that_failed_hands_nothing_on_and_the_next_scenario_launches_i
     assert {v.checker: v.status for v in giver.verdicts}["engine_port_released"] == "violated"
     assert kinds(receiver, "engine_handed") == [] and kinds(receiver, "engine_launched") == ["engine_launched"]
     assert receiver.step_error == "" and kinds(receiver, "engine_ready") == ["engine_ready"]
+
+
+def _lastcall(*argv: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "harness.cli", *argv], capture_output=True, text=True, timeout=120)
+
+
+def test_lastcall_run_chain_runs_each_item_on_its_own_window_of_one_chained_run(tmp_path: Path) -> None:
+    """`lastcall run --chain` (pytest: --lastcall-chain): the items of one target and launch key are played as
+    chained runs; each passes or fails as it would alone, with its own report."""
+    files = [str(SCENARIOS / f"{n}.yaml") for n in ("engine-sigterm-idle", "engine-sigkill-engine-core")]
+    proc = _lastcall("run", "--chain", "--target", "engine_standin", *files, "--lastcall-reports", str(tmp_path),
+                     "--", "-p", "no:randomly")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "2 scenario runs: 2 passed" in proc.stdout
+    histories = {p.parent.name: p.read_text() for p in tmp_path.glob("*/history.jsonl")}
+    assert len(histories) == 2
+    assert sorted(run[-2:] for run in histories) == ["-1", "-2"]  # one chained run, two windows
+    assert sum('"engine_handed"' in text for text in histories.values()) == 1
+
+
+def test_lastcall_run_chain_refuses_xdist_workers() -> None:
+    proc = _lastcall("run", "--chain", "-n", "2", str(SCENARIOS / "engine-sigterm-idle.yaml"))
+    assert proc.returncode == 2
+    assert "--lastcall-chain runs in one process: drop -n" in proc.stderr

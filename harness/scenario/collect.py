@@ -266,6 +266,7 @@ class ScenarioItem(pytest.Item):
         self.variant = variant
         self.catch = catch  # (the planted bug, the checkers one of which must fire), on a catches item
         self.result: Any = None
+        self.chain: Any = None  # its chained run (--lastcall-chain: harness.scenario.chain_items), if any
 
     @property
     def expect_violation(self) -> bool:
@@ -275,7 +276,8 @@ class ScenarioItem(pytest.Item):
         from harness.scenario.report import failure_text
         from harness.scenario.runner import run_item
 
-        result = run_item(self.matrix, variant=self.variant, run_id=None)
+        result = self.chain.result(self) if self.chain is not None else run_item(self.matrix, variant=self.variant,
+                                                                                  run_id=None)
         self.result = result
         self.stash_result(result)
         page = self.write_report(result)
