@@ -79,3 +79,23 @@ def test_a_target_on_a_path_added_after_the_server_started_imports_in_its_childr
     with Cluster(variant="lc_late_path_target:TARGET", drain_timeout=1.0) as c:
         assert c.workers
     assert c.outcome.status == "ok", c.outcome
+
+
+def test_lastcall_run_knows_before_pytest_starts_which_fork_servers_its_runs_fork_from(tmp_path: Path) -> None:
+    """`lastcall run` starts those servers (ForkServer.prestart: no wait) while pytest starts and collects,
+    so their preload overlaps it; an engine run forks from none (the harness launches its engine itself), and
+    a run with errors starts nothing."""
+    from harness.scenario.commands import preflight
+
+    scenarios = Path(__file__).resolve().parent.parent / "scenarios"
+    assert preflight([str(scenarios / "stalled-read-is-cancelled.yaml")]) == ([], {True})
+    assert preflight([str(scenarios / "engine-sigterm-idle.yaml")]) == ([], set())
+    assert preflight([str(scenarios / "stalled-read-is-cancelled.yaml")], target=THIRD_PARTY) == ([], {False})
+    problems, forks = preflight([str(scenarios / "stalled-read-is-cancelled.yaml")], target="refrence")
+    assert problems and forks == set()
+
+
+def test_a_prestarted_server_is_the_shared_one_once_ready() -> None:
+    server = ForkServer.prestart(False)  # returns at once; the first fork waits for its preload
+    assert ForkServer.shared(False) is server and server in ForkServer.live()
+    assert server._ready.is_set()  # shared() waited for it

@@ -87,10 +87,17 @@ class ForkServer:
         self._init_state()
         self._reader = threading.Thread(target=self._read, name="lastcall-forkserver-reader", daemon=True)
         self._reader.start()
+        self.pid = self.proc.pid
+
+    def await_ready(self) -> ForkServer:
+        """Wait until the server has preloaded what it preloads (once; at once afterwards).
+
+        Error handling: LaunchError with its log's tail when it is not ready within READY_TIMEOUT_S (scaled);
+            the server is stopped first."""
         if not self._ready.wait(scaled(READY_TIMEOUT_S)):
             self.stop()
             raise LaunchError(f"the fork server did not start; its log: {self._log_tail()}")
-        self.pid = self.proc.pid
+        return self
 
     def _init_state(self) -> None:
         self._lock = threading.Lock()
@@ -111,7 +118,14 @@ class ForkServer:
     @classmethod
     def shared(cls, torch: bool = True) -> ForkServer:
         """The process-wide server that preloaded torch (``torch``, the default) or the one that did not,
-        started on first use and stopped at exit."""
+        started on first use (or by :meth:`prestart`), ready, and stopped at exit."""
+        return cls.prestart(torch).await_ready()
+
+    @classmethod
+    def prestart(cls, torch: bool = True) -> ForkServer:
+        """Start the process-wide server now without waiting for its preload (torch's import, about a second),
+        so that it overlaps whatever this process does before its first fork (``lastcall run``: pytest's own
+        start and collection); :meth:`shared` waits for it.  At most one of each kind; stopped at exit."""
         attr = "_shared" if torch else "_light"
         with cls._shared_lock:
             server: ForkServer | None = getattr(cls, attr)

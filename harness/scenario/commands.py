@@ -27,7 +27,7 @@ def run(paths: Sequence[str], *, workers: str | None = None, target: str | None 
 
     if "" not in sys.path and os.getcwd() not in sys.path:  # a module:attribute target from here, as python -m
         sys.path.insert(0, os.getcwd())
-    problems = preflight(paths, target, listener)
+    problems, forks = preflight(paths, target, listener)
     if problems:
         for line in problems:
             print(line, file=sys.stderr)
@@ -50,15 +50,25 @@ def run(paths: Sequence[str], *, workers: str | None = None, target: str | None 
         args += ["-k", keyword]
     if marks:
         args += ["-m", marks]
+    if not (workers or keyword or marks):  # every item runs here: its fork server starts while pytest does
+        from harness.launch.spawn import ForkServer
+
+        for torch in sorted(forks):
+            ForkServer.prestart(torch)
     code = int(pytest.main([*args, *extra]))
     return PYTEST_TO_EXIT.get(code, 3)
 
 
-def preflight(paths: Sequence[str], target: str | None = None, listener: str | None = None) -> list[str]:
-    """Every error ``lastcall run`` finds before starting anything, one per line (hint lines included)."""
+def preflight(paths: Sequence[str], target: str | None = None,
+              listener: str | None = None) -> tuple[list[str], set[bool]]:
+    """Every error ``lastcall run`` finds before starting anything, one per line (hint lines included); and the
+    fork servers its scenarios' runs will fork from (harness.launch.spawn: True, the one that preloaded torch;
+    False, the one that did not): none for an engine run, which the harness launches itself."""
     from harness.errors import ConfigError
     from harness.scenario import load_many
-    from harness.targets import load_target
+    from harness.scenario.player import cast_for
+    from harness.scenario.runner import STEP_KINDS  # noqa: F401 - every built-in step kind registered: cast_for
+    from harness.targets import load_target, uses_torch
 
     problems: list[str] = []
     given = "--target" if target else "LASTCALL_TARGET"
@@ -81,7 +91,9 @@ def preflight(paths: Sequence[str], target: str | None = None, listener: str | N
                 load_target(sc.target)  # a module:attribute the loader only found is imported here
             except ConfigError as exc:
                 problems.append(f"{sc.where('target')}: target: {exc}")
-    return problems
+    forks = set() if problems else {uses_torch(target or sc.target) for sc in scenarios
+                                    if cast_for(sc.steps) != "engine"}
+    return problems, forks
 
 
 def list_scenarios(paths: Sequence[str]) -> int:
