@@ -24,8 +24,8 @@ scenario as its start instead of launching another one:
 :func:`plan` groups a list of items into chains (givers, those ending with ``engine_restart``, first; then
 one scenario that receives the last giver's engine); :func:`run_chain` runs one chain and returns one
 RunResult per scenario (run id ``<run id>-<k>``).  ``./dev vllm-engine-test`` runs the engine library this
-way (docs/findings/vllm-0.32-cpu/README.md); ``lastcall run`` runs each scenario alone, a plain
-``vllm serve`` per launch, as every finding is reproduced.
+way (docs/findings/vllm-0.32-cpu/README.md), and so does ``lastcall run --chain`` (harness.scenario.chain_items);
+a plain ``lastcall run`` runs each scenario alone, a launch of its own, as every finding is reproduced.
 """
 
 from __future__ import annotations
