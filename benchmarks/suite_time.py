@@ -202,6 +202,12 @@ def _mmss(s: float) -> str:
     return f"{whole // 60} min {whole % 60:02d} s" if whole >= 60 else f"{whole} s"
 
 
+def stamped(row: dict[str, Any], run: Mapping[str, Any]) -> dict[str, Any]:
+    """A selection's row kept by --append, with the commit, date and place of the run that measured it (the
+    file's own are the newest run's)."""
+    return {**row, **{k: row.get(k, run.get(k)) for k in ("commit", "date", "where")}}
+
+
 def table(result: Mapping[str, Any]) -> str:
     """The markdown table of docs/running.md, from the JSON this script writes."""
     lines = ["| selection | runs (wall) | median wall | median CPU | items | target | met |",
@@ -217,6 +223,10 @@ def table(result: Mapping[str, Any]) -> str:
     lines.append(f"{result['where']} of {result['commit']}, {result['date']}, {result['machine']}, "
                  f"python {result['python']}; `pytest {result.get('pytest_args', OLD_ARGS)}`, pytest alone timed."
                  + (f" {result['note']}" if result.get("note") else ""))
+    for select, row in result["selections"].items():  # a row an --append kept from an earlier run says whose
+        if row.get("commit", result["commit"]) != result["commit"] or row.get("date", result["date"]) != result["date"]:
+            lines.append(f"The `{' '.join(SELECTIONS[select]) or '(default)'}` row is an earlier run's, kept: "
+                         f"{row.get('where', result['where'])} of {row['commit']}, {row.get('date', '?')}.")
     return "\n".join(lines)
 
 
@@ -305,7 +315,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.write:
         if args.append and docpage.data_path(NAME).exists():
             old = json.loads(docpage.data_path(NAME).read_text())
-            result["selections"] = {**old.get("selections", {}), **result["selections"]}
+            kept = {k: stamped(row, old) for k, row in old.get("selections", {}).items()
+                    if k not in result["selections"]}
+            result["selections"] = {**kept, **result["selections"]}
         docpage.write(NAME, result, table(result), page=PAGE)
         import targets_block
 

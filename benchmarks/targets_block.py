@@ -37,7 +37,8 @@ def table(suite: dict[str, Any] | None = None, ipc: dict[str, Any] | None = None
     for select, row in suite.get("selections", {}).items():
         met = "yes" if row["median_wall_s"] <= row["target_s"] else "**no (missed)**"
         rows.append(f"| {what.get(select, select)} | {_mmss(row['median_wall_s'])}, median of {len(row['runs'])} "
-                    f"({suite.get('where', '')} of {suite.get('commit', '?')}, {suite.get('date', '?')}) | {met} | "
+                    f"({row.get('where', suite.get('where', ''))} of {row.get('commit', suite.get('commit', '?'))}, "
+                    f"{row.get('date', suite.get('date', '?'))}) | {met} | "
                     "[running.md](docs/running.md#suite-time) |")
     runs = ipc.get("runs") or [{}]
     last = runs[-1]

@@ -144,3 +144,22 @@ def test_the_stops_floor_is_shown_beside_its_profile_once_measured() -> None:
     row = mod.table(ipc={"runs": [run]}, engine={}).splitlines()[-1]
     assert "1.50 ms" in row and "**no (missed)**" in row
     assert "its floor, the kernel and the file system alone in one thread: 0.80 ms (600 us of closes, 200 us" in row
+
+
+def test_a_row_kept_by_append_keeps_the_commit_that_measured_it() -> None:
+    """--append replaces only this run's selections; a kept row carries its own run's commit and date, which the
+    page's table and the README's row name (the file's top level is the newest run's)."""
+    mod, block = script("suite_time"), script("targets_block")
+    row = {"runs": [{"wall_s": 164.0, "cpu_s": 150.0, "rc": 0, "counts": {"passed": 9}}], "median_wall_s": 164.0,
+           "median_cpu_s": 150.0, "target_s": 90.0}
+    old = {"date": "2026-12-04", "commit": "aaaaaaa", "where": "clean clone", "selections": {"not-slow": row}}
+    kept = mod.stamped(row, old)
+    assert (kept["commit"], kept["date"]) == ("aaaaaaa", "2026-12-04")
+    assert mod.stamped(kept, {"commit": "bbbbbbb", "date": "2026-12-05"})["commit"] == "aaaaaaa"  # kept again
+    new = {"date": "2026-12-05", "commit": "bbbbbbb", "where": "clean clone", "machine": "m", "python": "3.11",
+           "selections": {"not-slow": kept, "default": dict(row, target_s=240.0)}}
+    text = mod.table(new)
+    assert "The `-m not slow` row is an earlier run's, kept: clean clone of aaaaaaa, 2026-12-04." in text
+    assert "`(default)` row" not in text
+    readme = block.table(suite=new, ipc={}, engine={})
+    assert "(clean clone of aaaaaaa, 2026-12-04)" in readme and "(clean clone of bbbbbbb, 2026-12-05)" in readme
