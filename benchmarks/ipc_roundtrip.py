@@ -207,11 +207,57 @@ def server_cpu(servers: dict[str, tuple[str, Callable[[], int]]], n: int, rounds
     return head + "\n" + format_rows(["arm", "CPU (us/request)", f"vs {names[-1]}"], rows)
 
 
+# ---------------------------------------------------------------- placement on CPUs
+# Unpinned on a 2-CPU VM, a round trip takes about 20 us when the scheduler puts the listener on the client's
+# CPU and about 60 us when the request wakes the other one; which it is changes from window to window, so the
+# per-window ratios swung between 0.24 and 4.6 (session 14) and a run's medians said nothing about the
+# listener.  Pinned (the default where there are 2 CPUs), the client runs on one CPU and every listener (its
+# process, or its serving thread) on another: each request is the deployment's cross-CPU round trip, every
+# window alike.  The stop part is never pinned: on one CPU its two threads would skip that wake.
+PIN: dict[str, int] = {}  # {"client": cpu, "listeners": cpu} while pinned (main); empty: unpinned
+
+
+def pin_plan(enabled: bool) -> dict[str, int]:
+    """The two CPUs of a pinned run: the first two this process may run on; {} if fewer or not ``enabled``."""
+    cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+    return {"client": cpus[0], "listeners": cpus[1]} if enabled and len(cpus) >= 2 else {}
+
+
+@contextmanager
+def client_pinned() -> Iterator[None]:
+    """This thread on the client's CPU for the block (when pinned), then back where it may run."""
+    if not PIN:
+        yield
+        return
+    before = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {PIN["client"]})
+    try:
+        yield
+    finally:
+        os.sched_setaffinity(0, before)
+
+
+def listener_cpus() -> frozenset[int] | None:
+    return frozenset({PIN["listeners"]}) if PIN else None
+
+
+def pin_listener(lst: Any) -> None:
+    """An in-process listener's serving thread on the listeners' CPU (when pinned)."""
+    tid = getattr(getattr(lst, "thread", None), "native_id", None)
+    if PIN and tid is not None:
+        os.sched_setaffinity(tid, {PIN["listeners"]})
+
+
+def placement_note() -> str:
+    return (f"; client on CPU {PIN['client']}, listeners on CPU {PIN['listeners']}" if PIN else "; unpinned")
+
+
 # ---------------------------------------------------------------- servers
 @contextmanager
 def reference(root: Path, ipc: str, backend: Backend) -> Iterator[WorkerListener]:
     lst = WorkerListener(socket_path(ipc, 0, root=root), backend)  # recorder=None: NullRecorder
     lst.start()
+    pin_listener(lst)
     try:
         yield lst
     finally:
@@ -223,6 +269,7 @@ def reference(root: Path, ipc: str, backend: Backend) -> Iterator[WorkerListener
 def bare(root: Path, name: str, backend: Backend) -> Iterator[BareListener]:
     lst = BareListener(root / f"{name}.sock", backend)
     lst.start()
+    pin_listener(lst)
     try:
         yield lst
     finally:
@@ -254,9 +301,11 @@ def part_ipc(root: Path, kind: str, windows: int, requests: int, placement: str,
                 return make(backend), functools.partial(allocator_check, alloc)
             return factory
 
-        with ServerProcess(served(lambda b: WorkerListener(socket_path(f"rt-{kind}", 0, root=root), b)),
-                           "reference") as ref, \
-                ServerProcess(served(lambda b: BareListener(root / f"bare-{kind}.sock", b)), "bare") as base:
+        with client_pinned(), \
+                ServerProcess(served(lambda b: WorkerListener(socket_path(f"rt-{kind}", 0, root=root), b)),
+                              "reference", cpus=listener_cpus()) as ref, \
+                ServerProcess(served(lambda b: BareListener(root / f"bare-{kind}.sock", b)), "bare",
+                              cpus=listener_cpus()) as base:
             arms = [Arm("reference", Client(ref.path, seq).ops()), Arm("bare", Client(base.path, seq).ops())]
             res = run_interleaved(arms, ops=OPS, windows=windows, requests=requests, baseline="bare")
             cpu = server_cpu({"reference": (ref.path, ref.cpu_ns), "bare": (base.path, base.cpu_ns)},
@@ -264,7 +313,8 @@ def part_ipc(root: Path, kind: str, windows: int, requests: int, placement: str,
     else:
         backend, alloc = make_backend(kind)
         try:
-            with reference(root, f"rt-{kind}", backend) as lref, bare(root, f"bare-{kind}", backend) as lbase:
+            with client_pinned(), reference(root, f"rt-{kind}", backend) as lref, \
+                    bare(root, f"bare-{kind}", backend) as lbase:
                 arms = [Arm("reference", Client(os.fspath(lref.path), seq).ops()),
                         Arm("bare", Client(os.fspath(lbase.path), seq).ops())]
                 res = run_interleaved(arms, ops=OPS, windows=windows, requests=requests, baseline="bare")
@@ -282,7 +332,7 @@ def part_ipc(root: Path, kind: str, windows: int, requests: int, placement: str,
         targets = {op: "(informational)" for op in OPS}
     where = {"process": "each listener in its own process, the client in this one",
              "thread": "both listeners and the client in one process (one GIL)"}[placement]
-    title = f"Round trip, one fresh connection per request, backend: {kind}; {where}"
+    title = f"Round trip, one fresh connection per request, backend: {kind}; {where}{placement_note()}"
     if figures is not None:
         figures.setdefault(placement, {})[kind] = {
             "ops": {op: {"reference_us": res.median_ns(op, "reference") / 1e3,
@@ -456,7 +506,7 @@ def part_stop(root: Path, parked: tuple[int, ...], reps: int, figures: dict[str,
 def part_loaded(root: Path, parked: int, windows: int, requests: int, figures: dict[str, Any] | None = None) -> str:
     backend = NoopBackend()
     seq = itertools.count()
-    with reference(root, "unloaded", backend) as quiet, reference(root, "loaded", backend) as busy:
+    with client_pinned(), reference(root, "unloaded", backend) as quiet, reference(root, "loaded", backend) as busy:
         socks = park(os.fspath(busy.path), parked, busy)
         try:
             arms = [Arm("unloaded", {"kv_tensors_created": Client(os.fspath(quiet.path), seq).created}),
@@ -471,7 +521,7 @@ def part_loaded(root: Path, parked: int, windows: int, requests: int, figures: d
     if figures is not None:
         figures["loaded_ratio"] = res.ratio("kv_tensors_created", "loaded")
     title = (f"Request latency with {parked} idle clients parked (loaded) vs none (unloaded); "
-             "two reference listeners, no-op backend")
+             f"two reference listeners, no-op backend{placement_note()}")
     return format_result(res, targets={"kv_tensors_created": f"<= {LOADED_TARGET:.1f} {verdict(ok)}"},
                          title=title)
 
@@ -557,7 +607,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--skip", nargs="*", default=[], choices=["ipc", "stop", "loaded"], help="parts to leave out")
     p.add_argument("--write", action="store_true", help="commit the figures to docs/ (data and tables; a full run)")
     p.add_argument("--append", action="store_true", help="with --write: add this run beside those already there")
+    p.add_argument("--no-pin", action="store_true", help="leave the round trips' client and listeners wherever the "
+                   "scheduler puts them (default: client on one CPU, listeners on another, where there are 2)")
     args = p.parse_args(argv)
+    PIN.clear()
+    PIN.update(pin_plan(not args.no_pin))
     if args.write and (args.quick or args.skip or args.backend != "both" or len(set(args.placement)) < 2):
         p.error("--write needs a full run: every part, both backends, both placements, no --quick")
     if args.quick:
@@ -573,7 +627,8 @@ def main(argv: list[str] | None = None) -> int:
     ipc: dict[str, Any] = {}
     run: dict[str, Any] = {"date": datetime.date.today().isoformat(), "python": platform.python_version(),
                            "machine": f"{platform.machine()}, {os.cpu_count()} CPUs", "windows": args.windows,
-                           "requests": args.requests, "stop_reps": args.stop_reps, "ipc": ipc}
+                           "requests": args.requests, "stop_reps": args.stop_reps, "ipc": ipc,
+                           "pinned": dict(PIN)}
     if "ipc" not in args.skip:
         sections += [functools.partial(part_ipc, root, k, args.windows, args.requests, where, ipc)
                      for where in args.placement for k in kinds]

@@ -115,3 +115,35 @@ def test_ipc_roundtrip_benchmark_runs_and_prints_its_tables(tmp_path: Path) -> N
     assert "stop() latency" in text and "16 idle clients parked" in text
     assert "floor with 256 parked (the kernel and the file system alone" in text  # what the stop cannot go under
     assert "WARNING" not in text and "Traceback" not in out.stderr
+
+
+def _allowed(tid: int) -> str:
+    status = Path(f"/proc/{tid}/status").read_text()
+    return next(line.split(":", 1)[1].strip() for line in status.splitlines() if line.startswith("Cpus_allowed_list"))
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="pinning needs two CPUs")
+def test_a_pinned_server_process_serves_from_the_cpu_it_was_given(tmp_path: Path) -> None:
+    """The round-trip benchmark pins the listeners to one CPU and its client to another (benchmarks/ipc_roundtrip.py:
+    unpinned, which CPU a request woke made the windows disagree); the child and its serving thread run there."""
+    cpu = sorted(os.sched_getaffinity(0))[-1]
+
+    def factory() -> tuple[Served, Callable[[], str]]:
+        return WorkerListener(socket_path("pin", 0, root=tmp_path), NoopBackend()), fine
+
+    with ServerProcess(factory, "pinned", cpus=frozenset({cpu})) as sp:
+        assert _allowed(sp.pid) == str(cpu) and _allowed(sp.tid) == str(cpu)
+        assert roundtrip(sp.path).status == "success"
+    assert child_is_gone(sp.pid)
+
+
+def test_the_benchmarks_pin_plan_takes_two_cpus_or_none() -> None:
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("ipc_roundtrip_pin", ROOT / "benchmarks" / "ipc_roundtrip.py")
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    cpus = sorted(os.sched_getaffinity(0))
+    assert mod.pin_plan(False) == {}
+    assert mod.pin_plan(True) == ({"client": cpus[0], "listeners": cpus[1]} if len(cpus) >= 2 else {})

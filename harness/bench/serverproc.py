@@ -64,9 +64,10 @@ class ServerProcess:
     """
 
     def __init__(self, factory: Callable[[], tuple[Served, Callable[[], str]]], name: str = "server",
-                 timeout: float | None = None) -> None:
+                 timeout: float | None = None, cpus: frozenset[int] | None = None) -> None:
         self.factory = factory
         self.name = name
+        self.cpus = cpus  # the CPUs the child runs on (sched_setaffinity before it serves); None: where it may
         self.timeout = scaled() if timeout is None else timeout  # a safety net for each answer, not a timer
         self.pid = 0
         self.tid = 0
@@ -149,6 +150,8 @@ class ServerProcess:
         code = 2
         try:
             signal.signal(signal.SIGINT, signal.SIG_IGN)  # ^C is the parent's: it stops us through the pipe
+            if self.cpus:
+                os.sched_setaffinity(0, self.cpus)  # before its serving thread starts: the thread inherits it
             listener, check = self.factory()
             listener.start()
             thread = getattr(listener, "thread", None)
