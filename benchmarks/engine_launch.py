@@ -86,16 +86,14 @@ def from_reports(dirs: list[Path]) -> tuple[list[dict[str, Any]], list[dict[str,
     groups: dict[tuple[str, int, str], list[dict[str, Any]]] = {}
     per_run: dict[tuple[str, str, str], list[float]] = {}
     for d in dirs:
+        stored = [(json.loads(f.read_text()),
+                   [json.loads(line) for line in (f.parent / "history.jsonl").read_text().splitlines() if line])
+                  for f in sorted(d.glob("*/verdicts.json"))]
         # how the directory's library ran: chained (harness.scenario.chain: a restarted engine handed to the next
         # scenario) when any of its runs is a chained one, else each scenario alone
-        mode = "alone"
-        for f in sorted(d.glob("*/history.jsonl")):
-            if '"chain_item_began"' in f.read_text():
-                mode = "chained"
-                break
-        for f in sorted(d.glob("*/verdicts.json")):
-            doc = json.loads(f.read_text())
-            events = [json.loads(line) for line in (f.parent / "history.jsonl").read_text().splitlines() if line]
+        chained = any(e["kind"] == "chain_item_began" for _, events in stored for e in events)
+        mode = "chained" if chained else "alone"
+        for doc, events in stored:
             launcher, seconds, ready = "exec", 0.0, 0
             # a chained run's scenario (harness.scenario.chain) carries the launch of the engine it was handed:
             # that launch is counted once, in the scenario that made it (its restart)

@@ -158,12 +158,12 @@ class EngineHost:
         cfg = getattr(self.scenario, "config", None)
         return isinstance(getattr(cfg, "side_channel_port", None), str)
 
-    def flags(self) -> Any:
-        """The scenario's target parameters for a launch (topology.tp, config's engine flags), for
-        ``engine_command``; the side channel's port resolved (a held one, or a free port of the run)."""
+    def flags(self, scenario: Any = None) -> Any:
+        """The target parameters of a launch for ``scenario`` (default: the run's; topology.tp, config's engine
+        flags), for ``engine_command``; the side channel's port resolved (a held one, or a free port of the run)."""
         from harness.targets.vllm_engine import EngineFlags
 
-        cfg = getattr(self.scenario, "config", None)
+        cfg = getattr(self.scenario if scenario is None else scenario, "config", None)
         tp = int(getattr(self.c, "tp", 1))
         if cfg is None:
             return EngineFlags(tp=tp)
@@ -343,15 +343,8 @@ class EngineHost:
         untouched and ``next_scenario``'s launch would take the same flags (``handed``), end every other tree
         (every tree when ``next_scenario`` is None: the scenario before failed).  Returns whether one is handed."""
         keep = self.untouched() if next_scenario is not None else None
-        if keep is not None:
-            mine = self.scenario
-            self.scenario = next_scenario
-            try:
-                same = self.flags() == self.flags_of[keep]
-            finally:
-                self.scenario = mine
-            if not same:
-                keep = None
+        if keep is not None and self.flags(next_scenario) != self.flags_of[keep]:
+            keep = None
         if self.gone_watch is not None and (keep is None or self.gone_watch.tree is not self.trees[keep]):
             self.gone_watch.close()
             self.gone_watch = None

@@ -34,18 +34,16 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from harness.checkers import RunRecord, judge
+from harness.checkers import RunRecord
 from harness.errors import ConfigError
-from harness.events import declare
 from harness.history import Event
 from harness.launch.cluster import Cluster, RunOutcome
-from harness.launch.parts import cast_named, missing_parts
+from harness.launch.parts import cast_named
 from harness.probes.model import Snapshot
 from harness.result import RunResult
 from harness.scenario.loader import MatrixItem
 from harness.scenario.player import Player, StepError, cast_for
-from harness.scenario.runner import _absent, failed, run_item
-from harness.timeouts import scale
+from harness.scenario.runner import _absent, failed, judge_expect, ready_target, run_item, run_scale, with_bad_events
 
 __all__ = ["plan", "run_chain", "launch_key", "gives", "window"]
 
@@ -166,15 +164,8 @@ def run_chain(items: Sequence[MatrixItem], *, variant: str | None = None, run_id
         step_error = broken = ""
         started = False
         player: Player | None = None
-        launches_before = len(c.host.trees) if c.host is not None else 0
         try:
-            from harness.targets import load_target
-
-            target = load_target(chosen)
-            declare(getattr(target, "events", ()))
-            lacking = missing_parts(c.cast, target)
-            if lacking:
-                raise StepError(f"target {chosen!r} has no {', '.join(lacking)}: a {c.cast.name} run needs it")
+            ready_target(chosen, c.cast)
             if c.rec.events("watchdog_fired"):  # its thread has ended: nothing more starts without a safety net
                 raise StepError("not run: the chained run's watchdog fired in an earlier scenario")
             player = Player(item, c, snaps, snap)
@@ -202,34 +193,25 @@ def run_chain(items: Sequence[MatrixItem], *, variant: str | None = None, run_id
 
                 last_outcome = c.close(before_cleanup=after)
         c.rec.emit("chain_item_ended", index=k, scenario=scn.name, run=c.run_id)
-        ended = len(c.rec.events())
-        launches = set(range(launches_before, len(c.host.trees))) if c.host is not None else set()
-        per.append({"item": item, "began": began, "ended": ended, "snaps": snaps, "step_error": step_error,
-                    "broken": broken, "seconds": time.monotonic() - t0, "launches": launches,
+        per.append({"item": item, "began": began, "ended": len(c.rec.events()), "snaps": snaps,
+                    "step_error": step_error, "broken": broken, "seconds": time.monotonic() - t0,
                     "armed": bool(player is not None and player.armed)})
     events = c.rec.events()
-    bounds_scale = float(getattr(c.host, "scale", None) or scale())
+    bounds_scale = run_scale(c)
     handed_in = [next((e for e in events[p["began"]:p["ended"]] if e.kind == "engine_handed"), None) for p in per]
-    for k, e in enumerate(handed_in):  # a handed launch's leftovers are the receiver's: its steps ended that tree
-        if e is not None and k > 0:
-            per[k - 1]["launches"].discard(e.data["launch"])
-            per[k]["launches"].add(e.data["launch"])
     results = []
     for k, p in enumerate(per):
-        handed = handed_in[k]
-        evs = window(events, p["began"], p["ended"], handed)
-        item, step_error, broken = p["item"], p["step_error"], p["broken"]
-        if c.rec.bad_events and not step_error:
-            step_error = "bad event: " + "; ".join(c.rec.bad_events[:3])
-        if c.rec.bad_events and not broken:
-            broken = "it recorded an event outside harness.events (" + c.rec.bad_events[0] + ")"
+        evs = window(events, p["began"], p["ended"], handed_in[k])
+        # the launches whose trees this item ended: those of its window (the one it was handed included), less
+        # the one it handed on (its receiver's steps ended that tree)
+        handed_on = handed_in[k + 1] if k + 1 < n else None
+        launches = {e.data["launch"] for e in evs if e.kind == "engine_launched"} - (
+            {handed_on.data["launch"]} if handed_on is not None else set())
+        item = p["item"]
+        step_error, broken = with_bad_events(c, p["step_error"], p["broken"])
         record = RunRecord(tuple(evs), p["snaps"], bounds_scale, absent=_absent(chosen))
-        scn = item.scenario
-        expect: list[tuple[str, Any, Any]] = [(e.checker, e.params, e.allow_unknown) for e in scn.expect]
-        if p["armed"] and "fault_fired" not in [x[0] for x in expect]:  # as run_item
-            expect.append(("fault_fired", None, None))
-        verdicts = [judge(name, record, params, allow_unknown=allow) for name, params, allow in expect]
-        outcome = _outcome(evs, last_outcome, p["launches"], str(c.root), k, n, c.run_id)
+        verdicts = judge_expect(item.scenario, record, armed=p["armed"])
+        outcome = _outcome(evs, last_outcome, launches, str(c.root), k, n, c.run_id)
         results.append(RunResult(item, chosen, f"{c.run_id}-{k + 1}", verdicts, outcome, evs, p["snaps"],
                                  step_error, p["seconds"], broken=broken, scale=bounds_scale,
                                  extra={"chain": [i.scenario.name for i in items], "chain_index": k}))

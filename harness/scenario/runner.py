@@ -66,13 +66,7 @@ def run_item(item: MatrixItem, *, variant: str | None = None, run_id: str | None
     step_error = broken = ""
     started = False
     try:
-        from harness.targets import load_target
-
-        target = load_target(chosen)
-        declare(getattr(target, "events", ()))  # the target's own event kinds (harness.events)
-        lacking = missing_parts(cast, target)
-        if lacking:
-            raise StepError(f"target {chosen!r} has no {', '.join(lacking)}: a {cast.name} run needs it")
+        ready_target(chosen, cast)
         player = Player(item, c, snaps, snap)
         c.scenario = scn
         player.play_prelude()  # the steps before start (hold_port): the processes start with them in place
@@ -85,21 +79,50 @@ def run_item(item: MatrixItem, *, variant: str | None = None, run_id: str | None
         if player is not None:
             player.finish_up()
         outcome = c.close(before_cleanup=lambda cl: snaps.__setitem__("after", snap(cl, "after")))
-    if c.rec.bad_events and not step_error:  # LASTCALL_STRICT_EVENTS=1: an event outside harness.events
-        step_error = "bad event: " + "; ".join(c.rec.bad_events[:3]) + (" ..." if len(c.rec.bad_events) > 3 else "")
-    if c.rec.bad_events and not broken:
-        broken = "it recorded an event outside harness.events (" + c.rec.bad_events[0] + ")"
-    # the run's scale: an engine host's (LASTCALL_TIMEOUT_SCALE times its target's bound_scale), else the variable's
-    bounds_scale = float(getattr(c.host, "scale", None) or scale())
+    step_error, broken = with_bad_events(c, step_error, broken)
+    bounds_scale = run_scale(c)
     record = RunRecord(tuple(c.rec.events()), snaps, bounds_scale, absent=_absent(chosen))
-    expect: list[tuple[str, Any]] = [(e.checker, e.params) for e in scn.expect]
-    if player is not None and player.armed and "fault_fired" not in [n for n, _ in expect]:
-        expect.append(("fault_fired", None))
-    allowed = [e.allow_unknown for e in scn.expect]  # fault_fired, appended, allows nothing
-    verdicts = [judge(n, record, p, allow_unknown=allowed[i] if i < len(allowed) else None)
-                for i, (n, p) in enumerate(expect)]
+    verdicts = judge_expect(scn, record, armed=player is not None and bool(player.armed))
     return RunResult(item, chosen, c.run_id, verdicts, outcome, list(c.rec.events()), snaps, step_error,
                      time.monotonic() - t0, broken=broken, scale=bounds_scale)
+
+
+def ready_target(chosen: str, cast: Any) -> None:
+    """Load the run's target, declare its own event kinds (harness.events) and check it has every part
+    ``cast`` runs; StepError naming what it lacks."""
+    from harness.targets import load_target
+
+    target = load_target(chosen)
+    declare(getattr(target, "events", ()))
+    lacking = missing_parts(cast, target)
+    if lacking:
+        raise StepError(f"target {chosen!r} has no {', '.join(lacking)}: a {cast.name} run needs it")
+
+
+def with_bad_events(c: Cluster, step_error: str, broken: str) -> tuple[str, str]:
+    """A run's step error and why it is broken, given the events it recorded outside harness.events
+    (LASTCALL_STRICT_EVENTS=1), unless it already has its own."""
+    bad = c.rec.bad_events
+    if bad and not step_error:
+        step_error = "bad event: " + "; ".join(bad[:3]) + (" ..." if len(bad) > 3 else "")
+    if bad and not broken:
+        broken = "it recorded an event outside harness.events (" + bad[0] + ")"
+    return step_error, broken
+
+
+def run_scale(c: Cluster) -> float:
+    """The run's scale: an engine host's (LASTCALL_TIMEOUT_SCALE times its target's bound_scale), else the
+    variable's."""
+    return float(getattr(c.host, "scale", None) or scale())
+
+
+def judge_expect(scn: Any, record: RunRecord, *, armed: bool) -> list[Any]:
+    """The verdicts of ``scn``'s expectations on ``record``, plus fault_fired (allowing nothing) when a fault
+    was armed and the scenario does not name it."""
+    expect: list[tuple[str, Any, Any]] = [(e.checker, e.params, e.allow_unknown) for e in scn.expect]
+    if armed and "fault_fired" not in [name for name, _, _ in expect]:
+        expect.append(("fault_fired", None, None))
+    return [judge(name, record, params, allow_unknown=allow) for name, params, allow in expect]
 
 
 def failed(c: Cluster, exc: Exception, started: bool) -> tuple[str, str]:
