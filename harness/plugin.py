@@ -39,11 +39,13 @@ def pytest_addoption(parser: pytest.Parser, pluginmanager: pytest.PytestPluginMa
 
     from harness.scenario.chain_items import addoption as chain_option
     from harness.scenario.collect import addoption
+    from harness.scenario.quick import addini as quick_ini
     from harness.scenario.repeat import addoption as repeat_option
 
     addoption(parser)
     repeat_option(parser)
     chain_option(parser)
+    quick_ini(parser)
     for name in TARGET_PLUGINS:
         if not pluginmanager.has_plugin(name):
             pluginmanager.register(importlib.import_module(name), name)
@@ -53,6 +55,16 @@ def pytest_addoption(parser: pytest.Parser, pluginmanager: pytest.PytestPluginMa
                   help="which tests fail when they leave a lastcall path, segment, thread, process or port "
                        "behind: lastcall (its own items, tests using its fixtures or marked lastcall; the "
                        "default), all or off")
+
+
+class _BeforeDeselection:
+    """Marks what -m "not slow" leaves to the full suite (harness.scenario.quick) before -m deselects."""
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_collection_modifyitems(self, config: pytest.Config, items: list[pytest.Item]) -> None:
+        from harness.scenario.quick import modifyitems
+
+        modifyitems(config, items)
 
 
 @pytest.hookimpl(trylast=True)  # after -k and -m deselected what they deselect
@@ -95,8 +107,12 @@ def pytest_configure(config: pytest.Config) -> None:
     # server SIGKILLs the engine and workers and their usage segments and sockets stay behind.
     config.stash[_UNDO_SIGTERM] = sigterm_interrupts()
     configure(config)
+    config.pluginmanager.register(_BeforeDeselection(), "lastcall-before-deselection")
     for name, doc in MARKERS.items():
         config.addinivalue_line("markers", f"{name}: {doc}")
+    from harness.scenario.quick import MARK_DOC
+
+    config.addinivalue_line("markers", MARK_DOC)
     config.addinivalue_line("markers", "leaks_ok: this test may leave things behind on purpose (no leak check)")
     config.addinivalue_line("markers", "lastcall: check this test with lastcall's leak guard "
                             "(ini lastcall_leak_check = lastcall, the default)")

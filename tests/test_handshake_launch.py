@@ -18,6 +18,7 @@ from lc_helpers import Make, handshake_clusters, status, step
 
 from harness.launch.cluster import RemoteError
 from harness.launch.judged import JudgedCluster
+from harness.scenario.quick import catch_id
 from harness.timeouts import scaled
 
 
@@ -35,7 +36,8 @@ def shutdown_and_probe(c: JudgedCluster, port: int) -> object:
 @pytest.mark.parametrize(("variant", "expect"), [
     ("reference", {"port_released": "ok", "stop_latency": "ok", "stop_result": "ok"}),
     ("never_stopped", {"port_released": "violated"}),
-    ("poll_timeout_1s", {"stop_latency": "violated"}),
+    pytest.param("poll_timeout_1s", {"stop_latency": "violated"}, marks=pytest.mark.covered_by(
+        catch_id("handshake-idle-shutdown-releases-the-port", "poll_timeout_1s"))),
 ])
 def test_idle_shutdown_releases_the_port_at_once(make: Make, variant: str, expect: dict[str, str]) -> None:
     c = make(variant=variant)
@@ -49,7 +51,8 @@ def test_idle_shutdown_releases_the_port_at_once(make: Make, variant: str, expec
         assert got["no_orphan_processes"] == "ok"
 
 
-@pytest.mark.parametrize(("variant", "caught"), [("reference", False), ("poll_timeout_1s", True)])
+@pytest.mark.parametrize(("variant", "caught"), [("reference", False), pytest.param("poll_timeout_1s", True, marks=(
+    pytest.mark.covered_by(catch_id("handshake-shutdown-under-continuous-handshakes", "poll_timeout_1s"))))])
 def test_shutdown_under_continuous_traffic(make: Make, variant: str, caught: bool) -> None:
     c = make(variant=variant)
     # a 1 s join, as the library's scenario has it: the reference's shutdown wakes its thread at once; the planted
@@ -65,7 +68,9 @@ def test_shutdown_under_continuous_traffic(make: Make, variant: str, caught: boo
         assert got["port_released"] == "ok"
 
 
-@pytest.mark.parametrize(("variant", "caught"), [("reference", False), ("ready_wait_no_timeout", True)])
+@pytest.mark.parametrize(("variant", "caught"), [("reference", False), pytest.param(
+    "ready_wait_no_timeout", True, marks=pytest.mark.covered_by(
+        catch_id("handshake-held-port-is-a-typed-error", "ready_wait_no_timeout")))])
 def test_port_held_before_start_is_a_typed_error_not_a_hang(make: Make, variant: str, caught: bool) -> None:
     holder = socket.socket()
     holder.bind(("127.0.0.1", 0))
@@ -89,7 +94,8 @@ def test_port_held_before_start_is_a_typed_error_not_a_hang(make: Make, variant:
         assert f"127.0.0.1:{port}" in str(result)
 
 
-@pytest.mark.parametrize(("variant", "caught"), [("reference", False), ("dies_on_bad_message", True)])
+@pytest.mark.parametrize(("variant", "caught"), [("reference", False), pytest.param("dies_on_bad_message", True, marks=(
+    pytest.mark.covered_by(catch_id("handshake-malformed-messages-of-every-kind", "dies_on_bad_message"))))])
 def test_malformed_handshakes_do_not_kill_the_listener(make: Make, variant: str, caught: bool) -> None:
     c = make(variant=variant)
     port = int(c.engine.call("start"))  # type: ignore[union-attr]

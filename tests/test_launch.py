@@ -20,6 +20,7 @@ from harness.launch.cluster import Cluster, LaunchError, RemoteError
 from harness.launch.judged import JudgedCluster
 from harness.reference import wire
 from harness.reference.ctl import delete_instance
+from harness.scenario.quick import catch_id
 from harness.timeouts import scaled
 
 MAP = "backend.map_to_kv_tensors"
@@ -148,7 +149,13 @@ def test_seed_case_on_reference(make: Make, case: Callable[[Cluster], list[str]]
     assert all(v.ok for v in verdicts), [(v.checker, v.status, v.message) for v in verdicts]
 
 
-@pytest.mark.parametrize(("case", "variant"), CASES)
+# the stalled read's catch is the library scenario's, on the same bug and checker (-m "not slow" keeps that one)
+CATCH_CASES = [pytest.param(*CASES[0].values, id="stalled-read", marks=pytest.mark.covered_by(
+    catch_id("stalled-read-is-cancelled", "no_conn_tracking"))),
+    *CASES[1:]]
+
+
+@pytest.mark.parametrize(("case", "variant"), CATCH_CASES)
 def test_seed_case_catches_variant(make: Make, case: Callable[[Cluster], list[str]], variant: str) -> None:
     c = make(drain_timeout=0.5, variant=variant)
     try:
@@ -249,6 +256,7 @@ def test_exit_hook_bounded_when_it_cannot_drain(make: Make) -> None:
     assert 0.4 < hook_s < 0.5 + scaled(1.0), f"the exit hook took {hook_s:.2f}s for a 0.5s budget"
 
 
+@pytest.mark.covered_by(catch_id("exit-hook-bounded-when-it-cannot-drain", "unbounded_exit_hook"))
 def test_exit_audit_catches_an_exit_hook_that_drains_each_listener_fully(make: Make) -> None:
     """The seed's hidden cost: with a handler parked, an exit hook that waits drain_timeout per listener
     stalls interpreter exit; exit_without_stall times it from the exit request to the process's end."""
@@ -262,7 +270,9 @@ def test_exit_audit_catches_an_exit_hook_that_drains_each_listener_fully(make: M
     assert violated(c, "exit_without_stall") == ["exit_without_stall"]
 
 
-@pytest.mark.parametrize(("variant", "caught"), [("reference", False), ("stop_from_handler_deadlocks", True)])
+@pytest.mark.parametrize(("variant", "caught"), [("reference", False), pytest.param(
+    "stop_from_handler_deadlocks", True, marks=pytest.mark.covered_by(
+        catch_id("stop-from-a-handler-returns-at-once", "stop_from_handler_deadlocks")))])
 def test_stop_from_a_handler_returns_false_at_once(make: Make, variant: str, caught: bool) -> None:
     """Environment fault: a handler calls stop on its own listener (from the serving thread) in a worker
     process. It must return False at once instead of waiting for itself; a later stop finishes."""
