@@ -13,7 +13,8 @@ with an action, waits until a thread reaches it, and releases it::
 
 Actions: ``pause`` (park until released), ``raise`` (raise InjectedFault),
 ``delay`` (hold the thread for ``delay`` seconds: the fault itself, never a
-synchronisation), ``crash`` (the process dies at once with SIGKILL),
+synchronisation; a release ends it early, so a test that has seen what it judges
+need not wait the rest of it out), ``crash`` (the process dies at once with SIGKILL),
 ``pass`` (nothing happens; only the hit is counted and can be waited for),
 ``call`` (run ``fn()`` on the thread that hit the site: e.g. stop the listener from
 inside its own handler).
@@ -83,7 +84,7 @@ class Failpoint:
         elif self.action == "raise":
             raise InjectedFault(f"failpoint {self.site}: {self.message}")
         elif self.action == "delay":
-            threading.Event().wait(self.delay)  # the injected latency is the fault
+            self._gate.wait(self.delay)  # the injected latency is the fault, up to a release
         elif self.action == "call" and self.fn is not None:
             self.fn()
         elif self.action == "crash":
@@ -95,7 +96,7 @@ class Failpoint:
             return self._cond.wait_for(lambda: self.hits >= n, timeout)
 
     def release(self) -> None:
-        """Let every parked thread go on, and every later hit pass without parking."""
+        """Let every parked or delayed thread go on, and every later hit pass without parking or delay."""
         with self._cond:
             if self._released:
                 return

@@ -80,6 +80,15 @@ def test_writing_the_planted_bug_table_replaces_only_the_text_between_its_marker
     assert back == cells and variants == ["reference", "v_a"]
 
 
+def test_an_update_replaces_only_the_rows_of_the_scenarios_it_reran() -> None:
+    C = table.Cell
+    kept = [C("a", "reference", False, False, ()), C("a", "bug", True, True, ("x",)),
+            C("b", "reference", False, False, ()), C("b", "bug", True, False, ("y",))]
+    fresh = [C("b", "bug", False, False, ()), C("b", "reference", False, False, ()), C("c", "bug", True, True, ("z",))]
+    got = table.merged(kept, fresh, ["reference", "bug"])
+    assert got == [kept[0], kept[1], fresh[1], fresh[0], fresh[2]]  # b's cells are the fresh ones, c's last
+
+
 def test_the_hostile_input_table_is_rendered_from_its_data() -> None:
     hostile = script("hostile_input")
     assert hostile.PAGE == ROOT / "docs" / "limits.md"

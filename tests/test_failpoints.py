@@ -29,6 +29,20 @@ def test_pause_parks_until_released(lastcall_failpoints: ModuleType) -> None:
     assert passed.is_set() and fp.released
 
 
+def test_a_release_ends_a_delay_early_and_later_hits_pass(lastcall_failpoints: ModuleType) -> None:
+    fp = lastcall_failpoints.arm("site.d", "delay", delay=300.0)  # longer than any run: only the release ends it
+    passed = threading.Event()
+    t = threading.Thread(target=lambda: (lastcall_failpoints.hit("site.d"), passed.set()))
+    t.start()
+    assert fp.wait_reached(timeout=10)
+    assert not passed.is_set()
+    fp.release()
+    t.join(10)
+    assert passed.is_set() and not t.is_alive()
+    lastcall_failpoints.hit("site.d")  # released: a later hit is not delayed (else this test would hang 300 s)
+    assert fp.hits == 2
+
+
 def test_raise_with_count(lastcall_failpoints: ModuleType) -> None:
     lastcall_failpoints.arm("site.b", "raise", count=2, message="nope")
     for _ in range(2):

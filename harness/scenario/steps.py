@@ -373,7 +373,7 @@ class WaitStep(StepBase):
 
 class ReleaseStep(StepBase):
     kind: ClassVar[str] = "release"
-    release: StepName = Field(description="an arm step's name: let its parked threads go on")
+    release: StepName = Field(description="an arm step's name: let its parked threads go on (a delay ends early)")
 
 
 class StopStep(StepBase):

@@ -163,15 +163,40 @@ def write(cells: list[Cell], variants: Sequence[str], source: str, root: str = "
     page.write_text(text[:start] + "\n" + markdown(cells, variants) + "\n" + text[stop:])
 
 
+def merged(kept: Sequence[Cell], fresh: Sequence[Cell], variants: Sequence[str]) -> list[Cell]:
+    """``kept``'s cells with the rows of every scenario of ``fresh`` replaced by ``fresh``'s (a new scenario's
+    rows last), in the committed order: scenarios as they come, each row's cells in column order."""
+    names = {c.scenario for c in fresh}
+    order = list(dict.fromkeys([c.scenario for c in kept] + [c.scenario for c in fresh]))
+    by = {(c.scenario, c.variant): c for c in kept if c.scenario not in names}
+    by.update({(c.scenario, c.variant): c for c in fresh})
+    return [by[(n, v)] for n in order for v in variants if (n, v) in by]
+
+
 def main(argv: list[str]) -> int:
     """``python -m harness.scenario.table [PATH...]`` runs the table; ``--from DIR`` prints the one the slow
     test left in DIR (reports/planted-bug-table) without running anything.  ``--write`` (first) also commits
     it: the cells to docs/data/planted_bug_table.json and the table into docs/planted-bug-table.md, which
-    tests/test_docs_tables.py re-renders from that file and compares."""
+    tests/test_docs_tables.py re-renders from that file and compares.  ``--update PATH...`` runs only those
+    scenarios and replaces their rows of the committed table (a scenario changed, the rest not rerun); the
+    source then names both commands."""
     variants = table_variants()
     save = argv[:1] == ["--write"]
     argv = argv[1:] if save else argv
-    if argv[:1] == ["--from"]:
+    if argv[:1] == ["--update"]:
+        import json
+        from pathlib import Path
+
+        old = json.loads(Path(DATA).read_text())
+        kept, old_variants = from_data(old)
+        if list(old_variants) != list(variants):
+            raise SystemExit("the committed table has other columns: rerun it whole (python -m harness.scenario.table)")
+        fresh = build(argv[1:], variants)
+        cells = merged(kept, fresh, variants)
+        first = str(old["source"]).split("; rows of ")[0]
+        names = ", ".join(sorted({c.scenario for c in fresh}))
+        source = f"{first}; rows of {names}: python -m harness.scenario.table --write --update " + " ".join(argv[1:])
+    elif argv[:1] == ["--from"]:
         where = argv[1] if len(argv) > 1 else "reports/planted-bug-table"
         cells, source = load_cells(where), f"python -m harness.scenario.table --write --from {where}"
     else:
