@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import ctypes
+import os
+import select
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -24,6 +27,43 @@ def until(cond: Callable[[], Any], limit: float = 5.0) -> Any:
         if value:
             return value
     pytest.fail("condition not reached in time")
+
+
+_IN_CREATE, _IN_MOVED_TO = 0x100, 0x80  # <sys/inotify.h>
+
+
+def until_created(cond: Callable[[], Any], directory: str, pid: int, limit: float = 5.0) -> Any:
+    """Re-evaluate ``cond`` each time an entry appears in ``directory`` (inotify) or process ``pid`` ends (a
+    pidfd), blocked in between: a wait that takes no CPU from the processes it waits for, where :func:`until`
+    would spin a core of a two-core machine away from them.  ``cond`` must turn truthy only on one of those
+    (an entry it looks for, the process gone); fail after ``limit`` seconds (a safety net, not a timer)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    watch = libc.inotify_init1(os.O_NONBLOCK | os.O_CLOEXEC)
+    if watch < 0:
+        raise OSError(ctypes.get_errno(), "inotify_init1")
+    try:
+        if libc.inotify_add_watch(watch, os.fsencode(directory), _IN_CREATE | _IN_MOVED_TO) < 0:
+            raise OSError(ctypes.get_errno(), f"inotify_add_watch {directory}")
+        gone = os.pidfd_open(pid)
+        try:
+            end = time.monotonic() + limit
+            while True:  # watched before the first look: an entry made since is an event, one made before is seen
+                value = cond()
+                if value:
+                    return value
+                left = end - time.monotonic()
+                if left <= 0:
+                    pytest.fail("condition not reached in time")
+                if watch in select.select([watch, gone], [], [], left)[0]:
+                    try:
+                        while os.read(watch, 65536):
+                            pass
+                    except BlockingIOError:
+                        pass
+        finally:
+            os.close(gone)
+    finally:
+        os.close(watch)
 
 
 def handshake_clusters(**fixed: Any) -> Iterator[Make]:

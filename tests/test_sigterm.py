@@ -19,7 +19,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from lc_helpers import until
+from lc_helpers import until, until_created
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -86,7 +86,12 @@ def test_sigterm_closes_the_live_run_and_leaves_nothing(argv: list[str], code: i
                     return any(n.startswith("/dev/shm/") for n in mine(tags))
             return False
 
-        until(live, 60.0)
+        def started() -> bool:  # the run's usage segment, or the harness gone (asserted below)
+            return proc.poll() is not None or any(n.startswith("/dev/shm/") for n in mine(_tags(proc.pid)))
+
+        # blocked until an entry appears in /dev/shm: no core spun away from the session it waits for (of two here)
+        until_created(started, "/dev/shm", proc.pid, 60.0)
+        until(live, 10.0)  # at once, or a fork later: the engine and its worker are forked together
         assert proc.poll() is None, proc.communicate()
         family = psutil.Process(proc.pid).children(recursive=True)
         assert len(family) >= 3
