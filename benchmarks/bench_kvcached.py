@@ -74,9 +74,10 @@ def reference_table(run: Mapping[str, Any]) -> str:
 def tables(data: Mapping[str, Any]) -> str:
     """Both tables, each under the command that measured it."""
     t, r = data["runs"]["tracking"], data["runs"]["reference"]
-    return "\n".join([f"`{t['command']}` ({t['seconds']:.0f} s, {t['leak_checks']} leak checks passed):", "",
-                      tracking_table(t), "", f"`{r['command']}` ({r['seconds']:.0f} s, {r['leak_checks']} leak "
-                      "checks passed):", "", reference_table(r)])
+    return "\n".join([f"`{t['command']}` ({t['seconds']:.0f} s, {t['leak_checks']} leak checks passed, "
+                      f"{bench_table.where(t)}):", "", tracking_table(t), "",
+                      f"`{r['command']}` ({r['seconds']:.0f} s, {r['leak_checks']} leak checks passed, "
+                      f"{bench_table.where(r)}):", "", reference_table(r)])
 
 
 def main(argv: list[str] | None = None) -> int:

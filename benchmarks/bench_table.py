@@ -34,6 +34,12 @@ def _ci(c: Mapping[str, Any]) -> str:
     return f"[{c['ci'][0]:.3f}, {c['ci'][1]:.3f}]"
 
 
+def where(run: Mapping[str, Any]) -> str:
+    """Where a run's client and arms ran (runs from before lastcall bench pinned them have no placement)."""
+    p = run["settings"].get("placement")
+    return f"requests from CPU {p['client']}, every arm on CPU {p['arms']}" if p else "unpinned"
+
+
 def table(result: Mapping[str, Any]) -> str:
     """One row per op and compared arm: the medians, the ratio to the baseline with its interval, p, the
     verdict, and the A/A floor (the formats of ``lastcall bench``'s own table)."""
@@ -51,7 +57,7 @@ def table(result: Mapping[str, Any]) -> str:
                      if aa else "")
             out.append(f"| {shown} | {o['arms'][base]['median_us']:.1f} | {o['arms'][a]['median_us']:.1f} | "
                        f"{c['ratio']:.3f} | {_ci(c)} | {c['p']:.2g} | {c['verdict']} | {floor} |")
-    return "\n".join(out)
+    return "\n".join([*out, "", f"Placement: {where(result)}."])
 
 
 def main(argv: list[str] | None = None) -> int:

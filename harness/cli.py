@@ -526,6 +526,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="arm order within a round: alternating (default) or shuffled")
     p.add_argument("--keep-alive", action="store_true", help="one connection per arm instead of one per request")
     p.add_argument("--no-aa", action="store_true", help="leave out the A/A control")
+    p.add_argument("--no-pin", action="store_true", help="let the scheduler place the client and the arms (default: "
+                   "requests sent from the first CPU, every arm on the second, where there are two)")
     p.add_argument("--alpha", type=float, default=0.01, help="significance level of the verdict (default 0.01)")
     p.add_argument("--seed", type=int, help="seed of the random order and the bootstrap (default: drawn, printed)")
     p.add_argument("--backend", choices=["noop", "allocator"], default="noop",

@@ -16,7 +16,16 @@ from pathlib import Path
 
 import pytest
 
-from harness.bench.command import SETTLE_S, BenchResult, LeakFound, _LeakCheck, format_bench, render_svg, run_bench
+from harness.bench.command import (
+    SETTLE_S,
+    BenchResult,
+    LeakFound,
+    _LeakCheck,
+    format_bench,
+    pin_plan,
+    render_svg,
+    run_bench,
+)
 from harness.bench.interleave import Window, schedule, summarize
 from harness.bench.stats import Comparison, compare
 from harness.cli import main
@@ -143,6 +152,8 @@ class TestOnRealProcesses:
             assert set(data["ops"][op]["vs_baseline"]["TRACKING_NOOP"]) >= {"ratio", "ci", "p", "verdict"}
             assert data["ops"][op]["aa_floor"]["verdict"] in ("no difference", "slower", "faster")
         ET.fromstring((tmp_path / "b.svg").read_text())
+        assert data["settings"]["placement"] == pin_plan(True)  # pinned by default where there are two CPUs
+        assert ("requests sent from CPU" if pin_plan(True) else "unpinned") in format_bench(r)
 
     def test_a_planted_2us_delay_is_found_slower_within_the_budget(self) -> None:
         r = run_bench(["reference", PLANTED], ["kv_tensors_created"], windows=300, requests=100, warmup=2,

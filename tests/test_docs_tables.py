@@ -136,7 +136,11 @@ def test_the_bench_table_reads_what_lastcall_bench_writes() -> None:
     assert bench.table(bench.reduce(run, "lastcall bench")).splitlines() == [
         "| op | reference (us) | SLOW (us) | ratio | 90% CI | p | verdict | A/A floor [CI], p |",
         "|---|---|---|---|---|---|---|---|",
-        "| map16 | 10.0 | 12.5 | 1.250 | [1.100, 1.400] | 0.0012 | slower | 1.000 [0.900, 1.100], p 0.5 |"]
+        "| map16 | 10.0 | 12.5 | 1.250 | [1.100, 1.400] | 0.0012 | slower | 1.000 [0.900, 1.100], p 0.5 |",
+        "", "Placement: unpinned."]  # a run without a placement (before lastcall bench pinned) was unpinned
+    run["settings"]["placement"] = {"client": 0, "arms": 1}  # type: ignore[index]
+    assert bench.table(bench.reduce(run, "lastcall bench")).splitlines()[-1] == (
+        "Placement: requests from CPU 0, every arm on CPU 1.")
 
 
 def test_the_readme_example_scenario_loads(tmp_path: Path) -> None:

@@ -147,3 +147,30 @@ def test_the_benchmarks_pin_plan_takes_two_cpus_or_none() -> None:
     cpus = sorted(os.sched_getaffinity(0))
     assert mod.pin_plan(False) == {}
     assert mod.pin_plan(True) == ({"client": cpus[0], "listeners": cpus[1]} if len(cpus) >= 2 else {})
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="pinning needs two CPUs")
+def test_lastcall_bench_pins_every_thread_of_an_arm_and_its_client_for_the_run_only() -> None:
+    """`lastcall bench` places its arms as the round-trip benchmark does: a cluster arm's worker already runs its
+    serving and control threads when it is pinned, so every thread of it moves; the client's CPU is this thread's
+    for the measurement only."""
+    from harness.bench.command import on_cpu, pin_plan, pin_threads
+
+    cpus = sorted(os.sched_getaffinity(0))
+    assert pin_plan(True) == {"client": cpus[0], "arms": cpus[1]} and pin_plan(False) == {}
+    child = subprocess.Popen([sys.executable, "-c", "import sys, threading\n"
+                              "threading.Thread(target=sys.stdin.read, daemon=True).start()\n"
+                              "print(flush=True); sys.stdin.read()"],
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout is not None and child.stdout.readline() == "\n"  # its second thread is running
+        tids = [int(t) for t in os.listdir(f"/proc/{child.pid}/task")]
+        assert len(tids) == 2
+        pin_threads(child.pid, cpus[1])
+        assert [_allowed(t) for t in tids] == [str(cpus[1])] * 2
+    finally:
+        child.communicate("")
+    before = os.sched_getaffinity(0)
+    with on_cpu(cpus[0]):
+        assert os.sched_getaffinity(0) == {cpus[0]}
+    assert os.sched_getaffinity(0) == before

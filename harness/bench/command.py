@@ -40,10 +40,12 @@ import argparse
 import contextlib
 import html
 import json
+import os
 import random
 import shutil
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -233,16 +235,49 @@ def _info(label: str, spec: str, c: Cluster) -> ArmInfo:
                    float(run[0].data["median_ns"]) if run else None)
 
 
+def pin_plan(enabled: bool) -> dict[str, int]:
+    """Where a pinned bench runs: its client on the first CPU it may use, every arm on the second; {} where it
+    may use fewer than two, or ``enabled`` is False (``--no-pin``)."""
+    cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+    return {"client": cpus[0], "arms": cpus[1]} if enabled and len(cpus) >= 2 else {}
+
+
+def pin_threads(pid: int, cpu: int) -> None:
+    """Every thread of process ``pid`` on ``cpu`` (threads it starts later inherit it from their starter)."""
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        with contextlib.suppress(ProcessLookupError):  # a thread that ended meanwhile
+            os.sched_setaffinity(int(tid), {cpu})
+
+
+@contextlib.contextmanager
+def on_cpu(cpu: int | None) -> Iterator[None]:
+    """This thread on ``cpu`` for the block (None: where it may run), then back."""
+    if cpu is None:
+        yield
+        return
+    before = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {cpu})
+    try:
+        yield
+    finally:
+        os.sched_setaffinity(0, before)
+
+
 def run_bench(arms: list[str], ops: list[str], windows: int = 15, requests: int = 300, warmup: int = 1,
               order: str = "abba", keep_alive: bool = False, aa: bool = True, json_path: str | None = None,
               svg_path: str | None = None, progress: bool = True, *, alpha: float = 0.01,
               confidence: float = 0.95, seed: int | None = None, backend: str = "noop",
-              record: bool = False) -> BenchResult:
+              record: bool = False, pin: bool = True) -> BenchResult:
     """Measure ``ops`` on every arm in its own worker process; compare each arm with the first.
 
     Returns: the window medians, per op each arm's comparison with the first
         (ratio, bootstrap interval, Mann-Whitney p, verdict at ``alpha``) and the
         A/A control's (when ``aa``); also written as JSON / SVG when paths are given.
+    Placement: pinned (``pin``, where this process may use two CPUs or more), the requests are sent from the
+        first CPU and every arm's listener process runs on the second, so each request is the same cross-CPU
+        round trip in every window of every arm; unpinned, the scheduler's choice (the listener on the client's
+        CPU or the other) changes from window to window and moves the medians by a factor of about 3 on a
+        2-CPU machine (benchmarks/ipc_roundtrip.py measured it).
     Resource handling: every cluster is closed (and its leftovers removed)
         before this returns or raises.
     Error handling: ConfigError for a bad argument (nothing started);
@@ -276,9 +311,12 @@ def run_bench(arms: list[str], ops: list[str], windows: int = 15, requests: int 
     variants = [flavoured(spec, backend, record) if targets[spec] is None else "" for spec in arms]
     labels = _labels(arms)
     seed = random.randrange(1 << 32) if seed is None else seed
+    placement = pin_plan(pin)
     settings = {"arms": arms, "ops": ops, "windows": windows, "requests": requests, "warmup": warmup,
                 "order": order, "keep_alive": keep_alive, "aa": aa, "alpha": alpha, "confidence": confidence,
-                "seed": seed, "backend": backend, "record": record, "given_arms": given, "aa_of": arms[aa_of]}
+                "seed": seed, "backend": backend, "record": record, "given_arms": given, "aa_of": arms[aa_of],
+                "placement": placement}
+    arm_cpus = frozenset({placement["arms"]}) if placement else None
     plan = list(zip(labels, variants, arms, strict=True))
     aa_label = f"{labels[aa_of]} (A/A)" if aa else None
     if aa_label is not None:
@@ -295,11 +333,14 @@ def run_bench(arms: list[str], ops: list[str], windows: int = 15, requests: int 
                 c = clusters[label] = Cluster(tp=1, variant=variant, capacity=CAPACITY, deadline=DEADLINE_S)
                 c.start()
                 stack.callback(c.close)
+                if placement:
+                    pin_threads(c.worker(0).pid, placement["arms"])
                 path, codec = c.worker(0).path, None
             else:
                 root = new_root()
                 stack.callback(_remove_root, label, root, problems)
-                sp = served[label] = ServerProcess(ta.factory(root), name=f"arm {label}", timeout=scaled(60.0))
+                sp = served[label] = ServerProcess(ta.factory(root), name=f"arm {label}", timeout=scaled(60.0),
+                                                   cpus=arm_cpus)
                 try:
                     sp.__enter__()
                 except RuntimeError as exc:  # its child said why (an import, a bind): one line, exit 1
@@ -324,8 +365,9 @@ def run_bench(arms: list[str], ops: list[str], windows: int = 15, requests: int 
             bar(w)
 
         t0 = time.monotonic()
-        res = run_interleaved(bench_arms, ops=ops, windows=windows, requests=requests, warmup=warmup,
-                              baseline=labels[0], progress=after_window, order=order, seed=seed)
+        with on_cpu(placement.get("client")):
+            res = run_interleaved(bench_arms, ops=ops, windows=windows, requests=requests, warmup=warmup,
+                                  baseline=labels[0], progress=after_window, order=order, seed=seed)
         seconds = time.monotonic() - t0
     infos = [_info(label, spec, clusters[label]) if label in clusters else ArmInfo(label, spec, served[label].pid)
              for label, _variant, spec in plan]  # closed: every event is in
@@ -374,6 +416,9 @@ def format_bench(r: BenchResult) -> str:
                 row.append(f"{a.ratio:.3f} {_ci(a)}, p {a.p:.2g}{'' if a.verdict == 'no difference' else ' !'}")
             rows.append(row)
     conn = "one kept-alive connection" if s["keep_alive"] else "a fresh connection per request"
+    where = s.get("placement") or {}
+    conn += (f", requests sent from CPU {where['client']} to every arm on CPU {where['arms']}" if where
+             else ", unpinned")
     head = (f"{s['windows']} windows x {s['requests']} requests per op and arm, {s['warmup']} warm-up round(s), "
             f"order {s['order']} (seed {s['seed']}), {conn}, backend {s['backend']}; median of window medians, "
             f"interval resamples rounds, Mann-Whitney U over window medians; {r.leak_checks} leak checks passed; "
@@ -449,7 +494,8 @@ def bench_main(args: argparse.Namespace) -> int:
     try:
         r = run_bench(args.arm or list(DEFAULT_ARMS), args.op or list(OPS), args.windows, args.requests,
                       args.warmup, args.order, args.keep_alive, not args.no_aa, args.json, args.svg,
-                      progress=True, alpha=args.alpha, seed=args.seed, backend=args.backend)
+                      progress=True, alpha=args.alpha, seed=args.seed, backend=args.backend,
+                      pin=not getattr(args, "no_pin", False))
     except LeakFound as exc:
         print(f"lastcall bench: {exc}", file=sys.stderr)
         return EXIT_LEAK
