@@ -23,7 +23,6 @@ from typing import Any
 
 from harness.checkers import CHECKERS, RunRecord, Verdict, judge
 from harness.errors import ConfigError
-from harness.events import absent_parties
 from harness.history import Event, read_jsonl
 from harness.probes.model import Snapshot
 from harness.report.write import HISTORY, SNAPSHOTS, VERDICTS, verdicts_doc, write_page
@@ -100,18 +99,6 @@ def _scale(meta: dict[str, Any]) -> float:
     return float(value)
 
 
-def _absent(variant: object) -> frozenset[str]:
-    """The parties the stored run's target declares absent; none when it names no target that loads here."""
-    if not isinstance(variant, str) or not variant:
-        return frozenset()
-    from harness.targets import capabilities_of, load_target
-
-    try:
-        return absent_parties(capabilities_of(load_target(variant)))
-    except ConfigError:
-        return frozenset()
-
-
 def _line(v: Verdict, was: str | None, t0: int) -> list[str]:
     head = "ok" if v.ok else v.status.upper()
     change = f" (was {was})" if was is not None and was != v.status else ""
@@ -138,7 +125,9 @@ def report_history(history: str | Path, out: str | Path | None = None, checks: S
     meta: dict[str, Any] = raw_meta if isinstance(raw_meta, dict) else {}
     snaps = _snapshots(_load_json(path.parent / SNAPSHOTS, problems), path.parent / SNAPSHOTS, problems)
     expect, source = _expect(meta, checks)
-    record = RunRecord(tuple(events), snaps, _scale(meta), absent=_absent(meta.get("variant")))
+    from harness.targets import absent_of
+
+    record = RunRecord(tuple(events), snaps, _scale(meta), absent=absent_of(meta.get("variant")))
     verdicts = [judge(name, record, params, allow_unknown=allow) for name, params, allow in expect]
     stored = meta.get("verdicts") if isinstance(meta.get("verdicts"), list) else []
     was = {i: d.get("status") for i, d in enumerate(stored or []) if isinstance(d, dict)}

@@ -43,7 +43,8 @@ from harness.probes.model import Snapshot
 from harness.result import RunResult
 from harness.scenario.loader import MatrixItem
 from harness.scenario.player import Player, StepError, cast_for
-from harness.scenario.runner import _absent, failed, judge_expect, ready_target, run_item, run_scale, with_bad_events
+from harness.scenario.runner import failed, judge_expect, ready_target, run_item, run_scale, with_bad_events
+from harness.targets import absent_of
 
 __all__ = ["plan", "run_chain", "launch_key", "gives", "window"]
 
@@ -209,7 +210,7 @@ def run_chain(items: Sequence[MatrixItem], *, variant: str | None = None, run_id
             {handed_on.data["launch"]} if handed_on is not None else set())
         item = p["item"]
         step_error, broken = with_bad_events(c, p["step_error"], p["broken"])
-        record = RunRecord(tuple(evs), p["snaps"], bounds_scale, absent=_absent(chosen))
+        record = RunRecord(tuple(evs), p["snaps"], bounds_scale, absent=absent_of(chosen))
         verdicts = judge_expect(item.scenario, record, armed=p["armed"])
         outcome = _outcome(evs, last_outcome, launches, str(c.root), k, n, c.run_id)
         results.append(RunResult(item, chosen, f"{c.run_id}-{k + 1}", verdicts, outcome, evs, p["snaps"],

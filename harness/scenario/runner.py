@@ -20,7 +20,7 @@ import harness.scenario.stress
 import harness.scenario.worker_steps  # noqa: F401 - registers the worker run's step kinds
 from harness.checkers import RunRecord, judge
 from harness.errors import ConfigError, HarnessError
-from harness.events import absent_parties, declare
+from harness.events import declare
 from harness.launch.cluster import Cluster
 from harness.launch.parts import cast_named, missing_parts
 from harness.probes.model import Snapshot
@@ -81,7 +81,9 @@ def run_item(item: MatrixItem, *, variant: str | None = None, run_id: str | None
         outcome = c.close(before_cleanup=lambda cl: snaps.__setitem__("after", snap(cl, "after")))
     step_error, broken = with_bad_events(c, step_error, broken)
     bounds_scale = run_scale(c)
-    record = RunRecord(tuple(c.rec.events()), snaps, bounds_scale, absent=_absent(chosen))
+    from harness.targets import absent_of
+
+    record = RunRecord(tuple(c.rec.events()), snaps, bounds_scale, absent=absent_of(chosen))
     verdicts = judge_expect(scn, record, armed=player is not None and bool(player.armed))
     return RunResult(item, chosen, c.run_id, verdicts, outcome, list(c.rec.events()), snaps, step_error,
                      time.monotonic() - t0, broken=broken, scale=bounds_scale)
@@ -144,12 +146,3 @@ def _broken(exc: Exception, started: bool, step_error: str) -> str:
         return f"the harness crashed ({step_error})"
     return ""
 
-
-def _absent(chosen: str) -> frozenset[str]:
-    """The parties the target declares absent (harness.events): checkers of their events are not judged."""
-    from harness.targets import capabilities_of, load_target
-
-    try:
-        return absent_parties(capabilities_of(load_target(chosen)))
-    except ConfigError:
-        return frozenset()  # the run could not launch; its step error says why

@@ -43,7 +43,7 @@ from harness.targets.api import Codec, EngineSide, Target, WorkerSide, check_tar
 from harness.targets.names import check_target
 
 __all__ = ["Target", "WorkerSide", "EngineSide", "Codec", "REFERENCE_CODEC", "load_target", "target_names",
-           "uses_torch", "capabilities_of", "missing_for", "codec_of", "unavailable", "check_target",
+           "uses_torch", "capabilities_of", "absent_of", "missing_for", "codec_of", "unavailable", "check_target",
            "check_target_object", "describe", "catalogue", "describe_one"]
 
 
@@ -67,6 +67,20 @@ def codec_of(target: Any) -> Codec:
 
 def capabilities_of(target: Any) -> frozenset[str]:
     return frozenset(getattr(target, "capabilities", frozenset()))
+
+
+def absent_of(spec: object) -> frozenset[str]:
+    """The parties the target named ``spec`` declares absent (harness.events: checkers of their events are not
+    judged); none when ``spec`` names no target that loads here (a run that could not launch says why itself;
+    a stored run may name one this machine lacks)."""
+    if not isinstance(spec, str) or not spec:
+        return frozenset()
+    from harness.events import absent_parties
+
+    try:
+        return absent_parties(capabilities_of(load_target(spec)))
+    except ConfigError:
+        return frozenset()
 
 
 def missing_for(target: Any, step_kinds: set[str]) -> list[str]:
