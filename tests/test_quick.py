@@ -74,6 +74,14 @@ def test_a_cover_that_is_gone_or_slow_is_a_usage_error(pytester: pytest.Pytester
     assert f"test_a.py::test_moved: {says}" in result.stderr.str()
 
 
+def test_a_covered_by_that_names_no_test_is_a_usage_error(pytester: pytest.Pytester) -> None:
+    _project(pytester, catch_once=True, cover="x")
+    pytester.makepyfile(test_a=COVERED.replace("@pytest.mark.covered_by({cover!r})", "@pytest.mark.covered_by"))
+    result, _ = _selected(pytester)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert "test_a.py::test_moved: covered_by names no test" in result.stderr.str()
+
+
 def test_the_page_lists_this_sessions_moves(request: pytest.FixtureRequest) -> None:
     moves = quick.moves_of(request.config)
     if moves is None:

@@ -91,6 +91,10 @@ def plan(items: Sequence[pytest.Item], *, catch_once: bool, seconds: Mapping[str
     """The moves for these collected items (before ``-m`` deselects), in node id order."""
     from harness.scenario.collect import ScenarioItem
 
+    for it in items:
+        if it.get_closest_marker(MARK) is not None and not _named(it):
+            raise pytest.UsageError(f"{it.nodeid}: {MARK} names no test; give the node id of each test that covers "
+                                    f"it, e.g. @pytest.mark.{MARK}(\"tests/test_x.py::test_y\")")
     moves = [Move(it.nodeid, _named(it), MARK) for it in items if _named(it) and not _slow(it)]
     if catch_once:
         named = {c for m in moves for c in m.covers}
