@@ -225,3 +225,25 @@ def test_a_send_timeout_is_refused_where_the_step_waits_for_no_reply() -> None:
                                        f"cmd: kv_tensors_created, fault: {fault}, timeout: 300ms"), "t.yaml")
     with pytest.raises(ScenarioError, match="timeout"):
         loads(SEND_TIMEOUT.replace("timeout: 300ms", "timeout: 0s"), "t.yaml")
+
+
+def test_a_pipeline_timeout_bounds_the_wait_for_each_reply_not_the_runs() -> None:
+    """As send's: the first request is parked in the backend, and the pipeline fails with the client's TimeoutError
+    after its own 300 ms, where the run's ipc_timeout (10 s) would have held it."""
+    from harness.scenario.loader import expand
+    from harness.scenario.runner import run_item
+
+    text = SEND_TIMEOUT.replace("- send: {to: {rank: 0}, cmd: kv_tensors_created, timeout: 300ms, as: r1}",
+                                "- pipeline: {to: {rank: 0}, requests: [{cmd: kv_tensors_created}], timeout: 300ms,"
+                                " as: r1}\n  - wait: {returned: r1}")
+    item = expand(loads(text, "t.yaml"))[0]
+    assert item.scenario.steps[2].pipeline.timeout == pytest.approx(0.3)
+    result = run_item(item, variant="reference")
+    assert result.step_error == "" and result.passed, (result.step_error, result.verdicts)
+    started = next(e for e in result.events if e.kind == "step_started" and e.data.get("step") == "r1")
+    ended = next(e for e in result.events if e.kind == "step_returned" and e.data.get("step") == "r1")
+    assert ended.data["ok"] is False and "TimeoutError" in ended.data["error"], ended.data
+    assert 0.3 <= (ended.t_ns - started.t_ns) / 1e9 < 5.0
+    with pytest.raises(ScenarioError, match="timeout"):
+        loads(text.replace("timeout: 300ms", "timeout: 0s"), "t.yaml")
+

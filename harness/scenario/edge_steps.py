@@ -63,7 +63,7 @@ def pipeline(pl: Player, s: Any, name: str) -> None:
                          id=cf.padded_id(f"{name}.{i}", s.reply_size)) for i, r in enumerate(s.requests)]
     frames = [pl.codec.encode_request(r) for r in reqs]
     pl.started(name, "pipeline", n=len(reqs), read_each=s.read_each)
-    limit = pl.timeout()
+    limit = pl.timeout(s.timeout)
 
     def run() -> None:
         try:

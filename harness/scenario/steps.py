@@ -149,6 +149,9 @@ class Pipeline(Strict):
     read_each: bool = Field(False, description="reuse the connection: send each request after the reply before")
     reply_size: Size | None = Field(None, ge=64, le=MAX_REPLY, description="pad each request's id so its reply "
                                     "is about this many bytes (see send)")
+    timeout: Duration | None = Field(None, gt=0, description=(
+        "how long the client waits for each reply before the step fails (TimeoutError), as send's; default "
+        "config.ipc_timeout"))
     as_: StepName | None = _AS
 
 
