@@ -93,6 +93,12 @@ def test_lastcall_run_knows_before_pytest_starts_which_fork_servers_its_runs_for
     assert preflight([str(scenarios / "stalled-read-is-cancelled.yaml")], target=THIRD_PARTY) == ([], {False})
     problems, forks = preflight([str(scenarios / "stalled-read-is-cancelled.yaml")], target="refrence")
     assert problems and forks == set()
+    # a target this machine lacks (vLLM's NIXL listener without vLLM): its items skip, so no server is started
+    from harness.targets import load_target, unavailable, uses_torch
+
+    lacking = unavailable(load_target("vllm_nixl")) is not None
+    handshake = str(scenarios / "handshake-idle-shutdown-releases-the-port.yaml")
+    assert preflight([handshake], target="vllm_nixl") == ([], set() if lacking else {uses_torch("vllm_nixl")})
 
 
 def test_a_prestarted_server_is_the_shared_one_once_ready() -> None:

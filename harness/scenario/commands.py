@@ -63,7 +63,8 @@ def preflight(paths: Sequence[str], target: str | None = None,
               listener: str | None = None) -> tuple[list[str], set[bool]]:
     """Every error ``lastcall run`` finds before starting anything, one per line (hint lines included); and the
     fork servers its scenarios' runs will fork from (harness.launch.spawn: True, the one that preloaded torch;
-    False, the one that did not): none for an engine run, which the harness launches itself."""
+    False, the one that did not): none for an engine run, which the harness launches itself, nor for a target
+    unavailable here, whose items skip."""
     from harness.errors import ConfigError
     from harness.scenario import load_many
     from harness.scenario.player import cast_for
@@ -92,8 +93,15 @@ def preflight(paths: Sequence[str], target: str | None = None,
             except ConfigError as exc:
                 problems.append(f"{sc.where('target')}: target: {exc}")
     forks = set() if problems else {uses_torch(target or sc.target) for sc in scenarios
-                                    if cast_for(sc.steps) != "engine"}
+                                    if cast_for(sc.steps) != "engine" and runs_here(target or sc.target)}
     return problems, forks
+
+
+def runs_here(spec: str) -> bool:
+    """Whether the target named ``spec`` can run on this machine (its items skip with the reason otherwise)."""
+    from harness.targets import load_target, unavailable
+
+    return unavailable(load_target(spec)) is None
 
 
 def list_scenarios(paths: Sequence[str]) -> int:
