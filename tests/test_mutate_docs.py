@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from harness.mutate.plan import EQUIVALENT, SURVIVORS, read_entries
-from harness.mutate.table import BEGIN, DATA, END, PAGE, markdown, render_doc
+from harness.mutate.table import BEGIN, DATA, END, FRESH, FRESH_BEGIN, FRESH_END, PAGE, markdown, render_doc
 
 README = Path(__file__).resolve().parent.parent / "README.md"
 
@@ -27,6 +27,15 @@ def test_the_table_is_rendered_from_its_data() -> None:
     text = PAGE.read_text()
     shown = text[text.index(BEGIN) + len(BEGIN):text.index(END)].strip("\n")
     assert shown == markdown(_recorded()), "re-render: python -m harness.mutate.table"
+
+
+def test_the_fresh_sample_is_rendered_from_its_data_and_is_whole() -> None:
+    """Session 15's sample of the code as it is, beside the recorded one: shown as it came, survivors unexplained."""
+    fresh = json.loads(FRESH.read_text())
+    text = PAGE.read_text()
+    shown = text[text.index(FRESH_BEGIN) + len(FRESH_BEGIN):text.index(FRESH_END)].strip("\n")
+    assert shown == markdown(fresh), "re-render: python -m harness.mutate.table"
+    assert fresh["raw"]["all"] == len(fresh["mutants"]) == fresh["planned"] >= 60
 
 
 def test_the_measurement_is_a_whole_seeded_sample_of_at_least_60() -> None:

@@ -15,12 +15,16 @@ import sys
 from pathlib import Path
 from typing import Any
 
-__all__ = ["DATA", "PAGE", "BEGIN", "END", "markdown", "render_doc"]
+__all__ = ["DATA", "PAGE", "BEGIN", "END", "FRESH", "FRESH_BEGIN", "FRESH_END", "markdown", "render_doc"]
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "docs" / "data" / "mutation.json"
 PAGE = ROOT / "docs" / "mutation.md"
 BEGIN, END = "<!-- mutation-table:begin -->", "<!-- mutation-table:end -->"
+# a fresh sample of the code as it is, beside the recorded one (session 15): ./dev mutate --sample 60 --seed 1
+# --workers 2 --json docs/data/mutation_fresh.json; its survivors are shown as they are, explained or not
+FRESH = ROOT / "docs" / "data" / "mutation_fresh.json"
+FRESH_BEGIN, FRESH_END = "<!-- mutation-fresh-table:begin -->", "<!-- mutation-fresh-table:end -->"
 
 
 def _pct(k: int, n: int) -> str:
@@ -130,12 +134,16 @@ def merge(parts: list[dict[str, Any]], later_wins: bool = False,
             "mutants": mutants}
 
 
-def render_doc(data_path: Path = DATA, page: Path = PAGE) -> None:
-    """Write the table into ``page`` between the markers (the rest of the page is left as it is)."""
-    data = json.loads(data_path.read_text())
+def render_doc(data_path: Path = DATA, page: Path = PAGE, fresh: Path = FRESH) -> None:
+    """Write the table into ``page`` between the markers (the rest of the page is left as it is), and the fresh
+    sample's between its own where the page has them."""
     text = page.read_text()
-    start, stop = text.index(BEGIN) + len(BEGIN), text.index(END)
-    page.write_text(text[:start] + "\n" + markdown(data) + "\n" + text[stop:])
+    for path, begin, end in ((data_path, BEGIN, END), (fresh, FRESH_BEGIN, FRESH_END)):
+        if begin not in text or not path.exists():
+            continue
+        start, stop = text.index(begin) + len(begin), text.index(end)
+        text = text[:start] + "\n" + markdown(json.loads(path.read_text())) + "\n" + text[stop:]
+    page.write_text(text)
 
 
 if __name__ == "__main__":
