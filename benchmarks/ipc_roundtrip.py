@@ -64,13 +64,13 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import Any
 
 from harness.bench.bare import BareListener
 from harness.bench.interleave import Arm, Request, Step, format_result, format_rows, run_interleaved
-from harness.bench.serverproc import Served, ServerProcess
+from harness.bench.serverproc import Served, ServerProcess, on_cpu, two_cpus
 from harness.history import NullRecorder
 from harness.reference import wire
 from harness.reference.allocator import KVAllocator, MiB
@@ -219,22 +219,13 @@ PIN: dict[str, int] = {}  # {"client": cpu, "listeners": cpu} while pinned (main
 
 def pin_plan(enabled: bool) -> dict[str, int]:
     """The two CPUs of a pinned run: the first two this process may run on; {} if fewer or not ``enabled``."""
-    cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
-    return {"client": cpus[0], "listeners": cpus[1]} if enabled and len(cpus) >= 2 else {}
+    two = two_cpus(enabled)
+    return {"client": two[0], "listeners": two[1]} if two else {}
 
 
-@contextmanager
-def client_pinned() -> Iterator[None]:
+def client_pinned() -> AbstractContextManager[None]:
     """This thread on the client's CPU for the block (when pinned), then back where it may run."""
-    if not PIN:
-        yield
-        return
-    before = os.sched_getaffinity(0)
-    os.sched_setaffinity(0, {PIN["client"]})
-    try:
-        yield
-    finally:
-        os.sched_setaffinity(0, before)
+    return on_cpu(PIN.get("client"))
 
 
 def listener_cpus() -> frozenset[int] | None:

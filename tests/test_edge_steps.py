@@ -202,20 +202,30 @@ SEND_TIMEOUT = HEAD.replace("tp: 2", "tp: 1") + textwrap.dedent("""\
     """)
 
 
-def test_a_send_timeout_bounds_the_wait_for_its_reply_not_the_runs() -> None:
-    """The request is parked in the backend: the send fails with the client's TimeoutError after its own
-    300 ms, where the run's ipc_timeout (10 s) would have held it, and the run goes on (the release, the stop)."""
+PIPELINE_TIMEOUT = SEND_TIMEOUT.replace(
+    "- send: {to: {rank: 0}, cmd: kv_tensors_created, timeout: 300ms, as: r1}",
+    "- pipeline: {to: {rank: 0}, requests: [{cmd: kv_tensors_created}], timeout: 300ms, as: r1}\n"
+    "  - wait: {returned: r1}")
+
+
+@pytest.mark.parametrize("kind, text", [("send", SEND_TIMEOUT), ("pipeline", PIPELINE_TIMEOUT)])
+def test_a_step_timeout_bounds_the_wait_for_its_reply_not_the_runs(kind: str, text: str) -> None:
+    """The request (a pipeline's first) is parked in the backend: the step fails with the client's TimeoutError
+    after its own 300 ms, where the run's ipc_timeout (10 s) would have held it, and the run goes on (the release,
+    the stop)."""
     from harness.scenario.loader import expand
     from harness.scenario.runner import run_item
 
-    item = expand(loads(SEND_TIMEOUT, "t.yaml"))[0]
-    assert item.scenario.steps[2].send.timeout == pytest.approx(0.3)
+    item = expand(loads(text, "t.yaml"))[0]
+    assert getattr(item.scenario.steps[2], kind).timeout == pytest.approx(0.3)
     result = run_item(item, variant="reference")
     assert result.step_error == "" and result.passed, (result.step_error, result.verdicts)
     started = next(e for e in result.events if e.kind == "step_started" and e.data.get("step") == "r1")
     ended = next(e for e in result.events if e.kind == "step_returned" and e.data.get("step") == "r1")
     assert ended.data["ok"] is False and "TimeoutError" in ended.data["error"], ended.data
     assert 0.3 <= (ended.t_ns - started.t_ns) / 1e9 < 5.0  # its own bound, far under the run's 10 s
+    with pytest.raises(ScenarioError, match="timeout"):
+        loads(text.replace("timeout: 300ms", "timeout: 0s"), "t.yaml")
 
 
 def test_a_send_timeout_is_refused_where_the_step_waits_for_no_reply() -> None:
@@ -223,27 +233,3 @@ def test_a_send_timeout_is_refused_where_the_step_waits_for_no_reply() -> None:
         with pytest.raises(ScenarioError, match=f"timeout: fault '{fault}' does not wait for a reply; remove it"):
             loads(SEND_TIMEOUT.replace("cmd: kv_tensors_created, timeout: 300ms",
                                        f"cmd: kv_tensors_created, fault: {fault}, timeout: 300ms"), "t.yaml")
-    with pytest.raises(ScenarioError, match="timeout"):
-        loads(SEND_TIMEOUT.replace("timeout: 300ms", "timeout: 0s"), "t.yaml")
-
-
-def test_a_pipeline_timeout_bounds_the_wait_for_each_reply_not_the_runs() -> None:
-    """As send's: the first request is parked in the backend, and the pipeline fails with the client's TimeoutError
-    after its own 300 ms, where the run's ipc_timeout (10 s) would have held it."""
-    from harness.scenario.loader import expand
-    from harness.scenario.runner import run_item
-
-    text = SEND_TIMEOUT.replace("- send: {to: {rank: 0}, cmd: kv_tensors_created, timeout: 300ms, as: r1}",
-                                "- pipeline: {to: {rank: 0}, requests: [{cmd: kv_tensors_created}], timeout: 300ms,"
-                                " as: r1}\n  - wait: {returned: r1}")
-    item = expand(loads(text, "t.yaml"))[0]
-    assert item.scenario.steps[2].pipeline.timeout == pytest.approx(0.3)
-    result = run_item(item, variant="reference")
-    assert result.step_error == "" and result.passed, (result.step_error, result.verdicts)
-    started = next(e for e in result.events if e.kind == "step_started" and e.data.get("step") == "r1")
-    ended = next(e for e in result.events if e.kind == "step_returned" and e.data.get("step") == "r1")
-    assert ended.data["ok"] is False and "TimeoutError" in ended.data["error"], ended.data
-    assert 0.3 <= (ended.t_ns - started.t_ns) / 1e9 < 5.0
-    with pytest.raises(ScenarioError, match="timeout"):
-        loads(text.replace("timeout: 300ms", "timeout: 0s"), "t.yaml")
-

@@ -40,19 +40,17 @@ import argparse
 import contextlib
 import html
 import json
-import os
 import random
 import shutil
 import sys
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from harness.bench.arms import OPS, Client, check_op, flavoured
 from harness.bench.interleave import ORDERS, Arm, Result, Window, format_rows, run_interleaved
-from harness.bench.serverproc import ServerProcess
+from harness.bench.serverproc import ServerProcess, on_cpu, pin_threads, two_cpus
 from harness.bench.stats import MIN_SAMPLES, Comparison, compare
 from harness.bench.target_arm import expand, new_root, resolve
 from harness.bench.workload import WORKLOAD_KEYS, load_workload
@@ -238,29 +236,8 @@ def _info(label: str, spec: str, c: Cluster) -> ArmInfo:
 def pin_plan(enabled: bool) -> dict[str, int]:
     """Where a pinned bench runs: its client on the first CPU it may use, every arm on the second; {} where it
     may use fewer than two, or ``enabled`` is False (``--no-pin``)."""
-    cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
-    return {"client": cpus[0], "arms": cpus[1]} if enabled and len(cpus) >= 2 else {}
-
-
-def pin_threads(pid: int, cpu: int) -> None:
-    """Every thread of process ``pid`` on ``cpu`` (threads it starts later inherit it from their starter)."""
-    for tid in os.listdir(f"/proc/{pid}/task"):
-        with contextlib.suppress(ProcessLookupError):  # a thread that ended meanwhile
-            os.sched_setaffinity(int(tid), {cpu})
-
-
-@contextlib.contextmanager
-def on_cpu(cpu: int | None) -> Iterator[None]:
-    """This thread on ``cpu`` for the block (None: where it may run), then back."""
-    if cpu is None:
-        yield
-        return
-    before = os.sched_getaffinity(0)
-    os.sched_setaffinity(0, {cpu})
-    try:
-        yield
-    finally:
-        os.sched_setaffinity(0, before)
+    two = two_cpus(enabled)
+    return {"client": two[0], "arms": two[1]} if two else {}
 
 
 def run_bench(arms: list[str], ops: list[str], windows: int = 15, requests: int = 300, warmup: int = 1,

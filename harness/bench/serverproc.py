@@ -26,12 +26,13 @@ counterpart of ``pthread_getcpuclockid``.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import select
 import signal
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import TracebackType
 from typing import Protocol
@@ -40,7 +41,39 @@ import torch  # noqa: F401 - a child makes tensors (the allocator, kvcached): it
 
 from harness.timeouts import scaled
 
-__all__ = ["Served", "ServerProcess"]
+__all__ = ["Served", "ServerProcess", "two_cpus", "on_cpu", "pin_threads"]
+
+
+# ---------------------------------------------------------------- placement on CPUs
+# On a 2-CPU VM a round trip takes about 20 us when the listener shares the client's CPU and about 60 us when the
+# request wakes the other; unpinned, which it is changes from window to window.  The benchmarks pin the client to
+# one CPU and every listener to another (benchmarks/ipc_roundtrip.py, lastcall bench).
+def two_cpus(enabled: bool = True) -> tuple[int, int] | None:
+    """The first two CPUs this process may run on (the client's, the listeners'); None if fewer or not
+    ``enabled``."""
+    cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+    return (cpus[0], cpus[1]) if enabled and len(cpus) >= 2 else None
+
+
+def pin_threads(pid: int, cpu: int) -> None:
+    """Every thread of process ``pid`` on ``cpu`` (threads it starts later inherit it from their starter)."""
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        with contextlib.suppress(ProcessLookupError):  # a thread that ended meanwhile
+            os.sched_setaffinity(int(tid), {cpu})
+
+
+@contextlib.contextmanager
+def on_cpu(cpu: int | None) -> Iterator[None]:
+    """This thread on ``cpu`` for the block (None: where it may run), then back."""
+    if cpu is None:
+        yield
+        return
+    before = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {cpu})
+    try:
+        yield
+    finally:
+        os.sched_setaffinity(0, before)
 
 
 class Served(Protocol):

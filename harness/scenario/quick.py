@@ -140,7 +140,8 @@ def _check(items: Sequence[pytest.Item], moves: Iterable[Move]) -> None:
 
 def modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Mark the moves slow (before -m deselects) and keep them for the docs check."""
-    moves = plan(items, catch_once=bool(config.getini(INI)), seconds=durations(config.rootpath))
+    catch_once = bool(config.getini(INI))
+    moves = plan(items, catch_once=catch_once, seconds=durations(config.rootpath) if catch_once else {})
     _check(items, moves)
     by_id = {m.nodeid: m for m in moves}
     for it in items:
