@@ -47,6 +47,10 @@ BEFORE_EXIT = frozenset({
     "survives_bad_input", "kv_state_consistent", "no_late_dispatch", "no_dispatch_after_teardown",
     "reads_cancelled", "handler_drained", "retained_for_retry", "teardown_deferred", "no_leaked_threads",
     "no_leaked_fds", "ctl_cleans", "ctl_sees_live_owners", "stop_snapshot_exact",
+    # from the harness's own step returns alone (measure_idle's window, start_listener's modes, the replies to
+    # malformed_handshake steps, a refused restart): recorded in the harness's process while the run's
+    # processes still run
+    "idle_cost", "private_paths", "bad_handshake_refused", "restart_refused",
 })
 # Judged from the after snapshot (every process reaped): the same after either exit for the harness's own code.
 AFTER_EXIT = frozenset({"no_leftover_paths", "no_leftover_shm", "no_orphan_processes", "port_released",
