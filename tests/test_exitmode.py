@@ -115,6 +115,11 @@ def test_the_environment_can_make_exits_more_faithful_never_less(env: str | None
     assert spec["fast_exit"] is False
 
 
+@pytest.mark.covered_by(  # the env cannot widen the rule; the rule keeps exit_without_stall faithful; a faithful
+    # exit runs module teardown: together what this real run proves end to end
+    "tests/test_exitmode.py::test_the_environment_can_make_exits_more_faithful_never_less[1]",
+    "tests/test_exitmode.py::test_the_rule_on_the_library",
+    "tests/test_exitmode.py::test_module_teardown_runs_in_a_faithful_exit_and_only_there[faithful]")
 def test_a_run_that_judges_exit_exits_faithfully_under_lastcall_fast_exit(monkeypatch: pytest.MonkeyPatch) -> None:
     """The library's exit-judging scenario against a worker whose module teardown stalls STALL_S (past the
     scenario's 3 s bound) under LASTCALL_FAST_EXIT=1: the variable once forced the fast exit on every run, the
@@ -149,3 +154,18 @@ def test_the_harnesss_own_listener_code_has_nothing_that_runs_in_module_teardown
              for n, line in enumerate(p.read_text().splitlines(), 1)
              if ("def __del__" in line or "weakref.finalize" in line or "import weakref" in line)]
     assert not found, f"code that can run in module teardown: {found}: review harness/scenario/exitmode.py"
+
+
+def test_no_checker_judged_before_exit_reads_an_exit_event() -> None:
+    """BEFORE_EXIT's premise, checked on each checker's declared ``judges``: none reads an event that a process
+    records at or after its exit, so skipping module teardown cannot change what it is given.  The four that
+    read only the harness's own step returns (idle_cost, private_paths, bad_handshake_refused, restart_refused)
+    are pinned to that, so one that later reads a listener event is reviewed again here."""
+    from harness.checkers.base import CHECKERS
+
+    for name in sorted(exitmode.BEFORE_EXIT):
+        judges = set(CHECKERS[name].judges)
+        assert judges, f"{name} declares no judges: the rule cannot tell what it reads"
+        assert not judges & exitmode.EXIT_EVENTS, (name, sorted(judges & exitmode.EXIT_EVENTS))
+    for name in ("idle_cost", "private_paths", "bad_handshake_refused", "restart_refused"):
+        assert set(CHECKERS[name].judges) == {"step_returned"}, (name, CHECKERS[name].judges)
