@@ -17,6 +17,7 @@ import pytest
 
 from harness.engine.standin import READY_LINE
 from harness.engine.tree import EngineTree
+from harness.scenario.quick import catch_id
 
 Launch = Callable[..., tuple[EngineTree, int]]
 
@@ -104,6 +105,8 @@ def test_a_request_after_shutdown_began_is_refused_and_a_stream_in_flight_is_abo
     assert tree.returncode == 0
 
 
+# the same planted flag, caught in a library scenario by the checker that names it
+@pytest.mark.covered_by(catch_id("engine-tp2-sigterm-idle", "engine_ignores_sigterm", "tp2-pp1-cpu"))
 def test_planted_ignores_sigterm_survives_sigterm(launch: Launch) -> None:
     tree, _ = launch("ignores_sigterm")
     tree.signal(signal.SIGTERM)
@@ -118,6 +121,8 @@ def test_planted_leaves_socket_file(launch: Launch) -> None:
     assert [p.suffix for p in tree.tmp.iterdir()] == [".sock"]
 
 
+# the same planted flag, caught in a library scenario by the checker that names it
+@pytest.mark.covered_by(catch_id("engine-sigterm-idle", "engine_keeps_child"))
 def test_planted_keeps_child_leaves_the_worker_orphaned(launch: Launch) -> None:
     tree, _ = launch("keeps_child")
     tree.signal(signal.SIGTERM)
