@@ -258,7 +258,7 @@ class EngineHost:
             self._dump_stacks(tree, f"e{n}")
             for m in members:
                 tree.signal(signal.SIGTERM, m.pid)
-            data["gone_after_sigterm"] = tree.wait_gone(min(scaled(CLOSE_GRACE_S), self.launch_s))
+            data["gone_after_sigterm"] = tree.wait_gone(min(self.scaled(CLOSE_GRACE_S), self.launch_s))
             data["killed"] = members_data(tree.close())
         self.c.rec.emit("engine_start_failed", error=str(exc).splitlines()[0] + (f" (fix: {fix})" if fix else ""),
                         **data)
