@@ -27,7 +27,7 @@ from typing import Annotated, Any, ClassVar, Literal
 from pydantic import Discriminator, Field, Tag, model_validator
 
 from harness.events import kind_names
-from harness.reference.wire import Command
+from harness.reference.wire import Command, ErrorType
 from harness.scenario.engine_spec import EngineRequest, EngineRestart, EngineSignal, EngineStart, WaitGone
 from harness.scenario.fields import (
     AS_DESCRIPTION,
@@ -113,10 +113,17 @@ class Send(Strict):
     timeout: Duration | None = Field(None, gt=0, description=(
         "how long the client waits for its reply before the step fails (TimeoutError), e.g. 2s for a request "
         "the listener must answer at once; default config.ipc_timeout"))
+    refused: ErrorType | None = Field(None, description=(
+        "a request the backend must refuse (an offset that is no page's, say): the step is ok only when the reply "
+        "is an error of this type, e.g. bad_request; a reply served, an error of another type or no reply fails "
+        "it. Only a plain request (fault none)"))
     as_: StepName | None = _AS
 
     @model_validator(mode="after")
     def _needs_cmd(self) -> Send:
+        if self.refused is not None and self.fault != "none":
+            raise ValueError(f"refused: only a plain request (fault none) is refused by the backend, not "
+                             f"{self.fault!r}")
         if self.keep_open and self.fault != "none":
             raise ValueError(f"keep_open: only a plain request (fault none) is answered and kept, not {self.fault!r}")
         if self.cmd is None and self.fault not in FRAMELESS_FAULTS:

@@ -56,9 +56,13 @@ def send(pl: Player, s: Any, name: str) -> None:
             return
         reply = peer.reply(pl.timeout(s.timeout))
         value = None if reply is None else {"status": reply.status, "error_type": reply.error_type}
-        ok = fault != "none" or (reply is not None and reply.status != "error")
+        if s.refused is not None:  # the backend must refuse it: ok only on an error reply of that type
+            ok = reply is not None and reply.status == "error" and reply.error_type == s.refused
+        else:
+            ok = fault != "none" or (reply is not None and reply.status != "error")
         pl.returned(name, "send", ok, value, fault=fault,
                     error="" if ok else "no reply (connection closed)" if reply is None
+                    else f"served, not refused ({s.refused})" if reply.status != "error"
                     else f"{reply.error_type}: {reply.message}")
         if not s.keep_open:  # kept: a kept-alive client gone idle, closed with the run's peers
             peer.close()
