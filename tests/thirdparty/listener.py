@@ -42,6 +42,9 @@ JOIN_S = 10.0  # a safety net for joining a thread that has been told to end
 ACCEPT_RETRY_MIN_S, ACCEPT_RETRY_MAX_S = 0.005, 0.1  # the pause after a failed accept, doubling up to its cap
 
 
+PAGE_BYTES = 2 << 20  # a KV page: an offset that is not a multiple of it is refused
+
+
 class Backend:
     """The KV pages this worker holds, per group; every call passes the failpoint site backend.<cmd>."""
 
@@ -56,6 +59,10 @@ class Backend:
             if self.torn_down:
                 raise RuntimeError("the backend is torn down")
             held = self._mapped.setdefault(group_id, set())
+            stray = [o for o in offsets if not isinstance(o, int) or o < 0 or o % PAGE_BYTES]
+            if stray and cmd in ("map_to_kv_tensors", "unmap_from_kv_tensors"):
+                return {"status": "error", "error_type": "bad_request",
+                        "message": f"offset {stray[0]!r} is no page's (pages are {PAGE_BYTES} bytes)"}
             if cmd == "map_to_kv_tensors":
                 new = sorted(set(offsets) - held)
                 held.update(offsets)
