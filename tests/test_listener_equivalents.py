@@ -243,3 +243,56 @@ def test_the_post_dispatch_update_without_its_lock_ends_as_the_locked_one_can(lc
     for line in (523, 524, 525):  # before each statement of the unlocked block that reads or writes a state
         got = _held_at(mutant, lc_root, line, 1)
         assert got in reference, (line, got, reference)
+
+
+
+POLL_FOREVER = "harness/reference/listener.py:370:81:constant"
+_EPOLL_WAIT = ("232", "281")  # x86_64 epoll_wait, epoll_pwait
+
+
+def _epoll_wait_timeout(timeout: float) -> int:
+    """The timeout (ms, as the kernel is given it) of an ``epoll.poll(timeout)`` a thread is blocked in: read
+    from /proc/self/task/TID/syscall while the thread waits in epoll_wait, then released by a write."""
+    import os
+    import select
+    import time
+
+    r, w = os.pipe()
+    ep = select.epoll()
+    ep.register(r, select.EPOLLIN)
+    tid: list[int] = []
+    got: list[Any] = []
+    t = threading.Thread(target=lambda: (tid.append(threading.get_native_id()), got.append(ep.poll(timeout))))
+    try:
+        t.start()
+        end = time.monotonic() + SAFETY  # a safety net: the thread is in epoll_wait at once
+        fields: list[str] = []
+        while not (fields and fields[0] in _EPOLL_WAIT) and time.monotonic() < end:
+            if tid:
+                with open(f"/proc/self/task/{tid[0]}/syscall") as f:
+                    fields = f.read().split()
+        assert fields and fields[0] in _EPOLL_WAIT, fields
+        os.write(w, b"x")
+        t.join(SAFETY)
+        assert got == [[(r, select.EPOLLIN)]], got
+        raw = int(fields[4], 16) & 0xFFFFFFFF  # epoll_wait's 4th argument, an int
+        return raw - (1 << 32) if raw >= 1 << 31 else raw
+    finally:
+        ep.close()
+        os.close(r)
+        os.close(w)
+
+
+def test_epoll_poll_waits_forever_for_any_negative_timeout_as_for_minus_one() -> None:
+    """``listener.py:370:81:constant`` (the serving thread's ``ep.poll(... else -1)`` becomes ``-2``): CPython's
+    ``epoll.poll`` hands the kernel -1 (wait until an event) for every negative timeout, so the serving loop
+    blocks exactly as before.  Shown on the syscall itself: the kernel's timeout argument for -1 and -2, against
+    a positive one that reaches it as it is (so the probe can tell them apart)."""
+    src = LISTENER_PY.read_text()
+    mutant = _mutants(src)[POLL_FOREVER]
+    line = src.splitlines()[mutant.line - 1]
+    assert "ep.poll(self._poll_timeout() if self._accept_delay else -1)" in line, line
+    assert apply(src, mutant).splitlines()[mutant.line - 1] == line.replace("else -1)", "else -2)")
+    assert _epoll_wait_timeout(-1) == -1
+    assert _epoll_wait_timeout(-2) == -1
+    assert _epoll_wait_timeout(5) == 5000

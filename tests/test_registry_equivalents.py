@@ -7,6 +7,9 @@ unlocked read can return too, because every critical section changes ``_entries`
 operation (an insert or a delete: no intermediate size exists to be seen) and the read itself is one
 ``len()`` of a dict.  The test checks that premise on the source and then the two reads side by side at each
 point of a start's and a forget's critical section, with a reader held at the lock.
+
+``registry.py:53:8:unlock`` (``Registry.get`` without ``with self._lock:``): the same premise, the read being
+one ``dict.get`` of one key, shown the same way.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from harness.mutate.mutator import apply, mutants_of
 
 REGISTRY_PY = Path(__file__).resolve().parent.parent / "harness" / "reference" / "registry.py"
 LEN_UNLOCK = "harness/reference/registry.py:61:8:unlock"
+GET_UNLOCK = "harness/reference/registry.py:53:8:unlock"
 SAFETY = 10.0  # seconds: a safety net on every wait, never a timer
 _CHANGES = ("clear", "pop", "popitem", "update", "setdefault", "__setitem__", "__delitem__")
 
@@ -45,7 +49,9 @@ def _changes_of_entries(node: ast.AST) -> int:
     return n
 
 
-def test_registry_len_without_its_lock_returns_what_the_locked_one_can() -> None:
+def _premise(method: str, body: str) -> None:
+    """Every critical section changes ``_entries`` by at most one operation, none changes it outside the lock,
+    and ``method`` is ``body``: one read of the dict under the lock."""
     tree = ast.parse(REGISTRY_PY.read_text())
     cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "Registry")
     locked = [w for w in ast.walk(cls) if isinstance(w, ast.With)
@@ -53,20 +59,24 @@ def test_registry_len_without_its_lock_returns_what_the_locked_one_can() -> None
     assert locked and all(_changes_of_entries(w) <= 1 for w in locked), "a critical section changes _entries twice"
     outside = _changes_of_entries(cls) - sum(_changes_of_entries(w) for w in locked)
     assert outside == 0, "_entries is changed outside the lock"
-    length = next(f for f in cls.body if isinstance(f, ast.FunctionDef) and f.name == "__len__")
-    assert ast.unparse(length.body[0]) == "with self._lock:\n    return len(self._entries)"
+    fn = next(f for f in cls.body if isinstance(f, ast.FunctionDef) and f.name == method)
+    assert ast.unparse(fn.body[-1]) == body, ast.unparse(fn.body[-1])
 
-    mutant = _mutated(LEN_UNLOCK).Registry(exit_hook=False)
+
+def _side_by_side(mid: str, read: Any) -> None:
+    """``read(registry)`` on the reference and on mutant ``mid``, before, during (a start's insert or a forget's
+    delete done, its lock still held) and after each critical section: the same values."""
+    mutant = _mutated(mid).Registry(exit_hook=False)
     from harness.reference.registry import Registry
 
     reference: Any = Registry(exit_hook=False)
     for reg in (reference, mutant):  # one key in, then a start's insert and a forget's delete under the lock
         reg._entries[("a", 0, 0)] = object()
     for change in ("insert", "delete"):
-        seen: dict[str, list[int]] = {}
+        seen: dict[str, list[Any]] = {}
         for name, reg in (("reference", reference), ("mutant", mutant)):
             inside, done = threading.Event(), threading.Event()
-            values: list[int] = [len(reg)]  # before the critical section
+            values: list[Any] = [read(reg)]  # before the critical section
 
             def section(reg: Any = reg, inside: threading.Event = inside, done: threading.Event = done,
                         change: str = change) -> None:
@@ -81,7 +91,7 @@ def test_registry_len_without_its_lock_returns_what_the_locked_one_can() -> None
             t = threading.Thread(target=section)
             t.start()
             assert inside.wait(SAFETY)
-            reader = threading.Thread(target=lambda reg=reg, values=values: values.append(len(reg)))
+            reader = threading.Thread(target=lambda reg=reg, values=values: values.append(read(reg)))
             reader.start()
             if name == "mutant":  # its read does not wait for the lock: it is done while the section holds it
                 reader.join(SAFETY)
@@ -89,6 +99,19 @@ def test_registry_len_without_its_lock_returns_what_the_locked_one_can() -> None
             done.set()  # (the reference's read waits for the lock, then reads)
             t.join(SAFETY)
             reader.join(SAFETY)
-            values.append(len(reg))  # after it
+            values.append(read(reg))  # after it
             seen[name] = values
         assert seen["reference"] == seen["mutant"], (change, seen)
+
+
+def test_registry_len_without_its_lock_returns_what_the_locked_one_can() -> None:
+    _premise("__len__", "with self._lock:\n    return len(self._entries)")
+    _side_by_side(LEN_UNLOCK, len)
+
+
+def test_registry_get_without_its_lock_returns_what_the_locked_one_can() -> None:
+    """``registry.py:53:8:unlock`` (``Registry.get`` without its lock): the same premise as ``__len__``'s, the
+    read being one ``dict.get``: it returns the listener registered on the key before or after the one change a
+    section makes, as the locked read can."""
+    _premise("get", "with self._lock:\n    return self._entries.get(key)")
+    _side_by_side(GET_UNLOCK, lambda reg: reg.get(("b", 0, 0)) is not None)
