@@ -29,9 +29,12 @@ from __future__ import annotations
 
 import ast
 import functools
+import os
+import select
 import socket
 import sys
 import threading
+import time
 import types
 from pathlib import Path
 from typing import Any
@@ -253,10 +256,6 @@ _EPOLL_WAIT = ("232", "281")  # x86_64 epoll_wait, epoll_pwait
 def _epoll_wait_timeout(timeout: float) -> int:
     """The timeout (ms, as the kernel is given it) of an ``epoll.poll(timeout)`` a thread is blocked in: read
     from /proc/self/task/TID/syscall while the thread waits in epoll_wait, then released by a write."""
-    import os
-    import select
-    import time
-
     r, w = os.pipe()
     ep = select.epoll()
     ep.register(r, select.EPOLLIN)
