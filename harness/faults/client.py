@@ -36,6 +36,7 @@ __all__ = [
     "slow_reader",
     "read_slowly",
     "pipeline",
+    "CutReply",
 ]
 
 Framer = Callable[[wire.Request], bytes]
@@ -232,22 +233,55 @@ def read_slowly(sock: socket.socket, timeout: float, decode: Callable[[bytes], w
     return decode(bytes(data[wire.HEADER.size:]))
 
 
+class CutReply:
+    """A reply the listener began and never finished: the connection ended ``got`` bytes into its frame."""
+
+    def __init__(self, got: int) -> None:
+        self.got = got
+
+    def __repr__(self) -> str:
+        return f"CutReply(got={self.got})"
+
+
+def _reply_frame(sock: socket.socket) -> bytes | CutReply | None:
+    """One reply frame's body; None if the connection ended before any byte of it (the listener closed it at a
+    frame boundary), a :class:`CutReply` if it ended inside the frame."""
+    data = bytearray()
+    need = wire.HEADER.size
+    while len(data) < need:
+        try:
+            chunk = sock.recv(need - len(data))
+        except (ConnectionResetError, BrokenPipeError):
+            chunk = b""
+        if not chunk:
+            return CutReply(len(data)) if data else None
+        data += chunk
+        if need == wire.HEADER.size and len(data) == need:
+            need += wire.parse_length(bytes(data))
+    return bytes(data[wire.HEADER.size:])
+
+
 def pipeline(path: str, frames: list[bytes], timeout: float, decode: Callable[[bytes], wire.Reply], *,
-             read_each: bool = False) -> list[wire.Reply | None]:
+             read_each: bool = False) -> list[wire.Reply | CutReply | None]:
     """Send ``frames`` on one connection, back to back in one write (or each after the reply before, with
-    ``read_each``); the replies in the order read, None for each the listener closed the connection before."""
+    ``read_each``); the replies in the order read: None for each the listener closed the connection before
+    (at a frame boundary), a :class:`CutReply` for one it closed the connection in the middle of (and None for
+    each after it)."""
     s = connect(path, timeout)
-    replies: list[wire.Reply | None] = []
+    replies: list[wire.Reply | CutReply | None] = []
     try:
         if not read_each:
             s.sendall(b"".join(frames))
         for data in frames:
             if read_each:
                 s.sendall(data)
-            try:
-                replies.append(decode(wire.recv_frame(s)))
-            except (wire.PeerClosed, ConnectionResetError, BrokenPipeError):
+            body = _reply_frame(s)
+            if body is None:
                 break
+            if isinstance(body, CutReply):
+                replies.append(body)
+                break
+            replies.append(decode(body))
     except BrokenPipeError:
         pass
     finally:

@@ -71,21 +71,49 @@ def pipeline(pl: Player, s: Any, name: str) -> None:
         except OSError as exc:
             pl.returned(name, "pipeline", False, None, error=f"{type(exc).__name__}: {exc}")
             return
-        value = [None if r is None else {"id": short_id(r.id), "status": r.status, "error_type": r.error_type}
-                 for r in replies]
+        value = [None if r is None else {"cut": r.got} if isinstance(r, cf.CutReply)
+                 else {"id": short_id(r.id), "status": r.status, "error_type": r.error_type} for r in replies]
         want = [short_id(q.id) for q in reqs]
-        got = [v["id"] for v in value if v is not None]
+        got = [v["id"] for v in value if v is not None and "id" in v]
+        cut = [(want[i], v["cut"]) for i, v in enumerate(value) if v is not None and "cut" in v]
         # once a stop has begun the listener may close the connection instead of reading further: the requests
-        # it had not read were never completed frames (stop contract lines 1 and 2), so they may go unanswered
+        # it had not read were never completed frames (stop contract lines 1 and 2), so they may go unanswered;
+        # one it decided on (dispatched, or refused shutting_down) it owes a reply (lines 3 and 1)
         stopping = any(category_of(e.data) == "stop" for e in pl.c.rec.events("step_started"))
-        lost = 0 if stopping else value.count(None)
-        bad = [v for v in value if v is not None and v["status"] == "error" and v["error_type"] != "shutting_down"]
-        error = (f"{lost} of {len(reqs)} request(s) got no reply (connection closed)" if lost
-                 else f"replies out of order: {got}, sent {want}" if got != want[:len(got)]
-                 else f"{bad[0]['id']}: {bad[0]['error_type']}" if bad else "")
+        unanswered = [q.id or "" for q, v in zip(reqs, value, strict=True) if v is None]
+        owed = decided(pl, s.to, unanswered) if stopping and unanswered else []
+        lost = 0 if stopping else len(unanswered)
+        bad = [v for v in value if v is not None and v.get("status") == "error" and v["error_type"] != "shutting_down"]
+        if cut:
+            error = f"{cut[0][0]}: its reply was cut after {cut[0][1]} byte(s) (the connection closed mid-frame)"
+        elif owed:
+            them = "it" if len(owed) == 1 else "them"
+            error = (f"{', '.join(owed)}: no reply, though the listener decided on {them} "
+                     "(dispatch_started or dispatch_refused recorded; it owes the reply or shutting_down)")
+        elif lost:
+            error = f"{lost} of {len(reqs)} request(s) got no reply (connection closed)"
+        elif got != want[:len(got)]:
+            error = f"replies out of order: {got}, sent {want}"
+        else:
+            error = f"{bad[0]['id']}: {bad[0]['error_type']}" if bad else ""
         pl.returned(name, "pipeline", not error, value, n=len(reqs), error=error)
 
     pl.background(name, run)
+
+
+def decided(pl: Player, to: Any, ids: list[str]) -> list[str]:
+    """Which of ``ids`` (requests a pipeline got no reply to) the listener of worker ``to`` decided on: recorded a
+    ``dispatch_started`` or ``dispatch_refused`` with that id (a target whose events carry no id decides on
+    none).  A ping through the worker's control channel first: the channel is ordered, so every event the
+    worker recorded before its listener closed the connection is in the history once the ping returns."""
+    proc = pl.proc(to)
+    try:
+        proc.call("ping", timeout=pl.timeout())
+    except RemoteError:
+        pass  # a worker that is gone has recorded all it will
+    seen = {e.data.get("id") for e in pl.c.rec.events() if e.pid == proc.pid
+            and e.kind in ("dispatch_started", "dispatch_refused")}
+    return [short_id(i) or "" for i in ids if i in seen]
 
 
 @step_kind("stale_socket", "environment", cast=W)
