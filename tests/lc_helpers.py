@@ -29,6 +29,17 @@ def until(cond: Callable[[], Any], limit: float = 5.0) -> Any:
     pytest.fail("condition not reached in time")
 
 
+def exited(pid: int, limit: float = 5.0) -> None:
+    """Block until process ``pid`` (a child not yet reaped, or any process) has exited: its pidfd turns readable
+    then, the process left a zombie until its parent reaps it; fail after ``limit`` seconds (a safety net)."""
+    fd = os.pidfd_open(pid)
+    try:
+        if not select.select([fd], [], [], limit)[0]:
+            pytest.fail(f"process {pid} did not exit in {limit}s")
+    finally:
+        os.close(fd)
+
+
 _IN_CREATE, _IN_MOVED_TO = 0x100, 0x80  # <sys/inotify.h>
 
 

@@ -21,7 +21,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from lc_helpers import until
+from lc_helpers import exited, until
 
 from harness.probes.fs import paths_under, shm_entries
 from harness.probes.gpu import gpu_processes
@@ -147,7 +147,8 @@ def test_gone_process_is_none() -> None:
 def test_zombie_is_seen_then_reaped() -> None:
     child = subprocess.Popen(["true"], stdout=subprocess.PIPE)
     assert child.stdout is not None and child.stdout.read() == b""  # EOF: it is exiting; not reaped yet
-    until(lambda: (st := read_stat(child.pid)) is not None and st.state == "Z")
+    exited(child.pid)  # its pidfd is readable once it has exited: a zombie until we reap it
+    assert (st := read_stat(child.pid)) is not None and st.state == "Z", st
     snap = take("z", pids=[child.pid], gpu=False)
     (entry,) = snap.procs
     assert entry.state == "Z" and entry.fds == () and snap.extra["zombies"] == [child.pid]
@@ -183,7 +184,9 @@ def test_descendants_pgid_and_reparented_away() -> None:
         assert reparented_away(group, [child.pid], [ME]) == ()  # ... unless we are a harness helper
         child.kill()
         child.wait()
-        until(lambda: (st := read_stat(grandchild)) is not None and st.ppid != child.pid)
+        # reaped, so its exit is done, and the kernel reparents a process's children as it exits (before its
+        # parent can reap it): the grandchild's parent is already another
+        assert (st := read_stat(grandchild)) is not None and st.ppid != child.pid, st
         snap = take("after", pgids=[child.pid], gpu=False)  # its new parent: init, or us if we are a subreaper
         assert [p.pid for p in snap.procs] == [grandchild] and snap.extra["reparented_away"] == [grandchild]
     finally:
