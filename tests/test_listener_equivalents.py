@@ -295,3 +295,103 @@ def test_epoll_poll_waits_forever_for_any_negative_timeout_as_for_minus_one() ->
     assert _epoll_wait_timeout(-1) == -1
     assert _epoll_wait_timeout(-2) == -1
     assert _epoll_wait_timeout(5) == 5000
+
+
+# --------------------------------------------- 387: the last dispatch pass
+LAST_PASS = "harness/reference/listener.py:387:12:remove"
+_LAST_PASS_LINE = int(LAST_PASS.split(":")[1])
+_ADDS = ("append", "appendleft", "extend", "extendleft", "insert")
+
+
+def _calls(fn: ast.FunctionDef) -> set[str]:
+    """The methods of self that ``fn`` calls."""
+    return {n.func.attr for n in ast.walk(fn) if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
+            and ast.unparse(n.func.value) == "self"}
+
+
+def _stop_into(seen: dict[str, list[tuple[str, Any]]], key: str, listener: Any) -> None:
+    seen[key] = [("ok", listener.stop())]
+
+
+class _CountsLastPass:
+    """Mixed into a listener class: records how many connections the dispatch pass after the serving loop
+    found waiting (the reference makes that pass; the mutant does not)."""
+
+    found: list[int]
+
+    def _dispatch_ready(self) -> None:
+        if self._stopping and sys._getframe(1).f_lineno == _LAST_PASS_LINE:  # type: ignore[attr-defined]
+            self.found.append(len(self._ready))  # type: ignore[attr-defined]
+        super()._dispatch_ready()  # type: ignore[misc]
+
+
+def test_the_last_dispatch_pass_always_finds_nothing_waiting(lc_root: Path, lastcall_failpoints: Any,
+                                                            no_thread_leak: None) -> None:
+    """``listener.py:387:12:remove`` (the ``_dispatch_ready()`` after the serving loop, "everything left answers
+    shutting_down", removed): that pass always finds ``_ready`` empty.  The only statement that adds to
+    ``_ready`` is ``_on_readable``'s append; ``_on_readable`` runs only inside the loop's body (called there and
+    from ``_accept``, itself called only there); the body ends with a dispatch pass whenever ``_ready`` holds a
+    connection, a pass that takes connections off until it is empty and never reaches ``_on_readable``; and the
+    loop's condition is tested only between two bodies.  So the pass after the loop has nothing to do, and
+    without it the listener does the same.  The test checks that premise on the source, then stops a listener
+    with frames queued behind a handler the stop drains (the pipelined case of the library): the reference's
+    last pass finds no connection, and reference and mutant answer, record and close alike."""
+    src = LISTENER_PY.read_text()
+    line = src.splitlines()[_mutants(src)[LAST_PASS].line - 1]
+    assert line.strip() == "self._dispatch_ready()  # everything left answers shutting_down", line
+    tree = ast.parse(src)
+    cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "WorkerListener")
+    methods = {f.name: f for f in cls.body if isinstance(f, ast.FunctionDef)}
+    adders = {name for name, fn in methods.items() for n in ast.walk(fn) if isinstance(n, ast.Call)
+              and isinstance(n.func, ast.Attribute) and n.func.attr in _ADDS
+              and ast.unparse(n.func.value) == "self._ready"}
+    assert adders == {"_on_readable"}, adders
+    callers = {name: {m for m, fn in methods.items() if name in _calls(fn)} for name in ("_on_readable", "_accept")}
+    assert callers == {"_on_readable": {"_serve", "_accept"}, "_accept": {"_serve"}}, callers
+    loop = next(n for n in ast.walk(methods["_serve"]) if isinstance(n, ast.While))
+    assert ast.unparse(loop.test) == "not self._stopping"
+    in_body = {n.func.attr for s in loop.body for n in ast.walk(s) if isinstance(n, ast.Call)
+               and isinstance(n.func, ast.Attribute)}
+    outside = {n.func.attr for s in methods["_serve"].body if s is not loop for n in ast.walk(s)
+               if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)}
+    assert {"_on_readable", "_accept"} <= in_body and not {"_on_readable", "_accept"} & outside - in_body
+    assert ast.unparse(loop.body[-1]) == "if self._ready:\n    self._dispatch_ready()"
+    body = methods["_dispatch_ready"].body
+    assert len(body) == 1 and isinstance(body[0], ast.While) and ast.unparse(body[0].test) == "self._ready"
+    reach, todo = set(), ["_dispatch_ready"]
+    while todo:
+        for callee in _calls(methods[todo.pop()]) & set(methods):
+            if callee not in reach:
+                reach.add(callee)
+                todo.append(callee)
+    assert not reach & {"_on_readable", "_accept", "_serve"}, reach
+    seen: dict[str, list[tuple[str, Any]]] = {}
+    for name, base in (("reference", WorkerListener), ("mutant", _mutated(LAST_PASS).WorkerListener)):
+        cls_ = type(f"Counted{name}", (_CountsLastPass, base), {"found": []})
+        rec = Recorder()
+        listener = cls_(socket_path(name, 0, 0, lc_root), NoopBackend(), ipc=name, recorder=rec)
+        listener.start()
+        fp = lastcall_failpoints.arm("backend.kv_tensors_created", "pause", count=1)
+        client = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        client.settimeout(SAFETY)
+        client.connect(str(listener.path))
+        try:
+            client.sendall(_frame(rid="a") + _frame(rid="b") + _frame(rid="c"))
+            assert fp.wait_reached(timeout=SAFETY)  # the first in the backend, two queued behind it
+            stopper = threading.Thread(target=functools.partial(_stop_into, seen, f"{name}.stop", listener))
+            stopper.start()
+            assert rec.wait_for("stop_started", SAFETY) is not None
+            fp.release()
+            replies = [wire.decode_reply(wire.recv_frame(client)) for _ in range(3)]
+            stopper.join(SAFETY)
+        finally:
+            client.close()
+        assert not stopper.is_alive()
+        seen[name] = [(r.id, r.error_type) for r in replies] + [
+            (e.kind, e.data.get("why")) for e in rec.events() if e.kind in (
+                "dispatch_started", "dispatch_finished", "dispatch_refused", "connection_closed", "stop_returned")]
+        seen[f"{name}.found"] = [("last pass found", n) for n in cls_.found]
+    assert seen["reference.found"] == [("last pass found", 0)], seen  # the pass ran, with nothing waiting
+    assert seen["mutant.found"] == [], seen  # the mutant makes no such pass
+    assert seen["reference"] == seen["mutant"] and seen["reference.stop"] == seen["mutant.stop"] == [("ok", True)]
+    assert seen["reference"][:3] == [("a", None), ("b", "shutting_down"), ("c", "shutting_down")], seen
