@@ -118,3 +118,33 @@ def test_a_later_part_replaces_an_earlier_result_only_with_later_wins() -> None:
     assert merge([a, b], later_wins=True)["unmutated_seconds"] == {"listener": 41.0, "cli": 5.0}
     m = merge([a], equivalent={"a:2:0:negate"})  # an equivalence shown after the run: the score follows it
     assert m["non_equivalent"] == {"killed": 1, "all": 1} and m["mutants"][1]["equivalent"] is True
+
+
+@pytest.mark.parametrize(("argv", "says"), [
+    (["--bogus"], "unrecognized arguments: --bogus"),
+    (["--later-wins"], "--later-wins goes with --merge"),
+    (["--merge"], "--merge takes the RUN.json files"),
+    (["run.json"], "RUN.json files go only with --merge"),
+])
+def test_a_bad_command_line_is_a_usage_error(argv: list[str], says: str, capsys: pytest.CaptureFixture[str]) -> None:
+    from harness.mutate.table import main
+
+    with pytest.raises(SystemExit) as info:
+        main(argv)
+    assert info.value.code == 2 and says in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("content", [None, "{not json", '{"a": 1}', "[1, 2]"])
+def test_a_run_file_that_is_no_run_is_refused_and_nothing_is_written(content: str | None, tmp_path: Path,
+                                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    from harness.mutate.table import main
+
+    run = tmp_path / "run.json"
+    if content is not None:
+        run.write_text(content)
+    before = DATA.read_bytes(), PAGE.read_bytes()
+    assert main(["--merge", "--later-wins", str(run)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("python -m harness.mutate.table: --merge: not runs of ./dev mutate --json") and \
+        "Traceback" not in err
+    assert (DATA.read_bytes(), PAGE.read_bytes()) == before

@@ -198,3 +198,32 @@ def test_the_table_runs_planted_bugs_not_real_targets() -> None:
     columns = table_variants()
     assert "reference" in columns and "engine_standin" in columns and "engine_keeps_child" in columns
     assert not {"kvcached", "vllm_nixl", "vllm_engine"} & set(columns)  # a real vLLM launch per cell, else
+
+
+@pytest.mark.parametrize(("argv", "says"), [
+    (["--bogus"], "unrecognized arguments: --bogus"),
+    (["--update"], "argument --update: expected at least one argument"),
+    (["--from", "x", "scenarios"], "PATH goes alone"),
+])
+def test_a_bad_command_line_is_a_usage_error(argv: list[str], says: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as info:
+        main(argv)
+    assert info.value.code == 2 and says in capsys.readouterr().err
+
+
+def test_bad_input_is_one_located_line_and_exit_2_before_anything_runs(tmp_path: Path,
+                                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: bad\nabout: x\ncatches: [no_conn_tracking]\n"
+                   "steps:\n  - stat: cluster\nexpect: [stop_result]\n")
+    assert main([str(bad)]) == 2  # a typo of a step kind
+    err = capsys.readouterr().err
+    assert err.startswith(f"python -m harness.scenario.table: {bad}:5:") and "stat" in err, err
+    assert "Traceback" not in err and err.count("\n") <= 3, err
+    assert main(["--write", "--update", str(tmp_path / "gone.yaml")]) == 2
+    assert "gone.yaml: cannot read" in capsys.readouterr().err
+    assert main(["--from", str(tmp_path)]) == 2  # no cells there
+    assert "no *.json under" in capsys.readouterr().err
+    (tmp_path / "s.json").write_text('{"not": "a list of cells"}')
+    assert main(["--from", str(tmp_path)]) == 2
+    assert "s.json: not a file of cells the slow test writes" in capsys.readouterr().err

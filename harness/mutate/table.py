@@ -146,14 +146,37 @@ def render_doc(data_path: Path = DATA, page: Path = PAGE, fresh: Path = FRESH) -
     page.write_text(text)
 
 
-if __name__ == "__main__":
-    if sys.argv[1:2] == ["--merge"]:  # --merge [--later-wins] A.json B.json ...: write their merge to DATA, render
-        later = sys.argv[2:3] == ["--later-wins"]
-        files = sys.argv[3:] if later else sys.argv[2:]
+def main(argv: list[str]) -> int:
+    """``python -m harness.mutate.table`` re-renders docs/mutation.md's tables; ``--merge [--later-wins]
+    RUN.json...`` first writes the merge of those runs to docs/data/mutation.json.  Bad input (an unknown
+    option, a run file that cannot be read or is not a run) is one line on stderr and exit 2, nothing written."""
+    import argparse
+
+    ap = argparse.ArgumentParser(prog="python -m harness.mutate.table",
+                                 description="Re-render docs/mutation.md's measured tables from docs/data/.")
+    ap.add_argument("--merge", action="store_true",
+                    help="first write the merge of the RUN files (parts of one sample) to docs/data/mutation.json")
+    ap.add_argument("--later-wins", action="store_true",
+                    help="with --merge: a mutant run again in a later part takes that part's outcome")
+    ap.add_argument("runs", nargs="*", metavar="RUN.json", help="with --merge: the runs, in order")
+    args = ap.parse_args(argv)
+    if args.merge != bool(args.runs):
+        ap.error("--merge takes the RUN.json files to merge, and RUN.json files go only with --merge")
+    if args.later_wins and not args.merge:
+        ap.error("--later-wins goes with --merge")
+    if args.merge:
         from harness.mutate.plan import EQUIVALENT, read_entries
 
-        merged = merge([json.loads(Path(f).read_text()) for f in files], later_wins=later,
-                       equivalent=set(read_entries(EQUIVALENT, equivalent=True)))
+        try:
+            runs = [json.loads(Path(f).read_text()) for f in args.runs]
+            merged = merge(runs, later_wins=args.later_wins, equivalent=set(read_entries(EQUIVALENT, equivalent=True)))
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+            print(f"{ap.prog}: --merge: not runs of ./dev mutate --json ({type(exc).__name__}: {exc})", file=sys.stderr)
+            return 2
         DATA.write_text(json.dumps(merged, indent=1) + "\n")
     render_doc()
-    sys.exit(0)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -12,9 +12,11 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from harness.result import RunResult
 from harness.scenario.catches import judge_catch
+from harness.scenario.errors import ScenarioError
 from harness.scenario.loader import expand, load_many
 from harness.scenario.runner import run_item
 from harness.scenario.schema import Scenario
@@ -117,9 +119,12 @@ def load_cells(directory: str) -> list[Cell]:
         raise SystemExit(f"no *.json under {directory}: run `pytest -m slow tests/test_scenario_table.py` first")
     cells = []
     for f in files:
-        for d in json.loads(f.read_text()):
-            d["checkers"] = tuple(d.get("checkers", ()))
-            cells.append(Cell(**d))
+        try:
+            for d in json.loads(f.read_text()):
+                d["checkers"] = tuple(d.get("checkers", ()))
+                cells.append(Cell(**d))
+        except (OSError, ValueError, TypeError, AttributeError) as exc:
+            raise SystemExit(f"{f}: not a file of cells the slow test writes ({type(exc).__name__}: {exc})") from None
     return cells
 
 
@@ -173,17 +178,52 @@ def merged(kept: Sequence[Cell], fresh: Sequence[Cell], variants: Sequence[str])
     return [by[(n, v)] for n in order for v in variants if (n, v) in by]
 
 
+def _parser() -> Any:
+    import argparse
+
+    ap = argparse.ArgumentParser(
+        prog="python -m harness.scenario.table",
+        description="Run every scenario against every planted bug and print the planted-bug table (Markdown).")
+    ap.add_argument("--write", action="store_true",
+                    help="also commit it: the cells to docs/data/planted_bug_table.json, the table into "
+                         "docs/planted-bug-table.md")
+    how = ap.add_mutually_exclusive_group()
+    how.add_argument("--update", nargs="+", metavar="PATH",
+                     help="run only these scenarios and replace their rows of the committed table")
+    how.add_argument("--from", dest="from_dir", nargs="?", const="reports/planted-bug-table", metavar="DIR",
+                     help="print the table the slow test left in DIR (default reports/planted-bug-table), "
+                          "running nothing")
+    ap.add_argument("paths", nargs="*", metavar="PATH", help="scenario files or directories (default: scenarios)")
+    return ap
+
+
 def main(argv: list[str]) -> int:
     """``python -m harness.scenario.table [PATH...]`` runs the table; ``--from DIR`` prints the one the slow
-    test left in DIR (reports/planted-bug-table) without running anything.  ``--write`` (first) also commits
-    it: the cells to docs/data/planted_bug_table.json and the table into docs/planted-bug-table.md, which
+    test left in DIR (reports/planted-bug-table) without running anything.  ``--write`` also commits it: the
+    cells to docs/data/planted_bug_table.json and the table into docs/planted-bug-table.md, which
     tests/test_docs_tables.py re-renders from that file and compares.  ``--update PATH...`` runs only those
     scenarios and replaces their rows of the committed table (a scenario changed, the rest not rerun); the
-    source then names both commands."""
+    source then names both commands.  Bad input (an unknown option, a scenario that does not load, an empty
+    DIR) is one line on stderr and exit 2, before anything runs."""
+    ap = _parser()
+    args = ap.parse_args(argv)
+    if args.paths and (args.update or args.from_dir):
+        ap.error("PATH goes alone: --update takes its own paths, --from runs nothing")
+    try:
+        return _table(args)
+    except ScenarioError as exc:
+        print(f"{ap.prog}: {exc}", file=sys.stderr)
+        return 2
+    except SystemExit as exc:
+        if isinstance(exc.code, str):  # a usage problem said in words (load_cells, the committed table's columns)
+            print(f"{ap.prog}: {exc.code}", file=sys.stderr)
+            return 2
+        raise
+
+
+def _table(args: Any) -> int:
     variants = table_variants()
-    save = argv[:1] == ["--write"]
-    argv = argv[1:] if save else argv
-    if argv[:1] == ["--update"]:
+    if args.update:
         import json
         from pathlib import Path
 
@@ -191,21 +231,21 @@ def main(argv: list[str]) -> int:
         kept, old_variants = from_data(old)
         if list(old_variants) != list(variants):
             raise SystemExit("the committed table has other columns: rerun it whole (python -m harness.scenario.table)")
-        fresh = build(argv[1:], variants)
+        fresh = build(args.update, variants)
         cells = merged(kept, fresh, variants)
         first = str(old["source"]).split("; rows of ")[0]
         names = ", ".join(sorted({c.scenario for c in fresh}))
-        source = f"{first}; rows of {names}: python -m harness.scenario.table --write --update " + " ".join(argv[1:])
-    elif argv[:1] == ["--from"]:
-        where = argv[1] if len(argv) > 1 else "reports/planted-bug-table"
-        cells, source = load_cells(where), f"python -m harness.scenario.table --write --from {where}"
+        source = f"{first}; rows of {names}: python -m harness.scenario.table --write --update " + " ".join(args.update)
+    elif args.from_dir:
+        cells, source = load_cells(args.from_dir), f"python -m harness.scenario.table --write --from {args.from_dir}"
     else:
-        cells = build(argv or ["scenarios"], variants,
+        paths = args.paths or ["scenarios"]
+        cells = build(paths, variants,
                       progress=lambda c, _run: print(f"{c.scenario:45} {c.variant:28} {'caught' if c.caught else '-'} "
                                                f"{','.join(c.checkers)}", file=sys.stderr, flush=True))
-        source = "python -m harness.scenario.table --write " + " ".join(argv or ["scenarios"])
+        source = "python -m harness.scenario.table --write " + " ".join(paths)
     print(markdown(cells, variants))
-    if save:
+    if args.write:
         write(cells, variants, source)
     return 0
 
