@@ -4,7 +4,9 @@ contract read those events, so a record that drops or misnames one lets them pas
 * ``dispatches_recorded``: every backend call the listener reports finished it reported started (no_late_dispatch
   and handler_drained read ``dispatch_started``; a listener that stops recording it passes them on nothing);
 * ``close_reasons``: a connection the listener says it closed as "cancelled by stop" was one a stop cancelled
-  (named in a ``reads_cancelled`` before its close), and none closed before any stop says so.
+  (named in a ``reads_cancelled`` before its close), and none closed before any stop says so; and no connection
+  is recorded closed twice (a close after the close: in a listener of raw descriptors, the second closes a
+  descriptor number the process may have handed out again).
 """
 
 from __future__ import annotations
@@ -44,23 +46,40 @@ def dispatches_recorded(run: RunRecord, p: Params) -> Verdict:
     return ok("dispatches_recorded", f"{finished} dispatch(es), each recorded started first")
 
 
-@checker("close_reasons", "a connection the listener says a stop cancelled was cancelled by a stop before it closed",
-         judges=("reads_cancelled", "connection_closed"), evidence=observed("listener"))
+@checker("close_reasons", "a connection the listener says a stop cancelled was cancelled by a stop before it closed, "
+         "and none is recorded closed twice",
+         judges=("listener_started", "reads_cancelled", "connection_closed"), evidence=observed("listener"))
 def close_reasons(run: RunRecord, p: Params) -> Verdict:
     cancelled: set[tuple[int, str, object]] = set()
     said = 0
     bad: list[Event] = []
+    life: dict[tuple[int, str], int] = {}  # a restarted listener numbers its connections from 1 again
+    closed: dict[tuple[int, str, int, object], Event] = {}
+    twice: list[Event] = []
     for e in run.ordered:
-        if e.kind == "reads_cancelled":
+        if e.kind == "listener_started":
+            key = (e.pid, str(e.data.get("listener")))
+            life[key] = life.get(key, 0) + 1
+        elif e.kind == "reads_cancelled":
             cancelled.update((e.pid, str(e.data.get("listener")), c) for c in e.data.get("conns", ()))
-        elif e.kind == "connection_closed" and str(e.data.get("why", "")).startswith("cancelled by stop"):
-            said += 1
-            if _conn_key(e) not in cancelled:
-                bad.append(e)
+        elif e.kind == "connection_closed":
+            which = (e.pid, str(e.data.get("listener")), life.get((e.pid, str(e.data.get("listener"))), 0),
+                     e.data.get("conn"))
+            if which in closed:
+                twice += [closed[which], e]
+            closed.setdefault(which, e)
+            if str(e.data.get("why", "")).startswith("cancelled by stop"):
+                said += 1
+                if _conn_key(e) not in cancelled:
+                    bad.append(e)
     closes = len(run.of("connection_closed"))
     if not closes:
         return unknown("close_reasons", "no connection_closed in the history")
     if bad:
         return violated("close_reasons", f"{len(bad)} connection(s) recorded as 'cancelled by stop' that no stop "
                         f"cancelled (first: conn {bad[0].data.get('conn')})", bad)
+    if twice:
+        first, second = twice[0].data, twice[1].data
+        return violated("close_reasons", f"conn {first.get('conn')} of {first.get('listener')} recorded closed twice: "
+                        f"{first.get('why')!r}, then {second.get('why')!r}", twice[:2])
     return ok("close_reasons", f"{closes} close(s), {said} of them by a stop that cancelled them")

@@ -117,10 +117,19 @@ class Send(Strict):
         "a request the backend must refuse (an offset that is no page's, say): the step is ok only when the reply "
         "is an error of this type, e.g. bad_request; a reply served, an error of another type or no reply fails "
         "it. Only a plain request (fault none)"))
+    hang_up: bool = Field(False, description=(
+        "close the connection as soon as the malformed frame is sent, reading nothing: the client is gone before "
+        "the listener answers, so its reply cannot be written (only with zero_length, oversize_length or "
+        "garbage_body)"))
     as_: StepName | None = _AS
 
     @model_validator(mode="after")
     def _needs_cmd(self) -> Send:
+        if self.hang_up and self.fault not in FRAMELESS_FAULTS:
+            raise ValueError(f"hang_up: only a malformed frame (fault {', '.join(FRAMELESS_FAULTS)}) is sent and "
+                             f"left at once, not {self.fault!r}")
+        if self.hang_up and self.timeout is not None:
+            raise ValueError("timeout: a send that hangs up waits for no reply; remove it")
         if self.refused is not None and self.fault != "none":
             raise ValueError(f"refused: only a plain request (fault none) is refused by the backend, not "
                              f"{self.fault!r}")
@@ -149,7 +158,8 @@ class Pipeline(Strict):
     """Several requests on one kept-alive connection, in the background (``wait: {returned: NAME}`` joins it):
     written back to back in one write, or (``read_each``) each once the reply before it was read; the replies
     are read in order.  Ok when every request got its reply, in order, none an error but shutting_down (once a stop
-    has begun the listener may close the connection instead: the requests it had not read go unanswered)."""
+    has begun the listener may close the connection instead: the requests it had not read go unanswered, never
+    one it dispatched or refused; a reply cut mid-frame always fails)."""
 
     to: Worker = _TO
     requests: list[Pipelined] = Field(min_length=1, max_length=64, description="the requests, in order")

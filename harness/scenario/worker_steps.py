@@ -54,6 +54,10 @@ def send(pl: Player, s: Any, name: str) -> None:
         if fault == "reset_mid_frame":
             pl.returned(name, "send", True, {"status": None}, fault=fault)
             return
+        if s.hang_up:  # gone before the listener answers: what it does with its reply is the listener's record
+            peer.close()
+            pl.returned(name, "send", True, {"status": None}, fault=fault, hang_up=True)
+            return
         reply = peer.reply(pl.timeout(s.timeout))
         value = None if reply is None else {"status": reply.status, "error_type": reply.error_type}
         if s.refused is not None:  # the backend must refuse it: ok only on an error reply of that type

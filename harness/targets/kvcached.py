@@ -26,7 +26,8 @@ them control flow:
   directory name, so parallel runs never share a path and the probes see it.
 * observation at the module's seams: ``recv_msg`` and ``send_msg`` are wrapped
   to record ``accepted``, ``frame_started`` (the first byte, seen with
-  MSG_PEEK, nothing consumed), ``frame_completed`` and ``connection_closed``;
+  MSG_PEEK, nothing consumed), ``frame_completed`` and ``connection_closed`` (once a connection: at a
+  read that fails, else after its reply, "replied" or "reply failed");
   ``_WorkerListener.stop`` to record ``stop_started`` / ``stop_returned`` and,
   after a False, what it had already torn down (``teardown_step``).
 
@@ -282,6 +283,7 @@ class KvcachedWorker:
                     seen.rec.emit("frame_started", listener=seen.label, conn=cid)
                 msg = recv(sock)
             except BaseException as exc:
+                seen.tls.ended = cid  # its end is recorded: the error reply kvcached may still try is not another
                 seen.rec.emit("connection_closed", listener=seen.label, conn=cid, why=f"read ended: {exc}")
                 raise
             seen.rec.emit("frame_completed", listener=seen.label, conn=cid, cmd=msg.get("cmd")
@@ -289,10 +291,15 @@ class KvcachedWorker:
             return msg
 
         def send_msg(sock: socket.socket, msg: Any) -> None:
+            why = "replied"
             try:
                 send(sock, msg)
+            except BaseException as exc:
+                why = f"reply failed: {exc}"
+                raise
             finally:  # every kvcached handler closes the connection right after its one reply
-                seen.rec.emit("connection_closed", listener=seen.label, conn=seen.conn(), why="replied")
+                if getattr(seen.tls, "ended", None) != seen.conn():  # once: a failed read recorded its end
+                    seen.rec.emit("connection_closed", listener=seen.label, conn=seen.conn(), why=why)
 
         t.recv_msg, t.send_msg = recv_msg, send_msg
         cls = getattr(t, "_WorkerListener", None)
