@@ -334,6 +334,55 @@ def failed_stop_retried(run: RunRecord, p: Params) -> Verdict:
     return ok("failed_stop_retried", f"{failed} failed stop(s), each retried until it returned True")
 
 
+def _hook_end(run: RunRecord, start: Event) -> Event | None:
+    """The ``exit_hook_finished`` of the exit hook that ``start`` began, if it finished."""
+    return next((e for e in run.ordered if e.kind == "exit_hook_finished" and e.pid == start.pid
+                 and e.t_ns >= start.t_ns), None)
+
+
+@checker("exit_hook_stops_the_rest", "the exit hook tells every listener to stop before it waits for any, so one "
+         "that cannot drain does not use up the others' share of the one budget: no stop begins once a drain of the "
+         "hook has ended, and only listeners with a handler in flight are left registered",
+         judges=("exit_hook_started", "exit_hook_finished", "stop_started", "drain_finished", "dispatch_started",
+                 "dispatch_finished"),
+         evidence={"worker": ("exit_hook_started",)})
+def exit_hook_stops_the_rest(run: RunRecord, p: Params) -> Verdict:
+    """For each worker's exit hook: every listener's ``stop_started`` inside the hook comes before the first
+    ``drain_finished`` inside it (the hook tells them all to stop, then waits), and at most as many listeners
+    are left registered as had a handler inside the backend when it began (every other drains at once).  The
+    second is judged where the listeners' clients read their replies: a reply nobody reads also holds a drain."""
+    bad: list[Event] = []
+    notes: list[str] = []
+    for start in run.of("exit_hook_started"):
+        end = _hook_end(run, start)
+        if end is None:
+            continue  # a hook that never finished: exit_hook_within's to judge
+        inside = [e for e in run.ordered if e.pid == start.pid and start.t_ns <= e.t_ns <= end.t_ns]
+        drained = next((e for e in inside if e.kind == "drain_finished"), None)
+        late = [e for e in inside if e.kind == "stop_started" and drained is not None and e.t_ns > drained.t_ns]
+        open_: dict[tuple[str, object], int] = {}
+        for e in run.ordered:
+            if e.pid != start.pid or e.t_ns > start.t_ns or e.kind not in ("dispatch_started", "dispatch_finished"):
+                continue
+            key = (str(e.data.get("listener")), e.data.get("conn"))
+            open_[key] = open_.get(key, 0) + (1 if e.kind == "dispatch_started" else -1)
+        busy = sorted({label for (label, _), n in open_.items() if n > 0})
+        left = int(end.data.get("left") or 0)
+        notes.append(f"pid {start.pid}: {start.data.get('listeners')} listener(s) at the hook, {len(busy)} with a "
+                     f"handler in flight, {left} left" + (f", {len(late)} stop(s) begun only after a drain ended"
+                                                          if late else ""))
+        if late:
+            bad += [start, drained, *late]  # type: ignore[list-item]
+        elif left > len(busy):
+            bad += [start, end]
+    if not notes:
+        return unknown("exit_hook_stops_the_rest", "no exit hook finished in the history")
+    if bad:
+        return violated("exit_hook_stops_the_rest", "an exit hook did not stop every listener it could: "
+                        + "; ".join(notes), bad)
+    return ok("exit_hook_stops_the_rest", "; ".join(notes))
+
+
 @checker("exit_hook_within", "the exit hook stops what is left within a bound (seconds, however many listeners "
          "cannot drain): interpreter exit is never stalled for long",
          judges=("exit_hook_started", "exit_hook_finished"), evidence={"worker": ("exit_hook_started",)})
@@ -341,8 +390,7 @@ def exit_hook_within(run: RunRecord, p: Within) -> Verdict:
     bad: list[Event] = []
     took: list[str] = []
     for start in run.of("exit_hook_started"):
-        end = next((e for e in run.ordered if e.kind == "exit_hook_finished" and e.pid == start.pid
-                    and e.t_ns >= start.t_ns), None)
+        end = _hook_end(run, start)
         if end is None:
             bad.append(start)
             took.append(f"pid {start.pid}: never finished")

@@ -70,7 +70,7 @@ LINES: tuple[ContractLine, ...] = (
     ContractLine(8, "the exit hook drains with a short, bounded budget",
                  "The exit hook drains with a short, bounded budget: interpreter exit is never stalled for long, "
                  "however many listeners are left.",
-                 ("exit_without_stall", "no_leftover_paths")),
+                 ("exit_without_stall", "no_leftover_paths", "exit_hook_stops_the_rest")),
     ContractLine(9, "a restart replaces the old listener only if it stops",
                  "start() on a (rank, pp) that is registered replaces the old listener only if it stops; otherwise "
                  "start raises and the old one is left intact.",

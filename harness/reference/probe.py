@@ -4,7 +4,10 @@ The ``start_listener`` scenario step (harness.scenario.edge_steps) asks a worker
 channel: a start that fails must leave nothing behind, a live owner's socket must never be taken over, a
 dead owner's stale one must be, and stop of a listener that never started, or failed to, or twice, returns
 True and creates or removes nothing.  The listener is the target's own class with the worker's backend and
-config, but records nothing (its events would read as the worker's own listener's) and is not registered.
+config, but records nothing (its events would read as the worker's own listener's) and is not registered,
+unless kept (``keep``): then the worker's registry starts and registers it, and it records with the worker
+(under the label of the worker whose path it took: a checker that tells listeners apart by label reads the two
+as one; exit_hook_stops_the_rest does not).
 """
 
 from __future__ import annotations
@@ -20,10 +23,11 @@ __all__ = ["start_and_stop", "process_umask"]
 
 
 def start_and_stop(side: Any, *, path: str, ipc: str, rank: int = 0, pp: int = 0, start: bool = True,
-                   stops: int = 1, again: bool = False) -> dict[str, Any]:
+                   stops: int = 1, again: bool = False, keep: bool = False) -> dict[str, Any]:
     """Start a fresh listener of ``side``'s class at ``path`` (unless not ``start``), then stop it ``stops`` times;
     with ``again``, start the same object once more (a listener is started once: that start must raise) and
-    stop it once more.
+    stop it once more; with ``keep`` (and no stops), start it through the worker's registry instead and leave
+    it serving, registered beside the worker's own: the worker's shutdown or exit hook stops it.
 
     Returns: ``started`` (bool), ``error_class`` and ``error`` (when start raised), ``stops`` (each return),
         ``modes`` once started (what the start created: the socket's and its directory's permission bits, the
@@ -35,24 +39,29 @@ def start_and_stop(side: Any, *, path: str, ipc: str, rank: int = 0, pp: int = 0
     worker = getattr(side, "worker", None)
     if worker is None or not hasattr(worker, "listener_cls"):
         raise ConfigError(f"{type(side).__name__} has no reference worker: start_listener needs one")
-    listener = worker.listener_cls(path, worker.backend, rank=rank, pp=pp, ipc=ipc, config=worker.spec.config)
+    listener = worker.listener_cls(path, worker.backend, rank=rank, pp=pp, ipc=ipc, config=worker.spec.config,
+                                   **({"recorder": worker.rec} if keep else {}))
     out: dict[str, Any] = {"started": False, "error_class": None, "error": None}
     if start:
         umask = process_umask()
-        out.update(_start(listener))
+        out.update(_start(worker.registry if keep else listener, listener))
         if out["started"]:
             out["modes"] = {"socket": _mode(path), "dir": _mode(os.path.dirname(path)), "umask_before": umask,
                             "umask_after": process_umask()}
     out["stops"] = [bool(listener.stop()) for _ in range(stops)]
     if again:
-        out["again"] = _start(listener)
+        out["again"] = _start(listener, listener)
         out["again_stops"] = [bool(listener.stop())]
     return out
 
 
-def _start(listener: Any) -> dict[str, Any]:
+def _start(by: Any, listener: Any) -> dict[str, Any]:
+    """Start ``listener`` through ``by`` (itself, or a registry that starts and registers it)."""
     try:
-        listener.start()
+        if by is listener:
+            listener.start()
+        else:
+            by.start(listener)
     except Exception as exc:  # what the start raised is the outcome
         return {"started": False, "error_class": type(exc).__name__, "error": str(exc)}
     return {"started": True, "error_class": None, "error": None}

@@ -145,7 +145,8 @@ def start_listener(pl: Player, s: Any, name: str) -> None:
     pl.started(name, "start_listener", path=path, start=s.start)
     try:
         out = proc.call("start_listener", timeout=pl.timeout(), path=path, ipc=ipc, rank=at.rank, pp=at.pp,
-                        start=s.start, stops=s.stops, **({"again": True} if s.again else {}))
+                        start=s.start, stops=s.stops, **({"again": True} if s.again else {}),
+                        **({"keep": True} if s.keep else {}))
     except RemoteError as exc:
         pl.failed(name, "start_listener", proc, exc, path=path)
         return

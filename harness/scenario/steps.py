@@ -195,7 +195,20 @@ class StartListener(Strict):
     stops: int = Field(1, ge=0, le=3, description="how many times it is stopped afterwards")
     again: bool = Field(False, description="then start the same listener once more (NAME.again: a listener is "
                         "started once, so False, the start refused) and stop it once more (NAME.again.stop1)")
+    keep: bool = Field(False, description="start it through the worker's registry and keep it serving, registered "
+                       "beside the worker's own listener: the worker's integration shutdown or its exit hook stops "
+                       "it with the rest (no stops, no again; give it an ipc of its own)")
     as_: StepName | None = _AS
+
+    @model_validator(mode="after")
+    def _kept(self) -> StartListener:
+        if self.keep and (not self.start or self.stops or self.again):
+            raise ValueError("keep: a kept listener is started and left to the worker to stop: use start: true, "
+                             "stops: 0 and no again")
+        if self.keep and self.ipc is None:
+            raise ValueError("keep: give it an ipc of its own (e.g. ipc: kept): on the run's own instance it would "
+                             "replace the worker's listener in the registry")
+        return self
 
 
 class Connections(Strict):
