@@ -18,6 +18,18 @@ from harness.scenario.runner import STEP_KINDS
 Make = Callable[..., JudgedCluster]
 
 
+def refused_at_load(step: str, says: str, expect: str = "stop_result") -> None:
+    """A scenario whose only step after ``start: cluster`` is ``step`` (e.g. ``send: {...}``) fails to load with
+    a ScenarioError matching ``says``."""
+    from harness.scenario.errors import ScenarioError
+    from harness.scenario.loader import loads
+
+    text = ("name: t\nabout: t\ncatches: [no_conn_tracking]\nsteps:\n  - start: cluster\n"
+            f"  - {step}\nexpect: [{expect}]\n")
+    with pytest.raises(ScenarioError, match=says):
+        loads(text, "<t>")
+
+
 def until(cond: Callable[[], Any], limit: float = 5.0) -> Any:
     """Re-evaluate ``cond`` (a /proc or file-system read) until it is truthy; fail after ``limit`` seconds
     (a safety net, not a timer)."""

@@ -11,12 +11,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from lc_helpers import refused_at_load
 
 from harness.checkers import RunRecord, judge
 from harness.history import Event
 from harness.scenario import runner
-from harness.scenario.errors import ScenarioError
-from harness.scenario.loader import expand, load, loads
+from harness.scenario.loader import expand, load
 from harness.targets.fetch import cached_source
 
 SCENARIO = Path(__file__).resolve().parent.parent / "scenarios" / "the-listener-records-what-happened.yaml"
@@ -49,10 +49,7 @@ def test_a_connection_recorded_closed_twice_is_a_violation_but_a_restarted_liste
     ("{fault: oversize_length, hang_up: true, timeout: 1s}", "waits for no reply"),
 ])
 def test_hang_up_is_checked_at_load_time(line: str, says: str) -> None:
-    text = ("name: t\nabout: t\ncatches: [no_conn_tracking]\nsteps:\n  - start: cluster\n"
-            f"  - send: {line}\nexpect: [requests_served]\n")
-    with pytest.raises(ScenarioError, match=says):
-        loads(text, "<t>")
+    refused_at_load(f"send: {line}", says, expect="requests_served")
 
 
 def _b1(result: runner.RunResult) -> list[tuple[str, object]]:

@@ -9,12 +9,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from lc_helpers import refused_at_load
 
 from harness.checkers import RunRecord, judge
 from harness.history import Event
 from harness.scenario import runner
-from harness.scenario.errors import ScenarioError
-from harness.scenario.loader import expand, load, loads
+from harness.scenario.loader import expand, load
 
 SCENARIO = Path(__file__).resolve().parent.parent / "scenarios" / "exit-hook-stops-the-others-beside-a-stuck-one.yaml"
 PLANTED = "tests.lc_exit_hook_one_by_one:ONE_BY_ONE"
@@ -60,10 +60,7 @@ def test_exit_hook_stops_the_rest_violated_by_a_stop_begun_after_a_drain_ended()
     ("{keep: true, stops: 0}", "keep: give it an ipc of its own"),
 ])
 def test_keep_is_checked_at_load_time(line: str, says: str) -> None:
-    text = ("name: t\nabout: t\ncatches: [no_conn_tracking]\nsteps:\n  - start: cluster\n"
-            f"  - start_listener: {line}\nexpect: [stop_result]\n")
-    with pytest.raises(ScenarioError, match=says):
-        loads(text, "<t>")
+    refused_at_load(f"start_listener: {line}", says, expect="stop_result")
 
 
 def _hook(result: runner.RunResult) -> tuple[int, int]:

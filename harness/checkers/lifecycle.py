@@ -359,7 +359,7 @@ def exit_hook_stops_the_rest(run: RunRecord, p: Params) -> Verdict:
             continue  # a hook that never finished: exit_hook_within's to judge
         inside = [e for e in run.ordered if e.pid == start.pid and start.t_ns <= e.t_ns <= end.t_ns]
         drained = next((e for e in inside if e.kind == "drain_finished"), None)
-        late = [e for e in inside if e.kind == "stop_started" and drained is not None and e.t_ns > drained.t_ns]
+        late = [] if drained is None else [e for e in inside if e.kind == "stop_started" and e.t_ns > drained.t_ns]
         open_: dict[tuple[str, object], int] = {}
         for e in run.ordered:
             if e.pid != start.pid or e.t_ns > start.t_ns or e.kind not in ("dispatch_started", "dispatch_finished"):
@@ -371,8 +371,8 @@ def exit_hook_stops_the_rest(run: RunRecord, p: Params) -> Verdict:
         notes.append(f"pid {start.pid}: {start.data.get('listeners')} listener(s) at the hook, {len(busy)} with a "
                      f"handler in flight, {left} left" + (f", {len(late)} stop(s) begun only after a drain ended"
                                                           if late else ""))
-        if late:
-            bad += [start, drained, *late]  # type: ignore[list-item]
+        if drained is not None and late:
+            bad += [start, drained, *late]
         elif left > len(busy):
             bad += [start, end]
     if not notes:

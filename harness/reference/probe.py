@@ -12,8 +12,10 @@ as one; exit_hook_stops_the_rest does not).
 
 from __future__ import annotations
 
+import functools
 import os
 import stat
+from collections.abc import Callable
 from typing import Any
 
 from harness.errors import ConfigError
@@ -44,24 +46,21 @@ def start_and_stop(side: Any, *, path: str, ipc: str, rank: int = 0, pp: int = 0
     out: dict[str, Any] = {"started": False, "error_class": None, "error": None}
     if start:
         umask = process_umask()
-        out.update(_start(worker.registry if keep else listener, listener))
+        out.update(_start(functools.partial(worker.registry.start, listener) if keep else listener.start))
         if out["started"]:
             out["modes"] = {"socket": _mode(path), "dir": _mode(os.path.dirname(path)), "umask_before": umask,
                             "umask_after": process_umask()}
     out["stops"] = [bool(listener.stop()) for _ in range(stops)]
     if again:
-        out["again"] = _start(listener, listener)
+        out["again"] = _start(listener.start)
         out["again_stops"] = [bool(listener.stop())]
     return out
 
 
-def _start(by: Any, listener: Any) -> dict[str, Any]:
-    """Start ``listener`` through ``by`` (itself, or a registry that starts and registers it)."""
+def _start(start: Callable[[], object]) -> dict[str, Any]:
+    """The outcome of ``start`` (a listener's own start, or its registry's start of it)."""
     try:
-        if by is listener:
-            listener.start()
-        else:
-            by.start(listener)
+        start()
     except Exception as exc:  # what the start raised is the outcome
         return {"started": False, "error_class": type(exc).__name__, "error": str(exc)}
     return {"started": True, "error_class": None, "error": None}
