@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
+import mmap
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import pytest
-import torch
 from hypothesis import event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
@@ -87,11 +87,26 @@ def test_map_holds_real_memory() -> None:
     assert alloc.used_bytes() == 2 * 2 * P
     group = alloc._groups[0]
     for tensors in group.tensors:
-        for block in tensors.values():
-            assert isinstance(block, torch.Tensor) and block.device == torch.device("cpu")
-            assert block.dtype == torch.uint8 and block.numel() == P
-    assert group.tensors[0][0].data_ptr() != group.tensors[1][0].data_ptr()
+        for block in tensors.values():  # on the CPU: an anonymous memory map of the page, torch not needed
+            assert isinstance(block, mmap.mmap) and len(block) == P
+            block[P - 1] = 7  # writable memory of its own
+    assert group.tensors[0][0][P - 1] == 7 and group.tensors[0][0] is not group.tensors[1][0]
     assert alloc.map(0, [0, P]) == [P]
+
+
+def test_map_off_the_cpu_makes_torch_tensors_on_that_device() -> None:
+    """Any other device's pages are torch tensors there ("meta": torch's device without memory, so this runs on a
+    machine without CUDA, through the same call a CUDA page takes)."""
+    import torch
+
+    alloc = KVAllocator(page_size=P, device="meta")
+    alloc.create_kv_tensors(0, 4 * P)
+    assert alloc.map(0, [0, P]) == [0, P]
+    for tensors in alloc._groups[0].tensors:
+        for block in tensors.values():
+            assert isinstance(block, torch.Tensor) and block.device == torch.device("meta")
+            assert block.dtype == torch.uint8 and block.numel() == P
+    assert alloc.used_bytes() == 2 * 2 * P
 
 
 @pytest.mark.parametrize(("offsets", "needle"), [
@@ -115,7 +130,7 @@ def test_unknown_group_is_bad_request() -> None:
 
 def test_map_partially_mapped_is_state_consistency() -> None:
     alloc = make()
-    alloc._groups[0].tensors[0][P] = torch.empty(P, dtype=torch.uint8)
+    alloc._groups[0].tensors[0][P] = mmap.mmap(-1, P)
     with pytest.raises(StateConsistency, match="partially mapped"):
         alloc.map(0, [0, P])
     assert alloc.mapped_offsets(0) == frozenset()

@@ -3,9 +3,11 @@ their requester's import path.
 
 A target whose processes never use torch forks from a fork server that did not preload it.
 
-The reference's KV pages are torch tensors, so its processes fork from the server that preloaded torch; the
-third-party worked example (tests/thirdparty) says ``uses_torch = False``, and its processes must carry no
-torch: what its own deployment would run, and a faithful exit that does not pay torch's module teardown.
+The reference's KV pages on the CPU are anonymous memory maps, and torch tensors only on another device (a
+CUDA run forks from the server that preloaded torch, whatever its target says); the reference and the
+third-party worked example (tests/thirdparty) say ``uses_torch = False``, and on the CPU their processes must
+carry no torch: what their own deployment would run, and a faithful exit that does not pay torch's module
+teardown.
 Seen from outside: the shared objects each process has mapped (/proc/PID/maps) and who forked it.
 """
 
@@ -17,6 +19,7 @@ import pytest
 
 from harness.launch.cluster import Cluster
 from harness.launch.spawn import ForkServer, helper_pids
+from harness.reference.allocator import MiB
 from harness.targets import api, uses_torch
 from harness.targets.api import check_target_object
 from tests.thirdparty.target import TARGET
@@ -32,10 +35,13 @@ def _ppid(pid: int) -> int:
     return int(Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[1])
 
 
-@pytest.mark.parametrize(("variant", "torch"), [(THIRD_PARTY, False), ("reference", True)])
-def test_a_run_forks_from_the_server_that_preloaded_what_its_target_uses(variant: str, torch: bool) -> None:
-    assert uses_torch(variant) is torch
-    with Cluster(variant=variant, drain_timeout=1.0) as c:
+# the CUDA run touches no CUDA on this machine: a worker makes no page until a map, and none is sent
+@pytest.mark.parametrize(("variant", "device", "torch"), [(THIRD_PARTY, "cpu", False), ("reference", "cpu", False),
+                                                         ("reference", "cuda", True)])
+def test_a_run_forks_from_the_server_that_preloaded_what_its_target_uses(variant: str, device: str,
+                                                                        torch: bool) -> None:
+    assert uses_torch(variant, device) is torch
+    with Cluster(variant=variant, drain_timeout=1.0, device=device) as c:
         server = ForkServer._shared if torch else ForkServer._light
         assert server is not None and server.pid in helper_pids()  # the harness's helper, never a run's process
         procs = [c.engine, *c.workers]
@@ -44,6 +50,17 @@ def test_a_run_forks_from_the_server_that_preloaded_what_its_target_uses(variant
             assert _ppid(proc.pid) == server.pid, proc.label
             assert _maps_torch(proc.pid) is torch, proc.label
         assert _maps_torch(server.pid) is torch
+    assert c.outcome.status == "ok", c.outcome
+
+
+def test_a_reference_worker_maps_its_pages_on_the_cpu_without_loading_torch() -> None:
+    """A map through the listener holds its pages in the worker, and torch stays out of the worker's process."""
+    with Cluster(variant="reference", drain_timeout=1.0) as c:
+        assert c.engine is not None
+        w = c.worker(0)
+        assert c.engine.call("map", offsets=[0, 2 * MiB]) == [0, 2 * MiB]
+        assert sorted(w.call("mapped")) == [0, 2 * MiB]
+        assert not _maps_torch(w.pid)
     assert c.outcome.status == "ok", c.outcome
 
 
@@ -88,9 +105,14 @@ def test_lastcall_run_knows_before_pytest_starts_which_fork_servers_its_runs_for
     from harness.scenario.commands import preflight
 
     scenarios = Path(__file__).resolve().parent.parent / "scenarios"
-    assert preflight([str(scenarios / "stalled-read-is-cancelled.yaml")]) == ([], {True})
+    from harness.scenario.commands import runs_here
+
+    assert preflight([str(scenarios / "stalled-read-is-cancelled.yaml")]) == ([], {False})  # its CPU items
     assert preflight([str(scenarios / "engine-sigterm-idle.yaml")]) == ([], set())
     assert preflight([str(scenarios / "stalled-read-is-cancelled.yaml")], target=THIRD_PARTY) == ([], {False})
+    kv = "kvcached==0.1.6"  # its package imports torch
+    expected = {True} if runs_here(kv) else set()
+    assert preflight([str(scenarios / "stalled-read-is-cancelled.yaml")], target=kv) == ([], expected)
     problems, forks = preflight([str(scenarios / "stalled-read-is-cancelled.yaml")], target="refrence")
     assert problems and forks == set()
     # a target this machine lacks (vLLM's NIXL listener without vLLM): its items skip, so no server is started

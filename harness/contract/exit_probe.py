@@ -98,6 +98,7 @@ def _spawn(mode: str, variant: str, root: Path, history: str) -> tuple[int, int,
     import signal
 
     from harness.launch.spawn import ForkServer
+    from harness.targets import uses_torch
 
     outs = [tempfile.mkstemp(prefix="lastcall-exit-probe-", suffix=f".{name}") for name in ("out", "err")]
     for fd, _ in outs:
@@ -112,7 +113,7 @@ def _spawn(mode: str, variant: str, root: Path, history: str) -> tuple[int, int,
     spec = {"call": CHILD_CALL, "args": [mode, variant, str(root), history], "path": list(CHILD_PATH),
             "stdout": outs[0][1], "stderr": outs[1][1]}
     try:
-        pids = ForkServer.shared().spawn_group([spec], on_exit)
+        pids = ForkServer.shared(torch=uses_torch(variant)).spawn_group([spec], on_exit)
         if not reaped.wait(scaled(60)):  # a safety net: the child ends in about a second
             try:
                 os.killpg(pids[0], signal.SIGKILL)

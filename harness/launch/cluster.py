@@ -189,6 +189,7 @@ class Cluster:
         self.cast = cast_named(cast) if isinstance(cast, str) else cast
         self.tp, self.pp = tp, pp
         self.variant = variant
+        self.device = device
         self.run_id = run_id or run_id_for("cluster")
         self.dir = Path(f"{TMP}/lc-{self.run_id}")
         self.root = self.dir / "r"
@@ -246,7 +247,7 @@ class Cluster:
         # whose processes never use it: they carry only what the target's own processes would.
         from harness.targets import uses_torch  # late: only a run that forks needs the targets
 
-        forks = ForkServer.shared(torch=uses_torch(self.variant))
+        forks = ForkServer.shared(torch=uses_torch(self.variant, self.device))
         self._watchdog = threading.Thread(target=self._watch, name="lastcall-watchdog", daemon=True)
         self._watchdog.start()
         pids = forks.spawn_group(specs, self._on_exit)

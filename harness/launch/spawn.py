@@ -59,11 +59,13 @@ def _child_env() -> dict[str, str]:
 
 class ForkServer:
     """A preloaded fork server, at most two per harness process (``ForkServer.shared(torch)``): one that
-    preloaded torch (``_shared``, for the targets whose processes use it: the reference's KV pages are torch
-    tensors, kvcached's too), and one that did not (``_light``, for a target that declares ``uses_torch =
-    False``, harness.targets.api.Target). A process forked from the first carries torch whether it uses it or
-    not, and pays for it at a faithful exit (about 0.25 s of CPU in module teardown); a torch-free target's
-    own processes never load it, and forked from the second they do not either."""
+    preloaded torch (``_shared``, for the targets whose processes use it: kvcached's package imports it, and
+    every run on a CUDA device, whose KV pages are torch tensors), and one that did not (``_light``, for a CPU
+    run of a target that declares ``uses_torch = False``, harness.targets.api.Target, as the reference does:
+    its CPU pages are anonymous memory maps; harness.targets.uses_torch). A process forked from the first
+    carries torch whether it uses it or not, and pays for it at a faithful exit (about 0.25 s of CPU in module
+    teardown); a torch-free target's own processes never load it, and forked from the second they do not
+    either."""
 
     _shared: ForkServer | None = None
     _light: ForkServer | None = None

@@ -2,8 +2,11 @@
 
 Pages of ``page_size`` bytes, addressed by byte offset.  Each group holds
 ``tensors_per_group`` KV tensors (K and V); an offset is *mapped* once every tensor
-of its group holds a real block for it (``torch.empty(page_size, dtype=torch.uint8,
-device=device)``).  Unmapping drops the references: memory is really held and freed.
+of its group holds a real block for it.  On ``device="cpu"`` a block is an anonymous memory map of
+``page_size`` bytes (``mmap.mmap(-1, page_size)``: memory held until unmapped, as a CPU tensor's is, without
+torch); on any other device it is ``torch.empty(page_size, dtype=torch.uint8, device=device)``,
+and only then is torch imported (a CPU worker's process never loads it, so it does not carry torch's module
+teardown into a faithful exit: issue 17).  Unmapping drops the references: memory is really held and freed.
 
 Rules (errors are :mod:`harness.errors` classes naming the value and the fix):
 
@@ -29,13 +32,14 @@ allocation (or release) failing.  It must not call back into the allocator.
 
 from __future__ import annotations
 
+import mmap
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    import torch  # imported where a tensor is made: a process that makes none never loads torch (issue 17)
+    import torch  # imported where a tensor is made, off the CPU: a process that makes none never loads torch
 
 from harness.errors import (
     AllocatorTornDown,
@@ -51,6 +55,8 @@ __all__ = ["DEFAULT_PAGE_SIZE", "KVAllocator", "MiB", "PageHook"]
 MiB = 1 << 20
 DEFAULT_PAGE_SIZE = 2 * MiB
 
+CPU = "cpu"  # the device whose blocks are anonymous memory maps, not torch tensors
+
 PageHook = Callable[[str, int, int], None]
 """``on_page(op, group_id, offset)``; ``op`` is ``"map"`` or ``"rollback"``."""
 
@@ -58,7 +64,7 @@ PageHook = Callable[[str, int, int], None]
 @dataclass
 class _Group:
     capacity: int
-    tensors: list[dict[int, torch.Tensor]]
+    tensors: list[dict[int, torch.Tensor | mmap.mmap]]
     quarantined: set[int] = field(default_factory=set)
 
 
@@ -74,12 +80,12 @@ def _is_int(value: object) -> bool:
 
 
 class KVAllocator:
-    """Pages of torch memory per KV group, with a two-phase unmap; thread-safe.
+    """Pages of memory per KV group, with a two-phase unmap; thread-safe.
 
     Args:
         page_size: bytes per page, a positive int.
-        device: torch device the blocks live on ("cpu", "cuda:0"); CUDA is only
-            touched when the device names it.
+        device: where the blocks live: "cpu" (anonymous memory maps, no torch) or another torch
+            device ("cuda:0"); torch is imported, and CUDA touched, only when the device names it.
         tensors_per_group: KV tensors per group (2: K and V), at least 1.
         on_page: failure-injection hook, see the module docstring.
 
@@ -95,13 +101,14 @@ class KVAllocator:
         if not _is_int(tensors_per_group) or tensors_per_group < 1:
             raise ConfigError(f"tensors_per_group={tensors_per_group!r}: must be an int >= 1, "
                               "e.g. 2 (K and V)")
-        import torch
+        if device != CPU:
+            import torch
 
-        try:
-            torch.device(device)
-        except (RuntimeError, TypeError) as exc:
-            raise ConfigError(f"device={device!r}: not a torch device; use 'cpu' or 'cuda:N'"
-                              ) from exc
+            try:
+                torch.device(device)
+            except (RuntimeError, TypeError) as exc:
+                raise ConfigError(f"device={device!r}: not a torch device; use 'cpu' or 'cuda:N'"
+                                  ) from exc
         self.page_size = page_size
         self.device = device
         self.tensors_per_group = tensors_per_group
@@ -222,8 +229,6 @@ class KVAllocator:
                         f"group {group_id} offset {off}: partially mapped ({held} of "
                         f"{self.tensors_per_group} tensors); unmap it first")
                 new.append(off)
-            import torch  # loaded by __init__ already: a dictionary look-up
-
             touched: list[int] = []
             try:
                 for off in new:
@@ -231,14 +236,21 @@ class KVAllocator:
                     for tensors in group.tensors:
                         if self._on_page is not None:
                             self._on_page("map", group_id, off)
-                        tensors[off] = torch.empty(self.page_size, dtype=torch.uint8,
-                                                   device=self.device)
+                        tensors[off] = self._block()
             except Exception as exc:
                 lost = self._rollback(group, group_id, touched)
                 extra = f"; rollback failed, quarantined {lost}" if lost else ""
                 raise OperationFailed(f"map of group {group_id} offset {touched[-1]} "
                                       f"failed: {exc!r}; rolled back{extra}") from exc
             return new
+
+    def _block(self) -> torch.Tensor | mmap.mmap:
+        """One new block of ``page_size`` bytes on the allocator's device (the module docstring)."""
+        if self.device == CPU:
+            return mmap.mmap(-1, self.page_size)
+        import torch  # loaded by __init__ already: a dictionary look-up
+
+        return torch.empty(self.page_size, dtype=torch.uint8, device=self.device)
 
     def _rollback(self, group: _Group, group_id: int, touched: list[int]) -> list[int]:
         """Release this call's blocks; return the offsets whose release failed."""

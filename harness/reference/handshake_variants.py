@@ -180,6 +180,7 @@ class HandshakeTarget:
     codec: Any = None
     worker_side: Any = None
     engine_side: Any = None
+    uses_torch: bool = False  # a handshake run makes no KV page
 
 
 def handshake_target(name: str) -> HandshakeTarget | None:

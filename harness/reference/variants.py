@@ -406,6 +406,9 @@ class Variant:
     capabilities: frozenset[str] = WORKER_CAPABILITIES  # what scenarios may ask of it (see STEP_NEEDS)
     handshake_listener: Any = None  # the reference also owns the handshake listener (harness.reference.handshake)
     codec: Any = None  # the reference framing (harness.targets.REFERENCE_CODEC)
+    # its KV pages are torch tensors only off the CPU (harness.reference.allocator), and a run on a CUDA device
+    # forks from the server that preloaded torch whatever its target says (harness.targets.uses_torch)
+    uses_torch: bool = False
 
     @property
     def about(self) -> str:

@@ -64,7 +64,8 @@ def preflight(paths: Sequence[str], target: str | None = None,
     """Every error ``lastcall run`` finds before starting anything, one per line (hint lines included); and the
     fork servers its scenarios' runs will fork from (harness.launch.spawn: True, the one that preloaded torch;
     False, the one that did not): none for an engine run, which the harness launches itself, nor for a target
-    unavailable here, whose items skip."""
+    unavailable here, whose items skip. The servers of CPU runs: a CUDA item's (always torch's) starts at its
+    first run."""
     from harness.errors import ConfigError
     from harness.scenario import load_many
     from harness.scenario.player import cast_for

@@ -113,10 +113,14 @@ def _import(spec: str) -> Any:
     return obj
 
 
-def uses_torch(spec: str) -> bool:
-    """Whether the processes of target ``spec`` use torch: its optional ``uses_torch`` (harness.targets.api.Target;
-    absent: True). Runs of a target that says False fork from a fork server that did not preload torch
-    (harness.launch.spawn.ForkServer). True for a target that cannot be loaded here: its processes say why."""
+def uses_torch(spec: str, device: str = "cpu") -> bool:
+    """Whether the processes of target ``spec`` use torch on ``device``: always off the CPU (a CUDA run's KV
+    pages are torch tensors, the reference's and kvcached's alike), else the target's optional ``uses_torch``
+    (harness.targets.api.Target; absent: True). Runs of a target that says False fork from a fork server that
+    did not preload torch (harness.launch.spawn.ForkServer). True for a target that cannot be loaded here: its
+    processes say why."""
+    if device != "cpu":
+        return True
     try:
         target = load_target(spec)
     except Exception:  # the run's own load reports it, located
@@ -183,7 +187,7 @@ def catalogue() -> list[tuple[str, str, str, str]]:
     lastcall's own targets are entry points of its distribution too (pyproject.toml, harness.targets.builtin):
     they come first, in harness.targets.names' order, then those of other distributions.  A built-in name
     the installed metadata lacks (an install older than pyproject.toml) is listed all the same, saying so.
-    Loads each (the reference's variants import torch); a target that cannot be loaded, or whose
+    Loads each; a target that cannot be loaded, or whose
     ``unavailable()`` says why it cannot run here, is listed as unavailable with the reason in one line.
     """
     registered = entrypoints.names(entrypoints.TARGETS)
