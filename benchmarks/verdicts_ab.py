@@ -3,13 +3,14 @@
 Run:  .venv/bin/python benchmarks/verdicts_ab.py OLD_TREE [--json OUT]
 
 OLD_TREE is a checkout of the commit before the change (``git worktree add /tmp/old COMMIT``). Every item of
-``scenarios/`` that this tree's pytest collects (the reference's items and each planted bug's catches item, the
-CPU ones) runs once, one after another, in a process importing OLD_TREE's ``harness`` (PYTHONPATH: the editable
-install would otherwise import this tree's), then once more importing this tree's. For each item the script
-keeps the set of violated checkers, whether a step failed and why the run is broken, and prints every item
-whose record differs, then a line: the count of items, the differences, each side's wall time. Exit 0 when
-nothing differs, 1 when something does, 2 for bad input. A timing-sensitive checker may differ between any two
-runs of one tree; rerun a differing item before calling it the change's doing.
+``scenarios/`` that this tree's pytest collects (the reference's items and each planted bug's catches item, the CPU
+ones) runs once, one after another, in a process importing OLD_TREE's ``harness`` (PYTHONPATH: the editable install
+would otherwise import this tree's), then once more importing this tree's; each side's own pytest collection says
+what an item runs (its matrix point, and the variant a catches item resolves to). For each item the script keeps
+the set of violated checkers, whether a step failed and why the run is broken, and prints every item whose record
+differs, then a line: the count of items, the differences, each side's wall time. Exit 0 when nothing differs, 1
+when something does, 2 for bad input. A timing-sensitive checker may differ between any two runs of one tree; rerun
+a differing item before calling it the change's doing.
 """
 
 from __future__ import annotations
@@ -25,28 +26,26 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 _ONE_SIDE = r"""
-import json, sys, time
-from harness.scenario.catches import resolve
-from harness.scenario.loader import expand, load
+import contextlib, io, json, sys, time
+import pytest
 from harness.scenario.runner import run_item
-from harness.targets import load_target
 
+class Grab:  # the tree's own collection resolves each item: its matrix point, and the variant a catch runs
+    items = []
+    def pytest_collection_finish(self, session):
+        Grab.items = [it for it in session.items if hasattr(it, "matrix")]
+
+with contextlib.redirect_stdout(io.StringIO()):  # the collection's listing is not this script's output
+    pytest.main(["--collect-only", "-q", "-p", "no:randomly", "scenarios/"], plugins=[Grab()])
 ids, out = json.load(open(sys.argv[1])), {}
+found = {it.nodeid: it for it in Grab.items}
 t0 = time.monotonic()
 for nid in ids:
-    path, name = nid.split("::")
-    params, _, bug = name[name.index("[") + 1:-1].partition("-catches-")
-    why = "no such item"
-    try:
-        scn = load(path)
-        items = [i for i in expand(scn) if i.id == params]
-    except Exception as exc:  # a scenario this tree lacks, or cannot load: recorded, not run
-        items, why = [], f"{type(exc).__name__}: {exc}"
-    if not items:
-        out[nid] = ["absent", why]
+    it = found.get(nid)
+    if it is None:  # a scenario or item this tree lacks
+        out[nid] = ["absent"]
         continue
-    variant = resolve(load_target(scn.target), bug)[0] if bug else None
-    r = run_item(items[0], variant=variant)
+    r = run_item(it.matrix, variant=it.variant)
     out[nid] = [sorted({v.checker for v in r.violated}), bool(r.step_error), r.broken or ""]
 json.dump({"records": out, "wall_s": time.monotonic() - t0}, open(sys.argv[2], "w"))
 """
