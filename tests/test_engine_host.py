@@ -100,3 +100,18 @@ def test_wait_accepting_waits_for_listen_not_for_bind() -> None:
         assert not wait_accepting("127.0.0.1", port, 0.05)  # bound, not listening: refused until the bound
         s.listen(1)
         assert wait_accepting("127.0.0.1", port, 5)
+
+
+def test_an_engines_port_is_free_and_outside_the_ephemeral_range() -> None:
+    """engine_restart binds its port again after a SIGKILL released it: a port from the ephemeral range could be
+    handed to another process's connect() or bind(0) in that moment, and engine_port_released would blame the
+    engine (a clean-clone CI run saw "Address already in use" on the stand-in's restart)."""
+    import socket
+
+    from harness.engine.host import PORT_FLOOR, _ephemeral_low, free_port
+
+    ports = {free_port() for _ in range(20)}
+    assert all(PORT_FLOOR <= p < _ephemeral_low() for p in ports), sorted(ports)
+    for port in ports:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", port))  # free: each was released when free_port returned

@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import random
 import signal
 import socket
 import time
@@ -43,7 +44,32 @@ ACCEPT_S = 5.0  # how long after its ready line an engine's HTTP port gets to ac
 CLOSE_GRACE_S = 5.0  # seconds a tree still alive at the run's end gets after SIGTERM, before SIGKILL
 
 
+PORT_FLOOR = 20000  # the lowest port free_port() tries
+
+
+def _ephemeral_low() -> int:
+    """The first port of the kernel's ephemeral range (connect() and bind(0) take theirs from it); 32768 unread."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            return int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
 def free_port() -> int:
+    """A free port on 127.0.0.1 below the kernel's ephemeral range, so that no other process's connect() or bind(0)
+    is handed it in the moment an engine is down (``engine_restart`` binds the port again after a SIGKILL released
+    it, and ``engine_port_released`` blames the engine for a port found taken); bind(0)'s port where the range
+    leaves no room below it."""
+    low = _ephemeral_low()
+    pick = random.SystemRandom()  # never the global state: a seeded test must not make two runs pick alike
+    for port in pick.sample(range(PORT_FLOOR, low), min(64, max(0, low - PORT_FLOOR))):
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
