@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import ast
 import os
+import socket
 import subprocess
 import sys
+import threading
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -24,7 +26,7 @@ from harness.scenario.loader import expand, load
 from harness.scenario.runner import run_item
 from harness.targets import load_target
 from harness.targets.api import check_target_object
-from tests.thirdparty.listener import ThreadedListener
+from tests.thirdparty.listener import JOIN_S, Backend, ThreadedListener
 from tests.thirdparty.target import TARGET
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -67,6 +69,37 @@ def test_it_is_a_target() -> None:
     for bug, spec in TARGET.variants.items():
         assert check_target_object(load_target(spec)) == [], bug
 
+
+
+def test_stop_joins_a_handler_that_closed_its_connection_but_has_not_returned(tmp_path: Path) -> None:
+    """A handler thread is alive from its connection_closed until it returns; a teardown that joined only the
+    handlers still holding a connection left it running, and no_leaked_threads saw it under load (CI of
+    68da425, many-idle-connections-at-stop).  Held there by a gate, it is among the threads stop joins."""
+    closed, hold = threading.Event(), threading.Event()
+
+    class Held(ThreadedListener):
+        def _serve(self, n: int, conn: socket.socket) -> None:
+            super()._serve(n, conn)
+            hold.wait(JOIN_S)  # a safety net: the test opens it
+
+    class Rec:
+        def emit(self, kind: str, **data: object) -> None:
+            if kind == "connection_closed":
+                closed.set()
+
+    path = str(tmp_path / "s.sock")
+    lst = Held(path, Backend(), Rec(), label="held", rank=0, pp=0, drain_timeout=1.0)
+    lst.start()
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as c:
+            c.connect(path)
+        assert closed.wait(JOIN_S)
+        [held] = [t for t in threading.enumerate() if t.name.startswith("tp-conn-held-")]
+        assert held.is_alive() and held in lst._handler_threads()  # what teardown joins
+    finally:
+        hold.set()
+        assert lst.stop()
+    assert not [t for t in threading.enumerate() if t.name.startswith("tp-conn-held-")]
 
 def _run(scenario: str, spec: str) -> tuple[object, object]:
     sc = load(str(ROOT / "scenarios" / f"{scenario}.yaml"))

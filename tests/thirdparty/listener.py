@@ -222,8 +222,10 @@ class ThreadedListener:
         for c in conns:
             _shut(c)
         if join:  # every handler has left the backend: each ends at once, its connection shut
-            for t in threads:
+            for t in threads:  # one that already closed its connection included: it may not have returned yet
                 t.join(JOIN_S)
+            with self._lock:
+                self._threads.clear()
         if self._sock is not None:
             self._sock.close()
             self.rec.emit("teardown_step", listener=self.label, step="close")
@@ -262,6 +264,8 @@ class ThreadedListener:
             n = next(self._ids)
             t = threading.Thread(target=self._serve, args=(n, conn), name=f"tp-conn-{self.label}-{n}", daemon=True)
             with self._lock:
+                for k in [k for k, x in self._threads.items() if not x.is_alive()]:
+                    del self._threads[k]  # ended: nothing left to join
                 self._conns[n] = conn
                 self._threads[n] = t
             self.rec.emit("accepted", listener=self.label, conn=n)
@@ -289,9 +293,8 @@ class ThreadedListener:
             why = f"{type(exc).__name__}"
         finally:
             conn.close()
-            with self._lock:
+            with self._lock:  # the thread stays in _threads, for teardown to join: it is alive until it returns
                 self._conns.pop(n, None)
-                self._threads.pop(n, None)
             self.rec.emit("connection_closed", listener=self.label, conn=n, why=why)
 
     def _answer(self, n: int, conn: socket.socket, body: bytes) -> bool:
