@@ -77,6 +77,7 @@ class Recorder:
         self.bad_events: list[str] = []  # strict only: one line per event that does not fit harness.events
         self._events: list[Event] = []
         self._cond = threading.Condition()
+        self._aborted = False  # abort(): every wait returns at once, as if timed out (an interrupted run)
 
     def emit(self, kind: str, /, **data: Any) -> None:
         self.add(Event(time.monotonic_ns(), os.getpid(), self.role, self.rank,
@@ -114,13 +115,20 @@ class Recorder:
             return False
 
         with self._cond:
-            self._cond.wait_for(check, timeout)
+            self._cond.wait_for(lambda: check() or self._aborted, timeout)
         return found[0] if found else None
 
     def wait_until(self, cond: Callable[[list[Event]], bool], timeout: float = 10.0) -> bool:
         """Block until ``cond(events so far)`` holds; False on timeout."""
         with self._cond:
-            return self._cond.wait_for(lambda: cond(self._events), timeout)
+            return self._cond.wait_for(lambda: cond(self._events) or self._aborted, timeout) and cond(self._events)
+
+    def abort(self) -> None:
+        """End every wait on this history now, and every later one at once, as a timeout would: the run it
+        records is being interrupted (harness.scenario.overlap), so its player unwinds instead of waiting."""
+        with self._cond:
+            self._aborted = True
+            self._cond.notify_all()
 
     def write(self, path: str | os.PathLike[str]) -> None:
         write_jsonl(path, self.events())

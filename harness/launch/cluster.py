@@ -44,7 +44,30 @@ from harness.launch.spawn import ForkServer, LaunchError, become_subreaper
 from harness.names import TMP, new_run_id
 from harness.timeouts import scaled
 
-__all__ = ["Cluster", "Proc", "RemoteError", "RunOutcome", "LaunchError", "run_id_for", "exit_mode"]
+__all__ = ["Cluster", "Proc", "RemoteError", "RunOutcome", "LaunchError", "run_id_for", "exit_mode", "SPAWN_LOCK",
+           "others_live"]
+
+# Runs that share this process (harness.scenario.overlap plays several at once on threads) are told apart by
+# their process groups: each run's processes are forked into a group of their own.  SPAWN_LOCK is held from a
+# run's fork to the moment its group is known, and by every snapshot while it reads /proc, so a snapshot never
+# sees a process of another run before that run has claimed it.  _LIVE: the runs between their fork and the
+# end of their close.
+SPAWN_LOCK = threading.RLock()
+_LIVE: set[Cluster] = set()
+
+
+def others_live(cluster: Cluster) -> tuple[set[int], set[int]]:
+    """The process groups and pids of this process's other live runs (empty when ``cluster`` runs alone).
+    Call it holding SPAWN_LOCK."""
+    pgids: set[int] = set()
+    pids: set[int] = set()
+    for c in _LIVE:
+        if c is not cluster:
+            with c._lock:  # lock order: SPAWN_LOCK, then a cluster's own
+                pids.update(c._procs)
+            if c.pgid:
+                pgids.add(c.pgid)
+    return pgids, pids
 
 ORDERLY_S = 10.0  # seconds for every process to exit after the exit command (scaled)
 TERM_S = 3.0  # seconds after SIGTERM before SIGKILL (scaled)
@@ -247,11 +270,15 @@ class Cluster:
         # whose processes never use it: they carry only what the target's own processes would.
         from harness.targets import uses_torch  # late: only a run that forks needs the targets
 
-        forks = ForkServer.shared(torch=uses_torch(self.variant, self.device))
-        self._watchdog = threading.Thread(target=self._watch, name="lastcall-watchdog", daemon=True)
-        self._watchdog.start()
-        pids = forks.spawn_group(specs, self._on_exit)
-        self.pgid = pids[0]
+        with SPAWN_LOCK:  # a server it starts, and the forks until their group is known (others_live)
+            forks = ForkServer.shared(torch=uses_torch(self.variant, self.device))
+            self._watchdog = threading.Thread(target=self._watch, name="lastcall-watchdog", daemon=True)
+            self._watchdog.start()
+            _LIVE.add(self)
+            pids = forks.spawn_group(specs, self._on_exit)
+            self.pgid = pids[0]
+            for pid in pids:
+                self._proc(pid)
         for pid, spec in zip(pids, specs, strict=True):
             proc = self._proc(pid)
             proc.role, proc.label, proc.stderr_path = spec["role"], spec["label"], spec["stderr"]
@@ -454,7 +481,15 @@ class Cluster:
         self.outcome.strays = self._kill_strays()
         self.outcome.leftovers = self.leftovers()
         self._remove_leftovers()
+        with SPAWN_LOCK:
+            _LIVE.discard(self)
         return self.outcome
+
+    def interrupt(self) -> None:
+        """Stop this run from another thread (its own runs on): every wait on its history returns at once and
+        its processes are killed, so its player unwinds into its close, which reaps and removes the rest."""
+        self.rec.abort()
+        self._kill_all()
 
     def _kill_strays(self) -> list[int]:
         """Kill and reap whatever of the run's process group outlived its known processes (a grandchild a

@@ -193,8 +193,12 @@ def descendants(stats: dict[int, Stat], root: int) -> set[int]:
 
 def processes(pids: Iterable[int] | None = None, pgids: Iterable[int] | None = None,
               descendants_of: int | None = None, errors: list[str] | None = None, *,
-              fds: bool = True, threads: bool = True) -> tuple[ProcEntry, ...]:
+              fds: bool = True, threads: bool = True, foreign_pgids: Iterable[int] = (),
+              foreign_pids: Iterable[int] = (), shared_pgids: Iterable[int] = ()) -> tuple[ProcEntry, ...]:
     """The union of ``pids``, every process of ``pgids`` and every descendant of ``descendants_of``.
+
+    The descendants leave out the processes of ``foreign_pgids`` and ``foreign_pids`` and every process below
+    them, and the processes of ``shared_pgids`` themselves; a process of ``pids`` or ``pgids`` always stays.
 
     Returns: entries sorted by pid; a pid that no longer exists is left out
         (an exited and reaped process is no leftover).
@@ -208,7 +212,15 @@ def processes(pids: Iterable[int] | None = None, pgids: Iterable[int] | None = N
         stats = all_stats(errors)
         wanted |= {st.pid for st in stats.values() if st.pgid in groups}
         if descendants_of is not None:
-            wanted |= descendants(stats, descendants_of)
+            below = descendants(stats, descendants_of)
+            f_groups, f_pids, s_groups = set(foreign_pgids), set(foreign_pids), set(shared_pgids)
+            if f_groups or f_pids or s_groups:
+                foreign = {p for p in below if p in f_pids or stats[p].pgid in f_groups}
+                for p in list(foreign):
+                    foreign |= descendants(stats, p)
+                foreign |= {p for p in below if stats[p].pgid in s_groups}
+                below -= foreign
+            wanted |= below
     wanted |= {p for p in (pids or ()) if p > 0}
     out: list[ProcEntry] = []
     for pid in sorted(wanted):

@@ -43,7 +43,8 @@ def take(label: str, *, root: str | os.PathLike[str] | None = None, shm_match: s
          shm_dir: str = SHM_DIR, pids: Iterable[int] = (), pgids: Iterable[int] = (),
          descendants_of: int | None = None, ports: Iterable[int] = (), bind_host: str = "127.0.0.1",
          harness_pids: Iterable[int] = (), unix_under: str | os.PathLike[str] | None = None,
-         bind_reuseaddr: bool = True, gpu: bool = True) -> Snapshot:
+         bind_reuseaddr: bool = True, gpu: bool = True, foreign_pgids: Iterable[int] = (),
+         foreign_pids: Iterable[int] = (), shared_pgids: Iterable[int] = ()) -> Snapshot:
     """A snapshot of everything the selection owns.
 
     ``root``: paths below it (None: none).  ``shm_match``: /dev/shm entries whose
@@ -55,6 +56,9 @@ def take(label: str, *, root: str | os.PathLike[str] | None = None, shm_match: s
     harness/probes/net.py).  ``unix_under``: Unix sockets bound below this
     path, whoever holds them.  ``harness_pids``: the harness's own helpers
     (the fork server), recorded so checkers exclude them.  ``gpu``: query NVML.
+    ``foreign_pgids``/``foreign_pids``: other runs' process groups and processes, left out of the descendants
+    with everything below them; ``shared_pgids``: groups whose processes (not those below them) are left out
+    of the descendants (the harness's own, while other runs share the process: see :func:`for_cluster`).
     An empty selection gives an empty snapshot (the GPU part aside).
     """
     t0 = time.monotonic_ns()
@@ -62,7 +66,8 @@ def take(label: str, *, root: str | os.PathLike[str] | None = None, shm_match: s
     pid_list, pgid_list, port_list = sorted(set(pids)), sorted(set(pgids)), sorted(set(ports))
     paths = paths_under(root, errors) if root is not None else ()
     shm = shm_entries(shm_dir, shm_match, errors) if shm_match is not None else ()
-    procs = processes(pid_list, pgid_list, descendants_of, errors) \
+    procs = processes(pid_list, pgid_list, descendants_of, errors, foreign_pgids=foreign_pgids,
+                      foreign_pids=foreign_pids, shared_pgids=shared_pgids) \
         if pid_list or pgid_list or descendants_of is not None else ()
     under = os.fspath(unix_under) if unix_under is not None else None
     socks = sockets([p.pid for p in procs], port_list, under, errors, owners=owners_from(procs)) \
@@ -90,12 +95,23 @@ def for_cluster(cluster: Cluster, label: str, *, ports: Iterable[int] = (), gpu:
     descendant of this process, and the fork server as the harness's helper.
     Safe before ``start`` and after ``close`` (gone processes are left out).
     Never starts a fork server.
+
+    Runs that share this process (harness.scenario.overlap) are told apart by process group: the
+    descendants leave out every other live run's group and pids, and what is below them, and the processes
+    of this process's own group (a step's short-lived helper, such as a dead owner's predecessor); this
+    run's own group and pids are always in.  Alone (every run but an overlapped one), nothing is left out.
+    The snapshot holds the launcher's SPAWN_LOCK, so no run forks unclaimed processes while it reads.
     """
+    from harness.launch.cluster import SPAWN_LOCK, others_live
     from harness.launch.spawn import helper_pids  # late: the launcher imports much more than the probes need
 
-    helpers = tuple(sorted(helper_pids()))
-    with cluster._lock:
-        pids = list(cluster._procs)
-    return take(label, root=cluster.root, shm_match=cluster.ipc, shm_dir=cluster.shm_dir, pids=pids,
-                pgids=(cluster.pgid,) if cluster.pgid else (), descendants_of=os.getpid(), ports=ports,
-                harness_pids=helpers, unix_under=cluster.root, gpu=gpu)
+    with SPAWN_LOCK:
+        helpers = tuple(sorted(helper_pids()))
+        with cluster._lock:
+            pids = list(cluster._procs)
+        foreign_pgids, foreign_pids = others_live(cluster)
+        shared = (os.getpgrp(),) if foreign_pgids or foreign_pids else ()
+        return take(label, root=cluster.root, shm_match=cluster.ipc, shm_dir=cluster.shm_dir, pids=pids,
+                    pgids=(cluster.pgid,) if cluster.pgid else (), descendants_of=os.getpid(), ports=ports,
+                    harness_pids=helpers, unix_under=cluster.root, gpu=gpu, foreign_pgids=foreign_pgids,
+                    foreign_pids=foreign_pids, shared_pgids=shared)

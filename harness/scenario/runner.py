@@ -12,6 +12,7 @@ is also judged by ``fault_fired``: a fault that never fired makes the run vacuou
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 import harness.scenario.engine_steps
@@ -34,7 +35,7 @@ __all__ = ["RunResult", "run_item", "StepError", "STEP_KINDS"]  # STEP_KINDS her
 
 
 def run_item(item: MatrixItem, *, variant: str | None = None, run_id: str | None = None,
-             snapshot: Snap | None = None) -> RunResult:
+             snapshot: Snap | None = None, on_cluster: Callable[[Cluster], None] | None = None) -> RunResult:
     """Run one matrix item against ``variant`` (default: the scenario's target) and judge it.
 
     The run: its cluster (the cast its steps drive) and the ``before`` snapshot; then, inside one try, the
@@ -42,6 +43,9 @@ def run_item(item: MatrixItem, *, variant: str | None = None, run_id: str | None
     snapshot taken once every process is reaped, before the harness removes what was left); then the
     scenario's expectations, plus fault_fired when a fault was armed.  A failed step or launch (an unknown
     variant, a target lacking a part) is the run's outcome, recorded as ``step_failed``.
+
+    ``on_cluster`` is given the run's cluster once it exists, before anything starts (an overlapped run's
+    interrupt, harness.scenario.overlap).
 
     Returns: the RunResult; never raises for a failing system under test.
     """
@@ -55,6 +59,8 @@ def run_item(item: MatrixItem, *, variant: str | None = None, run_id: str | None
     c = Cluster(tp=item.params["tp"], pp=item.params["pp"], device=item.params["device"], variant=chosen,
                 drain_timeout=cfg.drain_timeout, deadline=cfg.deadline, exit_budget=cfg.exit_budget,
                 capacity=cfg.capacity, ipc_timeout=cfg.ipc_timeout, run_id=run_id, cast=cast, fast_exit=fast)
+    if on_cluster is not None:
+        on_cluster(c)
     snaps: dict[str, Snapshot] = {}
     player: Player | None = None
 
