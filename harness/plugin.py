@@ -39,12 +39,14 @@ def pytest_addoption(parser: pytest.Parser, pluginmanager: pytest.PytestPluginMa
 
     from harness.scenario.chain_items import addoption as chain_option
     from harness.scenario.collect import addoption
+    from harness.scenario.overlap import addoption as overlap_option
     from harness.scenario.quick import addini as quick_ini
     from harness.scenario.repeat import addoption as repeat_option
 
     addoption(parser)
     repeat_option(parser)
     chain_option(parser)
+    overlap_option(parser)
     quick_ini(parser)
     for name in TARGET_PLUGINS:
         if not pluginmanager.has_plugin(name):
@@ -101,6 +103,9 @@ def pytest_configure(config: pytest.Config) -> None:
     from harness.scenario.chain_items import check as check_chain
 
     check_chain(config)  # --lastcall-chain with -n: refused before anything runs
+    from harness.scenario.overlap import width
+
+    width(config)  # a bad lastcall_overlap too
     config.stash[_LEAK_MODE] = mode(config)  # a bad value stops the session here, located
     # SIGTERM (a CI job's timeout, a kill) unwinds the session like ^C, in the controller and in each
     # xdist worker, so every live run closes its cluster and removes what it owns; without it the fork

@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parent.parent
 PARKED = """\
 name: parked-until-terminated
 about: A map parked in the backend until the harness is terminated.
-catches: [lost_unmap]
+catches: [lost_unmap, leaks_a_child]
 config: {drain_timeout: 200ms, exit_budget: 200ms}
 steps:
   - start: cluster
@@ -58,13 +58,19 @@ def _tags(pid: int) -> list[str]:
 LASTCALL = str(Path(sys.executable).parent / "lastcall")  # the console script, as a person runs it
 
 
-@pytest.mark.parametrize(("argv", "code"), [
-    pytest.param([LASTCALL, "run"], 130, id="lastcall-run"),
+@pytest.mark.parametrize(("argv", "keyword", "code"), [
+    pytest.param([LASTCALL, "run"], "not catches", 130, id="lastcall-run"),
     # a bare pytest session under xdist, as CI runs it, its whole process group terminated (as a job
     # timeout does): the plugin makes SIGTERM an interrupt in the controller and in each worker
-    pytest.param([sys.executable, "-m", "pytest", "-n", "2", "-p", "no:cacheprovider"], 2, id="pytest-n2-group"),
+    pytest.param([sys.executable, "-m", "pytest", "-n", "2", "-p", "no:cacheprovider"], "not catches", 2,
+                 id="pytest-n2-group"),
+    # the two catches items played at once (harness.scenario.overlap): the first one's interrupt ends the
+    # run beside it too, which is closed before the session ends
+    pytest.param([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--lastcall-overlap", "2"], "catches", 2,
+                 id="pytest-overlapped"),
 ])
-def test_sigterm_closes_the_live_run_and_leaves_nothing(argv: list[str], code: int, tmp_path: Path) -> None:
+def test_sigterm_closes_the_live_run_and_leaves_nothing(argv: list[str], keyword: str, code: int,
+                                                       tmp_path: Path) -> None:
     scenario = tmp_path / "parked.yaml"
     scenario.write_text(PARKED)
     group = argv[0] != LASTCALL
@@ -72,7 +78,7 @@ def test_sigterm_closes_the_live_run_and_leaves_nothing(argv: list[str], code: i
     # (reports/ goes there by default), which for a clone under /tmp was /tmp itself (a clean-clone run left
     # /tmp/reports behind)
     reports = tmp_path / "reports"
-    proc = subprocess.Popen([*argv, str(scenario), "-k", "not catches", f"--lastcall-reports={reports}"], cwd=ROOT,
+    proc = subprocess.Popen([*argv, str(scenario), "-k", keyword, f"--lastcall-reports={reports}"], cwd=ROOT,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=group)
     try:
         tags: list[str] = []

@@ -1,0 +1,173 @@
+"""``lastcall_overlap = N`` (ini) or ``--lastcall-overlap N``: catches items that wait, played N at a time.
+
+A catches item runs a planted bug and mostly waits: for the bound the bug misses, a drain, an exit budget.
+With N > 1, when a catches item starts its run, the next N-1 catches items this process is going to run
+start theirs beside it, each on a thread of its own; the item waits for all of them before it ends, and each
+of them, when pytest reaches it, takes the result its run left (its own run id, history, report and verdicts,
+judged exactly as alone).  Nothing of an overlapped run outlives the item that played it, so the leak guard
+of that item sees every run of the batch begin and end.
+
+Which items overlap: scenario items of ``catches`` on the CPU, not chained (``--lastcall-chain``), not
+repeats (``--repeat``: a flaky hunt wants each repeat on its own), with no skip or xfail mark, and whose run
+is none of these: a hosted engine (an engine tree is watched as a whole and holds the machine's engine
+lock), a ``stress`` step (its races are what it judges, and a busier machine changes them).  The reference
+items of the scenarios (the ones that must pass) always run alone.  "Going to run": under pytest-xdist the
+worker's queue of pending items (an item the controller then steals is run again where it lands, and this
+result is dropped); without it, the session's items after this one.
+
+Why a verdict does not change: the runs share nothing but the fork server and this process.  Each run's
+names derive from its own run id; its processes are forked into a process group of their own, and the
+snapshot of one run leaves out every other live run's group and what is below it (harness.probes.snapshot.
+for_cluster), so no_orphan_processes, the fd and socket probes and the leftovers see one run each.  What can
+differ is timing: the catches this applies to wait out a bound their bug misses, which a busier machine
+misses by more, never by less.  ``benchmarks/verdicts_ab.py --overlap`` compares every item's verdicts with
+and without it.  On ^C (or SIGTERM) the item interrupts every run beside it (harness.launch.cluster.
+Cluster.interrupt) and waits for their close before the interrupt goes on.  Off by default (N = 1): lastcall's
+own suite sets it in pyproject.toml.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+__all__ = ["INI", "OPTION", "addoption", "width", "eligible", "upcoming", "result_for"]
+
+INI = "lastcall_overlap"
+OPTION = "--lastcall-overlap"
+MAX = 32  # more runs at once than this is a typo, not a speed-up
+JOIN_S = 600.0  # a safety net: each run is bounded by its own watchdog, far below this
+_PENDING = pytest.StashKey[dict[int, "_Run"]]()
+
+
+def addoption(parser: pytest.Parser) -> None:
+    parser.addini(INI, type="string", default="1",
+                  help="catches items played at once (harness.scenario.overlap): 1 plays each alone (the default)")
+    parser.getgroup("lastcall").addoption(
+        OPTION, type=int, default=None, metavar="N",
+        help=f"play up to N catches items at once, each judged as alone (default: ini {INI}, 1)")
+
+
+def width(config: pytest.Config) -> int:
+    """N, from the option or the ini; a bad value is a located usage error."""
+    opt = config.getoption("lastcall_overlap", default=None)
+    raw: Any = opt if opt is not None else config.getini(INI)
+    try:
+        n = int(str(raw).strip())
+    except ValueError:
+        n = -1
+    if not 1 <= n <= MAX:
+        where = OPTION if opt is not None else f"{config.inipath or 'the ini file'}: {INI}"
+        raise pytest.UsageError(f"{where} = {raw!r}: expected a whole number from 1 to {MAX}")
+    return n
+
+
+def eligible(item: Any) -> bool:
+    """Whether ``item`` may be played beside others (the module docstring says which)."""
+    from harness.scenario.player import cast_for
+    from harness.scenario.repeat import base_id
+
+    if getattr(item, "matrix", None) is None or getattr(item, "catch", None) is None \
+            or getattr(item, "chain", None) is not None:  # a scenario item (harness.scenario.collect) of catches
+        return False
+    if base_id(item.nodeid) != item.nodeid or item.matrix.params.get("device") != "cpu":
+        return False
+    if any(item.get_closest_marker(name) is not None for name in ("skip", "skipif", "xfail")):
+        return False
+    steps = item.matrix.scenario.steps
+    if any(getattr(s, "kind", "") == "stress" for s in steps):
+        return False
+    from harness.launch.parts import cast_named
+
+    return cast_named(cast_for(steps)).host is None
+
+
+def upcoming(item: pytest.Item) -> list[pytest.Item]:
+    """The items this process is going to run after ``item``, in order (see the module docstring)."""
+    session = item.session
+    for plugin in item.config.pluginmanager.get_plugins():
+        torun = getattr(plugin, "torun", None)  # xdist's WorkerInteractor: the next index, then its queue
+        if torun is not None and hasattr(torun, "lock") and getattr(plugin, "session", None) is session:
+            nxt = getattr(plugin, "nextitem_index", None)
+            with torun.lock() as queue:
+                pending = list(queue)
+            indices = ([nxt] if isinstance(nxt, int) else []) + [i for i in pending if isinstance(i, int)]
+            return [session.items[i] for i in indices if 0 <= i < len(session.items)]
+    try:
+        here = session.items.index(item)
+    except ValueError:
+        return []
+    return list(session.items[here + 1:])
+
+
+@dataclass
+class _Run:
+    """One overlapped run: its thread, then its result or the exception it raised."""
+
+    item: Any
+    leader: str  # the node id of the item that played it
+    thread: threading.Thread | None = None
+    result: Any = None
+    error: BaseException | None = None
+    clusters: list[Any] = field(default_factory=list)
+
+
+def _play(run: _Run) -> None:
+    from harness.scenario.runner import run_item
+
+    try:
+        run.result = run_item(run.item.matrix, variant=run.item.variant, on_cluster=run.clusters.append)
+    except BaseException as exc:  # kept for its own item, which raises it where pytest reports it
+        run.error = exc
+
+
+def result_for(item: Any) -> Any:
+    """The result of ``item``'s run: the one an overlapped run left, else its own run, played beside the
+    next catches items when overlap is on and it is one of them."""
+    from harness.scenario.runner import run_item
+
+    pending = item.config.stash.setdefault(_PENDING, {})
+    done = pending.pop(id(item), None)
+    if done is not None:
+        item.user_properties.append(("lastcall_overlapped_with", done.leader))  # JUnit: where its time went
+        if done.error is not None:
+            raise done.error
+        return done.result
+    n = width(item.config)
+    if n <= 1 or not eligible(item):
+        return run_item(item.matrix, variant=item.variant, run_id=None)
+    beside: list[_Run] = []
+    for other in upcoming(item):
+        if len(beside) >= n - 1:
+            break
+        if other is not item and id(other) not in pending and eligible(other):
+            beside.append(_Run(other, item.nodeid))
+    for run in beside:
+        pending[id(run.item)] = run
+        run.thread = threading.Thread(target=_play, args=(run,), name=f"lastcall-overlap-{run.item.name}",
+                                      daemon=True)
+        run.thread.start()
+    try:
+        own = run_item(item.matrix, variant=item.variant, run_id=None)
+        _join(beside, item.nodeid)
+        return own
+    except (KeyboardInterrupt, SystemExit):  # ^C or SIGTERM: the runs beside it end with it, then it goes on
+        for run in beside:
+            for cluster in list(run.clusters):
+                cluster.interrupt()
+        _join(beside, item.nodeid)
+        raise
+    except BaseException:
+        _join(beside, item.nodeid)
+        raise
+
+
+def _join(runs: list[_Run], nodeid: str) -> None:
+    for run in runs:
+        assert run.thread is not None
+        run.thread.join(JOIN_S)
+        if run.thread.is_alive():
+            run.error = RuntimeError(f"its run, overlapped with {nodeid}, did not end in {JOIN_S:.0f} s")

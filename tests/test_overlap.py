@@ -1,0 +1,198 @@
+"""Catches items played N at a time (harness.scenario.overlap): each judged as alone, nothing left on ^C.
+
+The soundness of it is the probes': runs that share a process are told apart by process group.  A run beside a
+run whose planted bug leaves a child behind is judged on its own processes (and, with the exclusion undone, it
+is not: the leaked child is blamed on it).  The plugin part: the next catches items start beside the first, each
+item takes its own result, and JUnit says which item played it.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+from harness.launch import cluster as cluster_mod
+from harness.probes.procs import processes
+from harness.probes.snapshot import for_cluster
+from harness.scenario.catches import resolve
+from harness.scenario.loader import expand, load
+from harness.scenario.overlap import _join, _Run
+from harness.scenario.runner import run_item
+from harness.targets import load_target
+
+ROOT = Path(__file__).resolve().parent.parent
+SAFETY_S = 60.0  # safety nets only: every wait below ends on an event
+
+
+def _sleeper(group: int | None) -> subprocess.Popen[bytes]:
+    """A child that waits on its stdin (ended by closing it), in a new process group (0) or this one (None)."""
+    return subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE,
+                            process_group=group)
+
+
+def _end(*procs: subprocess.Popen[bytes]) -> None:
+    for p in procs:
+        assert p.stdin is not None
+        p.stdin.close()
+        p.wait(SAFETY_S)
+
+
+def test_the_probe_leaves_out_other_runs_groups_what_is_below_them_and_the_shared_group() -> None:
+    mine, theirs, shared = _sleeper(0), _sleeper(0), _sleeper(None)
+    try:
+        below_theirs = subprocess.Popen(  # a grandchild in their group: left out with them
+            [sys.executable, "-c", "import os, sys; os.setpgid(0, 0); sys.stdin.read()"], stdin=subprocess.PIPE)
+        try:
+            everything = {p.pid for p in processes(descendants_of=os.getpid(), fds=False, threads=False)}
+            assert {mine.pid, theirs.pid, shared.pid, below_theirs.pid} <= everything  # alone: nothing left out
+            got = {p.pid for p in processes(descendants_of=os.getpid(), fds=False, threads=False,
+                                            foreign_pgids={theirs.pid}, foreign_pids={below_theirs.pid},
+                                            shared_pgids={os.getpgrp()})}
+            assert mine.pid in got
+            assert not {theirs.pid, below_theirs.pid, shared.pid} & got
+            # a run's own group and pids always stay, even where another rule would leave them out
+            own = {p.pid for p in processes(pids=[shared.pid], pgids=[theirs.pid], descendants_of=os.getpid(),
+                                            fds=False, threads=False, foreign_pgids={theirs.pid},
+                                            shared_pgids={os.getpgrp()})}
+            assert {shared.pid, theirs.pid} <= own
+        finally:
+            _end(below_theirs)
+    finally:
+        _end(mine, theirs, shared)
+
+
+@pytest.mark.parametrize("isolated", [True, False], ids=["by-group", "exclusion-undone"])
+def test_a_run_beside_a_leaking_run_is_judged_on_its_own_processes(isolated: bool,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """The leaking run (leaks_a_child: a helper of its worker outlives it) is held at its after snapshot, its
+    leaked child alive, while a clean run of the same scenario plays beside it from start to end."""
+    if not isolated:  # the planted defect of the probes: every descendant of the harness is the run's
+        monkeypatch.setattr(cluster_mod, "others_live", lambda cluster: (set(), set()))
+    item = expand(load(str(ROOT / "scenarios" / "nothing-outlives-the-run.yaml")))[0]
+    spec, why = resolve(load_target("reference"), "leaks_a_child")
+    assert spec is not None, why
+    at_after, clean_done = threading.Event(), threading.Event()
+
+    def held(cl: cluster_mod.Cluster, label: str) -> object:
+        if label == "after":
+            at_after.set()
+            clean_done.wait(SAFETY_S)
+        return for_cluster(cl, label)
+
+    leaker = _Run(item, "test")
+    leaker.thread = threading.Thread(
+        target=lambda: setattr(leaker, "result", run_item(item, variant=spec, snapshot=held)), daemon=True)
+    leaker.thread.start()
+    try:
+        assert at_after.wait(SAFETY_S)
+        clean = run_item(item)
+    finally:
+        clean_done.set()
+        _join([leaker], "test")
+    assert "no_orphan_processes" in {v.checker for v in leaker.result.violated}  # its own bug, caught
+    orphans = next(v for v in clean.verdicts if v.checker == "no_orphan_processes")
+    if isolated:
+        assert clean.passed, [str(v) for v in clean.violated]
+        assert orphans.status == "ok"
+    else:
+        assert orphans.status == "violated" and "sleep" in orphans.message, orphans
+
+
+PARKED = """\
+name: parked
+about: A map parked in the backend; only an interrupt ends the run early.
+catches: [lost_unmap]
+steps:
+  - start: cluster
+  - arm: {site: backend.map_to_kv_tensors, on: {rank: 0}, action: pause, as: f1}
+  - call: {op: map, offsets: [0], as: m1}
+  - wait: {reached: f1}
+  - wait: {returned: m1, timeout: 600s}
+expect:
+  - no_leftover_paths
+  - no_orphan_processes
+"""
+
+
+def test_an_interrupt_ends_a_run_beside_it_and_leaves_nothing(tmp_path: Path) -> None:
+    """What the first item does on ^C to each run beside it (Cluster.interrupt): the run's wait ends at once,
+    its processes are killed, and its own close reaps them and removes what it made."""
+    path = tmp_path / "parked.yaml"
+    path.write_text(PARKED)
+    clusters: list[cluster_mod.Cluster] = []
+    made = threading.Event()
+    run = _Run(expand(load(str(path)))[0], "test")
+
+    def play() -> None:
+        try:
+            run.result = run_item(run.item, on_cluster=lambda c: (clusters.append(c), made.set()))
+        except BaseException as exc:
+            run.error = exc
+        finally:
+            made.set()
+
+    run.thread = threading.Thread(target=play, daemon=True)
+    run.thread.start()
+    try:
+        assert made.wait(SAFETY_S)
+        assert run.error is None, run.error
+        [c] = clusters
+        assert c.rec.wait_for("fault_reached", SAFETY_S) is not None  # parked: only the 600 s wait is left
+        c.interrupt()
+    finally:
+        _join([run], "test")
+    assert not run.thread.is_alive()
+    r = run.result
+    assert "timed out" in r.step_error or "600" in r.step_error, r.step_error  # the wait ended at the interrupt
+    assert not c.root.exists() and not [p for p in r.outcome.leftovers if os.path.lexists(p)]  # removed at close
+    assert all(not p.alive for p in c._procs.values())
+    with cluster_mod.SPAWN_LOCK:
+        assert c not in cluster_mod._LIVE
+
+
+def _junit(tmp_path: Path, *args: str) -> tuple[subprocess.CompletedProcess[str], ET.Element]:
+    xml = tmp_path / "junit.xml"
+    out = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:randomly", "-p", "no:cacheprovider",
+                          "--lastcall-reports=", f"--junitxml={xml}", *args], cwd=ROOT, capture_output=True,
+                         text=True, timeout=300)
+    return out, ET.parse(xml).getroot()
+
+
+def test_the_next_catches_items_play_beside_the_first_and_each_takes_its_own_result(tmp_path: Path) -> None:
+    """Three catches items of three scenarios with their reference items between them, overlap 3: the first
+    catches item plays the other two beside it, the reference items run alone, every item is judged as alone."""
+    out, root = _junit(tmp_path, "scenarios/stalled-read-is-cancelled.yaml",
+                       "scenarios/socket-file-removed-while-live.yaml",
+                       "scenarios/stop-from-a-handler-returns-at-once.yaml", "--lastcall-overlap", "3", "-q",
+                       "-m", "not gpu")
+    assert out.returncode == 0, out.stdout[-3000:]
+    cases = {f"{c.get('classname')}::{c.get('name')}": c for c in root.iter("testcase")}
+    props = {k: {p.get("name"): p.get("value") for p in c.iter("property")} for k, c in cases.items()}
+    props = {k: p for k, p in props.items() if "lastcall_run_id" in p}  # the runs (not a skipped CUDA point)
+    catches = sorted(k for k in props if "-catches-" in k)
+    leaders = [k for k in catches if "lastcall_overlapped_with" not in props[k]]
+    assert len(catches) == 3 and len(leaders) == 1, props
+    leader = leaders[0]
+    for k in catches:
+        if k != leader:
+            assert props[k]["lastcall_overlapped_with"].split("::")[-1] == leader.split("::")[-1], props[k]
+    assert not any("lastcall_overlapped_with" in p for k, p in props.items() if "-catches-" not in k)
+    assert len({p["lastcall_run_id"] for p in props.values()}) == len(props)  # a run each
+
+
+def test_off_by_default_and_a_bad_width_is_a_usage_error(tmp_path: Path) -> None:
+    out, root = _junit(tmp_path, "scenarios/stalled-read-is-cancelled.yaml", "-o", "lastcall_overlap=1", "-q")
+    assert out.returncode == 0, out.stdout[-3000:]
+    assert not [p for p in root.iter("property") if p.get("name") == "lastcall_overlapped_with"]
+    bad = subprocess.run([sys.executable, "-m", "pytest", "scenarios/stalled-read-is-cancelled.yaml", "-p",
+                          "no:cacheprovider", "-o", "lastcall_overlap=lots"], cwd=ROOT, capture_output=True,
+                         text=True, timeout=120)
+    assert bad.returncode == 4, bad.stdout + bad.stderr
+    assert "lastcall_overlap = 'lots': expected a whole number from 1 to 32" in bad.stderr
+    assert "Traceback" not in bad.stderr
