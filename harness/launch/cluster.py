@@ -277,14 +277,10 @@ class Cluster:
             _LIVE.add(self)
             pids = forks.spawn_group(specs, self._on_exit)
             self.pgid = pids[0]
-            for pid in pids:
-                self._proc(pid)
-        for pid, spec in zip(pids, specs, strict=True):
-            proc = self._proc(pid)
-            proc.role, proc.label, proc.stderr_path = spec["role"], spec["label"], spec["stderr"]
-            self.rec.emit("process_spawned", pid=pid, role=spec["role"], label=spec["label"])
-        procs = [self._procs[pid] for pid in pids]
+            procs = [self._proc(pid) for pid in pids]  # claimed by pid too: one may not have joined the group yet
         for proc, spec in zip(procs, specs, strict=True):
+            proc.role, proc.label, proc.stderr_path = spec["role"], spec["label"], spec["stderr"]
+            self.rec.emit("process_spawned", pid=proc.pid, role=spec["role"], label=spec["label"])
             self.parts.setdefault(spec["part"], []).append(proc)
         self.engine = procs[0]
         self.workers = [p for part in self.cast.parts if part.per_rank for p in self.parts.get(part.name, [])]

@@ -176,16 +176,17 @@ def proc_entry(pid: int, errors: list[str] | None = None, *, stat: Stat | None =
                      state=st.state, threads=thread_names or (), fds=fd_list or (), cmdline=_cmdline(pid))
 
 
-def descendants(stats: dict[int, Stat], root: int) -> set[int]:
-    """Every process below ``root`` (not ``root`` itself) by ppid links."""
+def descendants(stats: dict[int, Stat], root: int | Iterable[int]) -> set[int]:
+    """Every process below ``root`` (or below any of several roots; not the roots themselves) by ppid links."""
+    roots = {root} if isinstance(root, int) else set(root)
     children: dict[int, list[int]] = {}
     for st in stats.values():
         children.setdefault(st.ppid, []).append(st.pid)
     found: set[int] = set()
-    stack = [root]
+    stack = list(roots)
     while stack:
         for child in children.get(stack.pop(), ()):
-            if child not in found and child != root:
+            if child not in found and child not in roots:
                 found.add(child)
                 stack.append(child)
     return found
@@ -216,8 +217,7 @@ def processes(pids: Iterable[int] | None = None, pgids: Iterable[int] | None = N
             f_groups, f_pids, s_groups = set(foreign_pgids), set(foreign_pids), set(shared_pgids)
             if f_groups or f_pids or s_groups:
                 foreign = {p for p in below if p in f_pids or stats[p].pgid in f_groups}
-                for p in list(foreign):
-                    foreign |= descendants(stats, p)
+                foreign |= descendants(stats, foreign)  # one walk for all of them
                 foreign |= {p for p in below if stats[p].pgid in s_groups}
                 below -= foreign
             wanted |= below

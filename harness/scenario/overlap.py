@@ -20,8 +20,8 @@ names derive from its own run id; its processes are forked into a process group 
 snapshot of one run leaves out every other live run's group and what is below it (harness.probes.snapshot.
 for_cluster), so no_orphan_processes, the fd and socket probes and the leftovers see one run each.  What can
 differ is timing: the catches this applies to wait out a bound their bug misses, which a busier machine
-misses by more, never by less.  ``benchmarks/verdicts_ab.py --overlap`` compares every item's verdicts with
-and without it.  On ^C (or SIGTERM) the item interrupts every run beside it (harness.launch.cluster.
+misses by more, never by less.  ``benchmarks/overlap_ab.py`` compares every item's verdicts with and
+without it.  On ^C (or SIGTERM) the item interrupts every run beside it (harness.launch.cluster.
 Cluster.interrupt) and waits for their close before the interrupt goes on.  Off by default (N = 1): lastcall's
 own suite sets it in pyproject.toml.
 """
