@@ -37,8 +37,6 @@ from pathlib import Path
 from types import TracebackType
 from typing import Protocol
 
-import torch  # noqa: F401 - a child makes tensors (the allocator, kvcached): it finds torch loaded, as a fork server's do
-
 from harness.timeouts import scaled
 
 __all__ = ["Served", "ServerProcess", "two_cpus", "on_cpu", "pin_threads"]
@@ -109,6 +107,10 @@ class ServerProcess:
         self._out_r = -1
 
     def __enter__(self) -> ServerProcess:
+        # a child makes tensors (the allocator, kvcached): it finds torch loaded, as a fork server's do.  Imported
+        # here, not with the module: collecting a test module that imports this one must not load torch
+        import torch  # noqa: F401
+
         cmd_r, cmd_w = os.pipe()
         out_r, out_w = os.pipe()
         try:

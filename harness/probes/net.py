@@ -177,7 +177,14 @@ def sockets(pids: Iterable[int] | None = None, ports: Iterable[int] | None = Non
     select_all = pid_list is None and not port_set and unix_under is None
     if owners is None:
         owners = inode_owners(pid_list, errors) if pid_list is not None or select_all else {}
-    entries = parse_tcp("tcp", errors) + parse_tcp("tcp6", errors) + parse_unix(errors)
+    unix = parse_unix(errors)
+    # /proc/net/tcp{,6} cost milliseconds each, however few sockets they list (the kernel walks its whole
+    # connection table): read only when they can hold a selected socket, a port asked for or an inode a pid
+    # holds that is no Unix socket (one closed since its fd was read counts as maybe TCP: read them)
+    unix_inodes = {e.inode for e in unix}
+    need_tcp = select_all or bool(port_set) or (pid_list is not None and any(i not in unix_inodes for i in owners))
+    tcp = parse_tcp("tcp", errors) + parse_tcp("tcp6", errors) if need_tcp else []
+    entries = tcp + unix
     chosen: list[SocketEntry] = []
     for e in entries:
         held = pid_list is not None and e.inode in owners
