@@ -115,3 +115,27 @@ def test_an_engines_port_is_free_and_outside_the_ephemeral_range() -> None:
     for port in ports:
         with socket.socket() as s:
             s.bind(("127.0.0.1", port))  # free: each was released when free_port returned
+
+
+def test_a_port_claimed_by_a_live_run_is_never_picked_for_another_until_released(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Runs played beside each other (harness.scenario.overlap) each pick their engine's port while the other's
+    engine may be down (before its launch, during a restart): the pick skips every port a live run claimed.
+    A window of one port that was just free: claimed, it is skipped (bind(0)'s port instead); released, it is
+    picked again."""
+    import socket
+
+    import harness.engine.host as host
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        only = int(s.getsockname()[1])
+    monkeypatch.setattr(host, "PORT_FLOOR", only)
+    monkeypatch.setattr(host, "_ephemeral_low", lambda: only + 1)
+    mine = host.free_port(claim=True)
+    try:
+        assert mine == only
+        assert host.free_port() != only  # free on the machine, but claimed
+    finally:
+        host.release_port(mine)
+    assert host.free_port() == only

@@ -18,7 +18,8 @@ from pathlib import Path
 import pytest
 
 from harness.launch import cluster as cluster_mod
-from harness.probes.procs import processes
+from harness.launch.spawn import become_subreaper
+from harness.probes.procs import processes, read_stat
 from harness.probes.snapshot import for_cluster
 from harness.scenario.catches import resolve
 from harness.scenario.loader import expand, load
@@ -42,6 +43,32 @@ def _end(*procs: subprocess.Popen[bytes]) -> None:
         assert p.stdin is not None
         p.stdin.close()
         p.wait(SAFETY_S)
+
+
+def test_the_probe_leaves_out_another_runs_engine_session_even_an_orphan_in_a_group_of_its_own() -> None:
+    """An engine tree is launched into a session of its own (harness.engine.tree).  A process of it that left
+    its group and whose parent died (reparented to the harness, the subreaper) is below no pid of that run
+    and in no group of it: the session alone says whose it is."""
+    become_subreaper()
+    leader = subprocess.Popen(  # starts its child and exits; the child, in a new group, says its pid, reads stdin
+        [sys.executable, "-c", "import subprocess, sys; subprocess.Popen([sys.executable, '-c', "
+         "'import os, sys; os.setpgid(0, 0); print(os.getpid(), flush=True); sys.stdin.read()'])"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, start_new_session=True)
+    assert leader.stdout is not None and leader.stdin is not None
+    orphan = int(leader.stdout.readline())
+    try:
+        leader.wait(SAFETY_S)
+        st = read_stat(orphan)
+        assert st is not None and st.sid == leader.pid and st.pgid != leader.pid and st.ppid == os.getpid()
+        alone = {p.pid for p in processes(descendants_of=os.getpid(), fds=False, threads=False)}
+        assert orphan in alone
+        beside = {p.pid for p in processes(descendants_of=os.getpid(), fds=False, threads=False,
+                                           foreign_sids={leader.pid})}
+        assert orphan not in beside
+    finally:
+        leader.stdin.close()  # the orphan's stdin too: it reads EOF and exits; reaped here, its subreaper
+        leader.stdout.close()
+        os.waitpid(orphan, 0)
 
 
 def test_the_probe_leaves_out_other_runs_groups_what_is_below_them_and_the_shared_group() -> None:
@@ -74,7 +101,7 @@ def test_a_run_beside_a_leaking_run_is_judged_on_its_own_processes(isolated: boo
     """The leaking run (leaks_a_child: a helper of its worker outlives it) is held at its after snapshot, its
     leaked child alive, while a clean run of the same scenario plays beside it from start to end."""
     if not isolated:  # the planted defect of the probes: every descendant of the harness is the run's
-        monkeypatch.setattr(cluster_mod, "others_live", lambda cluster: (set(), set()))
+        monkeypatch.setattr(cluster_mod, "others_live", lambda cluster: cluster_mod.Others())
     item = expand(load(str(ROOT / "scenarios" / "nothing-outlives-the-run.yaml")))[0]
     spec, why = resolve(load_target("reference"), "leaks_a_child")
     assert spec is not None, why
@@ -105,6 +132,64 @@ def test_a_run_beside_a_leaking_run_is_judged_on_its_own_processes(isolated: boo
         assert orphans.status == "violated" and "sleep" in orphans.message, orphans
 
 
+
+
+ENGINE_PARKED = """\
+name: engine-parked
+about: the stand-in engine, ready and left alone; it waits for its tree to be gone, which only an interrupt does
+target: engine_standin
+catches: [engine_ignores_sigterm]
+steps:
+  - start: engine
+  - wait_gone: {timeout: 60s, as: gone}
+expect:
+  - engine_tree_exits: {within: 60s}
+"""
+
+
+@pytest.mark.parametrize("isolated", [True, False], ids=["by-session", "exclusion-undone"])
+def test_a_run_beside_a_live_engine_tree_is_judged_on_its_own_processes(isolated: bool, tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """An engine run (the stand-in's tree, a session of its own, a child of this process) is parked with its
+    tree ready while a clean run of nothing-outlives-the-run plays beside it from start to end; then it is
+    interrupted.  The clean run's probes leave the tree out; with the exclusion undone they blame it on it."""
+    if not isolated:
+        monkeypatch.setattr(cluster_mod, "others_live", lambda cluster: cluster_mod.Others())
+    path = tmp_path / "engine-parked.yaml"
+    path.write_text(ENGINE_PARKED)
+    clusters: list[cluster_mod.Cluster] = []
+    made = threading.Event()
+    run = _Run(expand(load(str(path)))[0], "test")
+
+    def play() -> None:
+        try:
+            run.result = run_item(run.item, on_cluster=lambda c: (clusters.append(c), made.set()))
+        except BaseException as exc:
+            run.error = exc
+        finally:
+            made.set()
+
+    run.thread = threading.Thread(target=play, daemon=True)
+    run.thread.start()
+    try:
+        assert made.wait(SAFETY_S)
+        assert run.error is None, run.error
+        [c] = clusters
+        parked = c.rec.wait_for(lambda e: e.kind == "step_started" and e.data.get("step") == "gone", SAFETY_S)
+        assert parked is not None  # ready, and parked
+        assert c.sessions, "its tree claimed its session"
+        clean = run_item(expand(load(str(ROOT / "scenarios" / "nothing-outlives-the-run.yaml")))[0])
+    finally:
+        for cl in clusters:
+            cl.interrupt()
+        _join([run], "test")
+    assert run.error is None, run.error
+    orphans = next(v for v in clean.verdicts if v.checker == "no_orphan_processes")
+    if isolated:
+        assert clean.passed, [str(v) for v in clean.violated]
+        assert orphans.status == "ok"
+    else:
+        assert orphans.status == "violated", orphans
 
 
 def test_an_interrupt_ends_a_run_beside_it_and_leaves_nothing(tmp_path: Path) -> None:

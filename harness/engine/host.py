@@ -25,6 +25,7 @@ import os
 import random
 import signal
 import socket
+import threading
 import time
 from typing import Any
 
@@ -34,7 +35,7 @@ from harness.probes.model import Snapshot
 from harness.probes.snapshot import take
 from harness.timeouts import bound_scale, scale, scaled
 
-__all__ = ["EngineHost", "LAUNCHES", "members_data", "free_port", "shm_owners", "remove_segments"]
+__all__ = ["EngineHost", "LAUNCHES", "members_data", "free_port", "release_port", "shm_owners", "remove_segments"]
 
 LAUNCHES = 2  # launches the run's deadline allows for beyond the scenario's own (the first, one restart)
 LOCK_NAME = "engine.lock"
@@ -56,14 +57,37 @@ def _ephemeral_low() -> int:
         return 32768
 
 
-def free_port() -> int:
+_CLAIMED: set[int] = set()  # the ports this process's live runs were given (claim=True), until release_port
+_CLAIMED_LOCK = threading.Lock()
+
+
+def free_port(claim: bool = False) -> int:
     """A free port on 127.0.0.1 below the kernel's ephemeral range, so that no other process's connect() or bind(0)
     is handed it in the moment an engine is down (``engine_restart`` binds the port again after a SIGKILL released
     it, and ``engine_port_released`` blames the engine for a port found taken); bind(0)'s port where the range
-    leaves no room below it."""
+    leaves no room below it.  Never a port claimed by a live run of this process: with ``claim``, the port is
+    that run's until :func:`release_port` (runs played beside each other, harness.scenario.overlap, each launch
+    on a port of their own, free or not at the moment of the pick)."""
+    with _CLAIMED_LOCK:
+        port = _pick(_CLAIMED)
+        if claim:
+            _CLAIMED.add(port)
+    return port
+
+
+def release_port(port: int | None) -> None:
+    """The run that claimed ``port`` (free_port(claim=True)) has ended."""
+    if port is not None:
+        with _CLAIMED_LOCK:
+            _CLAIMED.discard(port)
+
+
+def _pick(taken: set[int]) -> int:
     low = _ephemeral_low()
     pick = random.SystemRandom()  # never the global state: a seeded test must not make two runs pick alike
     for port in pick.sample(range(PORT_FLOOR, low), min(64, max(0, low - PORT_FLOOR))):
+        if port in taken:
+            continue
         with socket.socket() as s:
             try:
                 s.bind(("127.0.0.1", port))
@@ -139,7 +163,7 @@ class EngineHost:
         # a chained run (harness.scenario.chain) gives every scenario it plays: each one's launches are allowed
         self.launches = sum(launches_of(s) for s in getattr(cluster, "scenarios", None) or [self.scenario])
         cluster.deadline_s += self.launches * self.launch_s  # the scenario's own deadline, plus each launch
-        self.port = free_port()
+        self.port = free_port(claim=True)  # released at close
         self._side_port: int | None = None  # the NIXL side channel's free port of the run (chosen once)
         self.trees: list[EngineTree] = []
         self.snaps: dict[str, Snapshot] = {}  # engine_ready<n>; the steps copy them into the run's snapshots
@@ -212,7 +236,7 @@ class EngineHost:
         if given:
             return given
         if self._side_port is None:
-            self._side_port = free_port()
+            self._side_port = free_port(claim=True)
         return self._side_port
 
     def _take_lock(self) -> None:
@@ -237,6 +261,8 @@ class EngineHost:
         preload = tuple(getattr(cmd, "preload", ()))  # a target's own EngineCommand may predate it
         tree = EngineTree(cmd.argv, self.c.root / f"e{n}", ready=cmd.ready, failed=cmd.failed, env=cmd.env,
                           path_vars=cmd.path_vars, preload=preload, preload_env=getattr(cmd, "preload_env", None))
+        claim = getattr(self.c, "claim_session", None)  # the runs beside this one leave its session out
+        tree.on_session = claim if callable(claim) else None
         self.trees.append(tree)
         self.flags_of.append(flags)
         self.model = cmd.model
@@ -412,3 +438,5 @@ class EngineHost:
             if self._lock is not None:
                 os.close(self._lock)  # releases the flock
                 self._lock = None
+            release_port(self.port)
+            release_port(self._side_port)

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.errors import HarnessError
-from harness.launch.spawn import become_subreaper
+from harness.launch.spawn import SPAWN_LOCK, become_subreaper
 from harness.launch.zygote import Zygote, ZygoteProcess
 from harness.probes.procs import all_stats, read_stat
 
@@ -66,20 +66,9 @@ class Member:
     state: str
 
 
-def _sid(pid: int) -> int | None:
-    try:
-        return os.getsid(pid)
-    except (ProcessLookupError, PermissionError):
-        return None
-
-
 def session_members(sid: int) -> list[Member]:
     """Every live process of session ``sid`` (zombies included), by pid."""
-    out = []
-    for pid, st in sorted(all_stats().items()):
-        if _sid(pid) == sid:
-            out.append(Member(pid, st.ppid, st.comm, st.state))
-    return out
+    return [Member(pid, st.ppid, st.comm, st.state) for pid, st in sorted(all_stats().items()) if st.sid == sid]
 
 
 def py_spy() -> str | None:
@@ -184,6 +173,9 @@ class EngineTree:
         self._reader: threading.Thread | None = None
         self.on_line: Callable[[str], None] | None = None  # called on the reader thread for each line
         self.on_started: Callable[[int], None] | None = None  # called with the leader's pid once launched
+        # called with the session (the leader's pid) holding SPAWN_LOCK, before any other run's snapshot can see
+        # the tree: the run claims it (harness.launch.cluster.Cluster.claim_session)
+        self.on_session: Callable[[int], None] | None = None
 
     # ---------------------------------------------------------------- start
     def environment(self) -> dict[str, str]:
@@ -208,16 +200,20 @@ class EngineTree:
         become_subreaper()
         self.started_at = time.monotonic()
         try:
-            if self.preload:  # a fork of the zygote that has imported them runs the command's script
-                zygote = Zygote.shared(sys.executable, self.preload, {**os.environ, **self._preload_env}, timeout)
-                self.proc = zygote.spawn(self.argv, self.environment(), str(self.run_dir), timeout)
-            else:
-                self.proc = subprocess.Popen(self.argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                             stderr=subprocess.STDOUT, env=self.environment(), cwd=self.run_dir,
-                                             start_new_session=True)
+            zygote = Zygote.shared(sys.executable, self.preload, {**os.environ, **self._preload_env}, timeout) \
+                if self.preload else None  # a fork of the zygote that has imported them runs the command's script
+            with SPAWN_LOCK:  # the leader is in its own session once either returns; claimed before the lock goes
+                if zygote is not None:
+                    self.proc = zygote.spawn(self.argv, self.environment(), str(self.run_dir), timeout)
+                else:
+                    self.proc = subprocess.Popen(self.argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                                 stderr=subprocess.STDOUT, env=self.environment(),
+                                                 cwd=self.run_dir, start_new_session=True)
+                self.sid = self.proc.pid
+                if self.on_session is not None:
+                    self.on_session(self.sid)
         except (OSError, HarnessError) as exc:
             raise EngineStartError(f"cannot start {self.argv[0]}: {getattr(exc, 'strerror', None) or exc}") from None
-        self.sid = self.proc.pid
         if self.on_started is not None:
             self.on_started(self.proc.pid)
         self._reader = threading.Thread(target=self._read, name=f"engine-output-{self.proc.pid}", daemon=True)

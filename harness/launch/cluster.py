@@ -40,34 +40,49 @@ from harness.errors import HarnessError
 from harness.history import Event, Recorder
 from harness.launch.channel import Channel
 from harness.launch.parts import WORKER, Cast, cast_named
-from harness.launch.spawn import ForkServer, LaunchError, become_subreaper
+from harness.launch.spawn import SPAWN_LOCK, ForkServer, LaunchError, become_subreaper
 from harness.names import TMP, new_run_id
 from harness.timeouts import scaled
 
 __all__ = ["Cluster", "Proc", "RemoteError", "RunOutcome", "LaunchError", "run_id_for", "exit_mode", "SPAWN_LOCK",
-           "others_live"]
+           "others_live", "Others"]
 
 # Runs that share this process (harness.scenario.overlap plays several at once on threads) are told apart by
-# their process groups: each run's processes are forked into a group of their own.  SPAWN_LOCK is held from a
-# run's fork to the moment its group is known, and by every snapshot while it reads /proc, so a snapshot never
-# sees a process of another run before that run has claimed it.  _LIVE: the runs between their fork and the
-# end of their close.
-SPAWN_LOCK = threading.RLock()
+# their process groups: each run's processes are forked into a group of their own, and each engine tree a hosted
+# run launches (harness.engine.tree) into a session of its own.  SPAWN_LOCK is held from a run's fork (or a
+# tree's launch) to the moment its group (or session) is claimed, and by every snapshot while it reads /proc, so
+# a snapshot never sees a process of another run before that run has claimed it.  _LIVE: the runs between their
+# start and the end of their close.
 _LIVE: set[Cluster] = set()
 
 
-def others_live(cluster: Cluster) -> tuple[set[int], set[int]]:
-    """The process groups and pids of this process's other live runs (empty when ``cluster`` runs alone).
-    Call it holding SPAWN_LOCK."""
+@dataclass(frozen=True)
+class Others:
+    """What this process's other live runs hold: process groups, sessions (their engine trees') and pids."""
+
+    pgids: frozenset[int] = frozenset()
+    sids: frozenset[int] = frozenset()
+    pids: frozenset[int] = frozenset()
+
+    def __bool__(self) -> bool:
+        return bool(self.pgids or self.sids or self.pids)
+
+
+def others_live(cluster: Cluster) -> Others:
+    """The process groups, sessions and pids of this process's other live runs (empty when ``cluster`` runs
+    alone).  Call it holding SPAWN_LOCK."""
     pgids: set[int] = set()
+    sids: set[int] = set()
     pids: set[int] = set()
     for c in _LIVE:
         if c is not cluster:
             with c._lock:  # lock order: SPAWN_LOCK, then a cluster's own
                 pids.update(c._procs)
+                sids.update(c.sessions)
+                pids.update(c.sessions)  # a tree's leader (its session's pid), before its setsid too (a zygote's)
             if c.pgid:
                 pgids.add(c.pgid)
-    return pgids, pids
+    return Others(frozenset(pgids), frozenset(sids), frozenset(pids))
 
 ORDERLY_S = 10.0  # seconds for every process to exit after the exit command (scaled)
 TERM_S = 3.0  # seconds after SIGTERM before SIGKILL (scaled)
@@ -237,9 +252,16 @@ class Cluster:
         self.parts: dict[str, list[Proc]] = {}  # part name -> its processes
         self._cleaned = False
         self.pgid = 0
+        self.sessions: set[int] = set()  # the sessions of the engine trees its host launched (claim_session)
         self.host: Any = None  # a hosted cast's host (harness.launch.parts.Cast.host); None otherwise
         self.scenario: Any = None  # the scenario run, when a runner gives it (a host reads its target flags)
         self.scenarios: list[Any] = []  # a chained run's scenarios, each in turn (harness.scenario.chain)
+
+    def claim_session(self, sid: int) -> None:
+        """An engine tree of this run was launched into session ``sid``: the snapshots of the runs beside it
+        leave it out (others_live).  Call it holding SPAWN_LOCK, in the launch's critical section."""
+        with self._lock:
+            self.sessions.add(sid)
 
     # ------------------------------------------------------------------ start
     def start(self) -> Cluster:
@@ -261,6 +283,8 @@ class Cluster:
             self.host = self.cast.host(self)  # may extend deadline_s by the launches it needs
             self._watchdog = threading.Thread(target=self._watch, name="lastcall-watchdog", daemon=True)
             self._watchdog.start()
+            with SPAWN_LOCK:
+                _LIVE.add(self)  # its trees claim their sessions as they launch (claim_session)
             self.host.start()
             return self
         specs = self._specs()

@@ -18,7 +18,12 @@ from harness.errors import HarnessError
 from harness.launch.channel import Channel
 from harness.timeouts import scaled
 
-__all__ = ["LaunchError", "ForkServer", "become_subreaper", "helper_pids", "helper_threads"]
+__all__ = ["LaunchError", "ForkServer", "become_subreaper", "helper_pids", "helper_threads", "SPAWN_LOCK"]
+
+# Held from the moment a run starts a process (a fork of its group, an engine tree's launch) until the run has
+# claimed it (its group, its session), and by every snapshot of a run while it reads /proc: a snapshot never
+# sees a process of another run of this process before that run has claimed it (harness.launch.cluster).
+SPAWN_LOCK = threading.RLock()
 
 PR_SET_CHILD_SUBREAPER = 36  # prctl option (linux/prctl.h)
 READY_TIMEOUT_S = 60.0  # safety net for the server's preload (torch import) before scaling

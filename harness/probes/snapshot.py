@@ -44,7 +44,8 @@ def take(label: str, *, root: str | os.PathLike[str] | None = None, shm_match: s
          descendants_of: int | None = None, ports: Iterable[int] = (), bind_host: str = "127.0.0.1",
          harness_pids: Iterable[int] = (), unix_under: str | os.PathLike[str] | None = None,
          bind_reuseaddr: bool = True, gpu: bool = True, foreign_pgids: Iterable[int] = (),
-         foreign_pids: Iterable[int] = (), shared_pgids: Iterable[int] = ()) -> Snapshot:
+         foreign_pids: Iterable[int] = (), shared_pgids: Iterable[int] = (),
+         foreign_sids: Iterable[int] = ()) -> Snapshot:
     """A snapshot of everything the selection owns.
 
     ``root``: paths below it (None: none).  ``shm_match``: /dev/shm entries whose
@@ -56,9 +57,10 @@ def take(label: str, *, root: str | os.PathLike[str] | None = None, shm_match: s
     harness/probes/net.py).  ``unix_under``: Unix sockets bound below this
     path, whoever holds them.  ``harness_pids``: the harness's own helpers
     (the fork server), recorded so checkers exclude them.  ``gpu``: query NVML.
-    ``foreign_pgids``/``foreign_pids``: other runs' process groups and processes, left out of the descendants
-    with everything below them; ``shared_pgids``: groups whose processes (not those below them) are left out
-    of the descendants (the harness's own, while other runs share the process: see :func:`for_cluster`).
+    ``foreign_pgids``/``foreign_sids``/``foreign_pids``: other runs' process groups, sessions (their engine
+    trees') and processes, left out of the descendants with everything below them; ``shared_pgids``: groups
+    whose processes (not those below them) are left out of the descendants (the harness's own, while other
+    runs share the process: see :func:`for_cluster`).
     An empty selection gives an empty snapshot (the GPU part aside).
     """
     t0 = time.monotonic_ns()
@@ -67,7 +69,7 @@ def take(label: str, *, root: str | os.PathLike[str] | None = None, shm_match: s
     paths = paths_under(root, errors) if root is not None else ()
     shm = shm_entries(shm_dir, shm_match, errors) if shm_match is not None else ()
     procs = processes(pid_list, pgid_list, descendants_of, errors, foreign_pgids=foreign_pgids,
-                      foreign_pids=foreign_pids, shared_pgids=shared_pgids) \
+                      foreign_pids=foreign_pids, shared_pgids=shared_pgids, foreign_sids=foreign_sids) \
         if pid_list or pgid_list or descendants_of is not None else ()
     under = os.fspath(unix_under) if unix_under is not None else None
     socks = sockets([p.pid for p in procs], port_list, under, errors, owners=owners_from(procs)) \
@@ -96,10 +98,11 @@ def for_cluster(cluster: Cluster, label: str, *, ports: Iterable[int] = (), gpu:
     Safe before ``start`` and after ``close`` (gone processes are left out).
     Never starts a fork server.
 
-    Runs that share this process (harness.scenario.overlap) are told apart by process group: the
-    descendants leave out every other live run's group and pids, and what is below them, and the processes
-    of this process's own group (a step's short-lived helper, such as a dead owner's predecessor); this
-    run's own group and pids are always in.  Alone (every run but an overlapped one), nothing is left out.
+    Runs that share this process (harness.scenario.overlap) are told apart by process group and session:
+    the descendants leave out every other live run's group, its engine trees' sessions and its pids, and what
+    is below them, and the processes of this process's own group (a step's short-lived helper, such as a dead
+    owner's predecessor); this run's own group and pids are always in.  Alone (every run but an overlapped
+    one), nothing is left out.
     The snapshot holds the launcher's SPAWN_LOCK, so no run forks unclaimed processes while it reads.
     """
     from harness.launch.cluster import SPAWN_LOCK, others_live
@@ -109,9 +112,9 @@ def for_cluster(cluster: Cluster, label: str, *, ports: Iterable[int] = (), gpu:
         helpers = tuple(sorted(helper_pids()))
         with cluster._lock:
             pids = list(cluster._procs)
-        foreign_pgids, foreign_pids = others_live(cluster)
-        shared = (os.getpgrp(),) if foreign_pgids or foreign_pids else ()
+        others = others_live(cluster)
+        shared = (os.getpgrp(),) if others else ()
         return take(label, root=cluster.root, shm_match=cluster.ipc, shm_dir=cluster.shm_dir, pids=pids,
                     pgids=(cluster.pgid,) if cluster.pgid else (), descendants_of=os.getpid(), ports=ports,
-                    harness_pids=helpers, unix_under=cluster.root, gpu=gpu, foreign_pgids=foreign_pgids,
-                    foreign_pids=foreign_pids, shared_pgids=shared)
+                    harness_pids=helpers, unix_under=cluster.root, gpu=gpu, foreign_pgids=others.pgids,
+                    foreign_pids=others.pids, foreign_sids=others.sids, shared_pgids=shared)

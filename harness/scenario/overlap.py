@@ -9,19 +9,22 @@ of that item sees every run of the batch begin and end.
 
 Which items overlap: scenario items of ``catches`` on the CPU, not chained (``--lastcall-chain``), not
 repeats (``--repeat``: a flaky hunt wants each repeat on its own), with no skip or xfail mark, and whose run
-is none of these: a hosted engine (an engine tree is watched as a whole and holds the machine's engine
-lock), a ``stress`` step (its races are what it judges, and a busier machine changes them).  The reference
+is none of these: an engine of an ``exclusive`` target (real vLLM: one at a time on the machine, under its
+engine lock), a ``stress`` step (its races are what it judges, and a busier machine changes them).  An engine
+run of any other target (the stand-in and its planted bugs) overlaps: its trees claim their sessions as the
+forked runs claim their groups, and each launches on a port no other live run of the process holds.  The reference
 items of the scenarios (the ones that must pass) always run alone.  "Going to run": under pytest-xdist the
 worker's queue of pending items (an item the controller then steals is run again where it lands, and this
 result is dropped); without it, the session's items after this one.
 
 Why a verdict does not change: the runs share nothing but the fork server and this process.  Each run's
-names derive from its own run id; its processes are forked into a process group of their own, and the
-snapshot of one run leaves out every other live run's group and what is below it (harness.probes.snapshot.
-for_cluster), so no_orphan_processes, the fd and socket probes and the leftovers see one run each.  What can
-differ is timing: the catches this applies to wait out a bound their bug misses, which a busier machine
-misses by more, never by less.  ``benchmarks/overlap_ab.py`` compares every item's verdicts with and
-without it.  On ^C (or SIGTERM) the item interrupts every run beside it (harness.launch.cluster.
+names derive from its own run id; its processes are forked into a process group of their own (an engine
+run's trees: a session of their own, and a port claimed for the run, harness.engine.host.free_port), and the
+snapshot of one run leaves out every other live run's groups, sessions and what is below them
+(harness.probes.snapshot.for_cluster), so no_orphan_processes, the fd and socket probes and the leftovers see
+one run each.  What can differ is timing: the catches this applies to wait out a bound their bug misses,
+which a busier machine misses by more, never by less.  ``benchmarks/overlap_ab.py`` compares every item's
+verdicts with and without it.  On ^C (or SIGTERM) the item interrupts every run beside it (harness.launch.cluster.
 Cluster.interrupt) and waits for their close before the interrupt goes on.  Off by default (N = 1): lastcall's
 own suite sets it in pyproject.toml.
 """
@@ -82,7 +85,14 @@ def eligible(item: Any) -> bool:
         return False
     from harness.launch.parts import cast_named
 
-    return cast_named(cast_for(steps)).host is None
+    if cast_named(cast_for(steps)).host is None:
+        return True
+    from harness.targets import load_target  # an engine run: one whose engine may share the machine
+
+    try:
+        return not getattr(load_target(item.variant), "exclusive", False)
+    except Exception:  # a target that does not load fails in its own run, alone
+        return False
 
 
 def upcoming(item: pytest.Item) -> list[pytest.Item]:
