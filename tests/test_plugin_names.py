@@ -124,3 +124,28 @@ def test_a_target_adds_its_own_options_through_the_hook(pytester: pytest.Pyteste
     result.stdout.fnmatch_lines([f"*SRC {tmp_path}"])
     helped = pytester.runpytest_subprocess("--help")
     helped.stdout.fnmatch_lines(["lastcall:", "*--lastcall-target=TARGET*", "*--kvcached-src=DIR*", "*--mine-url*"])
+
+
+def test_a_session_that_collects_no_scenario_file_never_imports_the_scenario_loader(tmp_path: Path) -> None:
+    """The plugin loads in every pytest session of an environment that has lastcall installed: its options cost
+    nothing much there, and the loader (pydantic models of every step and checker, a quarter of a second) is
+    imported only once a scenario file is collected."""
+    import subprocess
+    import sys
+
+    (tmp_path / "test_plain.py").write_text("def test_one():\n    pass\n")
+    (tmp_path / "s.yaml").write_text("not: a scenario\n")  # not under lastcall_scenarios: never collected
+    args = [sys.executable, "-X", "importtime", "-m", "pytest", "-q", "-s", "-p", "no:cacheprovider", "-p",
+            "no:xdist", "-p", "no:randomly", "test_plain.py"]  # -s: what is imported during collection is told too
+    plain = subprocess.run(args, cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert plain.returncode == 0, plain.stdout + plain.stderr
+    imported = {line.rsplit("|", 1)[-1].strip() for line in plain.stderr.splitlines() if "|" in line}
+    assert {"harness.scenario.collect", "harness.scenario.overlap"} <= imported  # the plugin: its options
+    assert "harness.scenario.loader" not in imported
+    scenario = tmp_path / "one.yaml"  # a scenario file given on the command line is collected: the loader comes
+    scenario.write_text((Path(__file__).resolve().parent.parent / "scenarios" / "stalled-read-is-cancelled.yaml")
+                        .read_text())
+    listed = subprocess.run([*args[:-1], "--collect-only", str(scenario)], cwd=tmp_path, capture_output=True,
+                            text=True, timeout=120)
+    assert listed.returncode == 0, listed.stdout + listed.stderr
+    assert "harness.scenario.loader" in listed.stderr and "stalled-read-is-cancelled[" in listed.stdout

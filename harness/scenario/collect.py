@@ -21,14 +21,16 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from harness.errors import ConfigError
 from harness.scenario.errors import ScenarioError
-from harness.scenario.loader import MatrixItem, expand, load
 from harness.scenario.repeat import repeats
+
+if TYPE_CHECKING:
+    from harness.scenario.loader import MatrixItem
 
 INI_ROOTS = "lastcall_scenarios"
 
@@ -129,6 +131,7 @@ def _cuda_devices() -> int:
 
 class ScenarioFile(pytest.File):
     def collect(self) -> Iterator[pytest.Item]:
+        from harness.scenario.loader import expand, load  # the loader, once a scenario file is collected
         from harness.targets import load_target
 
         try:
