@@ -134,6 +134,29 @@ def test_a_run_beside_a_leaking_run_is_judged_on_its_own_processes(isolated: boo
 
 
 
+def _parked(text: str, tmp_path: Path) -> tuple[_Run, cluster_mod.Cluster]:
+    """A run of the scenario ``text`` started on a thread (a _Run, as overlap plays one), once its cluster exists."""
+    path = tmp_path / "parked.yaml"
+    path.write_text(text)
+    clusters: list[cluster_mod.Cluster] = []
+    made = threading.Event()
+    run = _Run(expand(load(str(path)))[0], "test")
+
+    def play() -> None:
+        try:
+            run.result = run_item(run.item, on_cluster=lambda c: (clusters.append(c), made.set()))
+        except BaseException as exc:
+            run.error = exc
+        finally:
+            made.set()
+
+    run.thread = threading.Thread(target=play, daemon=True)
+    run.thread.start()
+    assert made.wait(SAFETY_S)
+    assert run.error is None and len(clusters) == 1, run.error
+    return run, clusters[0]
+
+
 ENGINE_PARKED = """\
 name: engine-parked
 about: the stand-in engine, ready and left alone; it waits for its tree to be gone, which only an interrupt does
@@ -155,33 +178,14 @@ def test_a_run_beside_a_live_engine_tree_is_judged_on_its_own_processes(isolated
     interrupted.  The clean run's probes leave the tree out; with the exclusion undone they blame it on it."""
     if not isolated:
         monkeypatch.setattr(cluster_mod, "others_live", lambda cluster: cluster_mod.Others())
-    path = tmp_path / "engine-parked.yaml"
-    path.write_text(ENGINE_PARKED)
-    clusters: list[cluster_mod.Cluster] = []
-    made = threading.Event()
-    run = _Run(expand(load(str(path)))[0], "test")
-
-    def play() -> None:
-        try:
-            run.result = run_item(run.item, on_cluster=lambda c: (clusters.append(c), made.set()))
-        except BaseException as exc:
-            run.error = exc
-        finally:
-            made.set()
-
-    run.thread = threading.Thread(target=play, daemon=True)
-    run.thread.start()
+    run, c = _parked(ENGINE_PARKED, tmp_path)
     try:
-        assert made.wait(SAFETY_S)
-        assert run.error is None, run.error
-        [c] = clusters
         parked = c.rec.wait_for(lambda e: e.kind == "step_started" and e.data.get("step") == "gone", SAFETY_S)
         assert parked is not None  # ready, and parked
         assert c.sessions, "its tree claimed its session"
         clean = run_item(expand(load(str(ROOT / "scenarios" / "nothing-outlives-the-run.yaml")))[0])
     finally:
-        for cl in clusters:
-            cl.interrupt()
+        c.interrupt()
         _join([run], "test")
     assert run.error is None, run.error
     orphans = next(v for v in clean.verdicts if v.checker == "no_orphan_processes")
@@ -195,26 +199,8 @@ def test_a_run_beside_a_live_engine_tree_is_judged_on_its_own_processes(isolated
 def test_an_interrupt_ends_a_run_beside_it_and_leaves_nothing(tmp_path: Path) -> None:
     """What the first item does on ^C to each run beside it (Cluster.interrupt): the run's wait ends at once,
     its processes are killed, and its own close reaps them and removes what it made."""
-    path = tmp_path / "parked.yaml"
-    path.write_text(PARKED)
-    clusters: list[cluster_mod.Cluster] = []
-    made = threading.Event()
-    run = _Run(expand(load(str(path)))[0], "test")
-
-    def play() -> None:
-        try:
-            run.result = run_item(run.item, on_cluster=lambda c: (clusters.append(c), made.set()))
-        except BaseException as exc:
-            run.error = exc
-        finally:
-            made.set()
-
-    run.thread = threading.Thread(target=play, daemon=True)
-    run.thread.start()
+    run, c = _parked(PARKED, tmp_path)
     try:
-        assert made.wait(SAFETY_S)
-        assert run.error is None, run.error
-        [c] = clusters
         assert c.rec.wait_for("fault_reached", SAFETY_S) is not None  # parked: only the 120 s wait is left
         c.interrupt()
     finally:
