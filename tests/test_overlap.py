@@ -254,3 +254,21 @@ def test_off_by_default_and_a_bad_width_is_a_usage_error(tmp_path: Path) -> None
     assert bad.returncode == 4, bad.stdout + bad.stderr
     assert "lastcall_overlap = 'lots': expected a whole number from 1 to 32" in bad.stderr
     assert "Traceback" not in bad.stderr
+
+
+def test_an_engine_catches_item_overlaps_unless_its_target_is_exclusive() -> None:
+    """The stand-in's planted bugs overlap (their trees claim their sessions); real vLLM does not (one engine at
+    a time on the machine, under its engine lock)."""
+    from types import SimpleNamespace
+
+    from harness.scenario.overlap import eligible
+
+    matrix = expand(load(str(ROOT / "scenarios" / "engine-sigterm-idle.yaml")))[0]
+
+    def item(variant: str) -> object:
+        return SimpleNamespace(matrix=matrix, catch=(variant, ()), chain=None, variant=variant,
+                               nodeid=f"scenarios/engine-sigterm-idle.yaml::x[{variant}]",
+                               get_closest_marker=lambda name: None)
+
+    assert eligible(item("engine_keeps_child"))
+    assert not eligible(item("vllm_engine"))

@@ -90,7 +90,7 @@ def eligible(item: Any) -> bool:
     from harness.targets import load_target  # an engine run: one whose engine may share the machine
 
     try:
-        return not getattr(load_target(item.variant), "exclusive", False)
+        return not getattr(load_target(item.variant or item.matrix.scenario.target), "exclusive", False)
     except Exception:  # a target that does not load fails in its own run, alone
         return False
 
