@@ -584,9 +584,9 @@ class ListenerMachine(RuleBasedStateMachine):
                     stop.result()
                 except Exception:
                     pass
+            for listener in self.listeners:  # first: a dropped listener's connections close, so a reader of one
+                _force_down(listener)        # reads EOF and the rig's close below waits for no reply it never gets
             self.rig.close()
-            for listener in self.listeners:
-                _force_down(listener)
         finally:
             for s in self.replacements:
                 s.close()
