@@ -119,6 +119,10 @@ def pytest_configure(config: pytest.Config) -> None:
 
     config.addinivalue_line("markers", MARK_DOC)
     config.addinivalue_line("markers", "leaks_ok: this test may leave things behind on purpose (no leak check)")
+    config.addinivalue_line("markers", "lastcall_catches_run(scenario, target): this test takes the result of the "
+                            "run of the scenario file (relative to the rootdir, its first matrix point) against "
+                            "target from the lastcall_catches_run fixture, and asserts only what it catches: "
+                            "lastcall_overlap may play it beside catches items")
     config.addinivalue_line("markers", "lastcall: check this test with lastcall's leak guard "
                             "(ini lastcall_leak_check = lastcall, the default)")
 
@@ -261,6 +265,16 @@ def lastcall_failpoints() -> Iterator[object]:
 def _deprecated(old: str, new: str) -> None:
     warnings.warn(f"lastcall: the fixture {old!r} is deprecated and goes in the next release; use {new!r}",
                   DeprecationWarning, stacklevel=2)
+
+
+@pytest.fixture
+def lastcall_catches_run(request: pytest.FixtureRequest) -> object:
+    """The result (harness.scenario.runner.RunResult) of the run this test declares with
+    ``@pytest.mark.lastcall_catches_run(SCENARIO, target=T)``; with ``lastcall_overlap`` on it may have been
+    played beside catches items, each judged as alone (harness.scenario.overlap)."""
+    from harness.scenario.overlap import result_for
+
+    return result_for(request.node)
 
 
 @pytest.fixture

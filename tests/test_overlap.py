@@ -272,3 +272,35 @@ def test_an_engine_catches_item_overlaps_unless_its_target_is_exclusive() -> Non
 
     assert eligible(item("engine_keeps_child"))
     assert not eligible(item("vllm_engine"))
+
+
+DECLARED = """\
+import pytest
+
+
+@pytest.mark.lastcall_catches_run("scenarios/stalled-read-is-cancelled.yaml", target="no_conn_tracking")
+def test_declared(lastcall_catches_run):
+    assert not lastcall_catches_run.passed and lastcall_catches_run.variant == "no_conn_tracking"
+
+
+def test_undeclared(lastcall_catches_run):
+    pass
+"""
+
+
+def test_a_test_function_that_declares_its_catches_run_is_played_in_the_batch(tmp_path: Path) -> None:
+    """A test function marked lastcall_catches_run takes its run's result from the fixture; it is a catches
+    item to overlap: here the first item, it plays the next catches item beside it.  The fixture without
+    the mark is the test's own error, which names the mark."""
+    test_file = tmp_path / "test_declared.py"
+    test_file.write_text(DECLARED)
+    out, root = _junit(tmp_path, str(test_file), "scenarios/socket-file-removed-while-live.yaml",
+                       "--lastcall-overlap", "2", "-q", "-m", "not gpu", "--rootdir", str(ROOT))
+    assert out.returncode == 1, out.stdout[-3000:]  # test_undeclared's error, alone
+    cases = {c.get("name"): c for c in root.iter("testcase")}
+    props = {k: {p.get("name"): p.get("value") for p in c.iter("property")} for k, c in cases.items()}
+    assert not list(cases["test_declared"]), "passed"
+    [catches] = [k for k in props if "-catches-" in k]
+    assert props[catches].get("lastcall_overlapped_with", "").endswith("::test_declared"), props
+    [error] = list(cases["test_undeclared"])
+    assert "@pytest.mark.lastcall_catches_run(SCENARIO, target=T)" in (error.get("message") or "") + (error.text or "")

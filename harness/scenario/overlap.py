@@ -15,7 +15,9 @@ run of any other target (the stand-in and its planted bugs) overlaps: its trees 
 forked runs claim their groups, and each launches on a port no other live run of the process holds.  The reference
 items of the scenarios (the ones that must pass) always run alone.  "Going to run": under pytest-xdist the
 worker's queue of pending items (an item the controller then steals is run again where it lands, and this
-result is dropped); without it, the session's items after this one.
+result is dropped); without it, the session's items after this one.  A test function takes part too when it
+declares its run with ``@pytest.mark.lastcall_catches_run(SCENARIO, target=T)`` and takes the result from the
+``lastcall_catches_run`` fixture: by the mark it asserts only what the run catches (see :func:`declared`).
 
 Why a verdict does not change: the runs share nothing but the fork server and this process.  Each run's
 names derive from its own run id; its processes are forked into a process group of their own (an engine
@@ -37,7 +39,7 @@ from typing import Any
 
 import pytest
 
-__all__ = ["INI", "OPTION", "addoption", "width", "eligible", "upcoming", "result_for"]
+__all__ = ["INI", "OPTION", "MARK", "addoption", "width", "eligible", "declared", "upcoming", "result_for"]
 
 INI = "lastcall_overlap"
 OPTION = "--lastcall-overlap"
@@ -68,19 +70,61 @@ def width(config: pytest.Config) -> int:
     return n
 
 
+MARK = "lastcall_catches_run"
+_DECLARED = pytest.StashKey[Any]()
+
+
+def declared(item: Any) -> tuple[Any, str] | None:
+    """The run a test function declares with ``@pytest.mark.lastcall_catches_run(SCENARIO, target=T)``: the
+    first matrix point of the scenario file SCENARIO (relative to the rootdir) against target T, whose result
+    the test takes from the ``lastcall_catches_run`` fixture.  None for any other item.  The mark's contract:
+    the test asserts only that the run catches its target's bug (checkers violated, a step that fails), so a
+    busier machine can only make it more caught, as with a catches item.  A bad mark is the test's own error
+    (raised by the fixture)."""
+    mark = item.get_closest_marker(MARK) if hasattr(item, "get_closest_marker") else None
+    if mark is None or getattr(item, "matrix", None) is not None:
+        return None
+    stash = getattr(item, "stash", None)
+    if stash is not None and _DECLARED in stash:
+        return stash[_DECLARED]  # type: ignore[no-any-return]
+    from harness.scenario.loader import expand, load
+
+    (path,) = mark.args
+    target = mark.kwargs["target"]
+    found = (expand(load(str(item.config.rootpath / path)))[0], str(target))
+    if stash is not None:
+        stash[_DECLARED] = found
+    return found
+
+
+def _run_of(item: Any) -> tuple[Any, str | None]:
+    """(matrix item, variant) of a scenario item, or of a test function's declared run."""
+    if getattr(item, "matrix", None) is not None:
+        return item.matrix, item.variant
+    found = declared(item)
+    if found is None:
+        raise pytest.UsageError(f"{item.nodeid}: the {MARK} fixture needs @pytest.mark.{MARK}(SCENARIO, target=T)")
+    return found
+
+
 def eligible(item: Any) -> bool:
     """Whether ``item`` may be played beside others (the module docstring says which)."""
     from harness.scenario.player import cast_for
     from harness.scenario.repeat import base_id
 
-    if getattr(item, "matrix", None) is None or getattr(item, "catch", None) is None \
-            or getattr(item, "chain", None) is not None:  # a scenario item (harness.scenario.collect) of catches
+    try:
+        own = declared(item)
+    except Exception:  # a bad mark: the test's own fixture raises it, alone
         return False
-    if base_id(item.nodeid) != item.nodeid or item.matrix.params.get("device") != "cpu":
+    if own is None and (getattr(item, "matrix", None) is None or getattr(item, "catch", None) is None
+                        or getattr(item, "chain", None) is not None):  # a scenario item of catches, or a declared run
+        return False
+    matrix, variant = own if own is not None else (item.matrix, item.variant)
+    if base_id(item.nodeid) != item.nodeid or matrix.params.get("device") != "cpu":
         return False
     if any(item.get_closest_marker(name) is not None for name in ("skip", "skipif", "xfail")):
         return False
-    steps = item.matrix.scenario.steps
+    steps = matrix.scenario.steps
     if any(getattr(s, "kind", "") == "stress" for s in steps):
         return False
     from harness.launch.parts import cast_named
@@ -90,7 +134,7 @@ def eligible(item: Any) -> bool:
     from harness.targets import load_target  # an engine run: one whose engine may share the machine
 
     try:
-        return not getattr(load_target(item.variant or item.matrix.scenario.target), "exclusive", False)
+        return not getattr(load_target(variant or matrix.scenario.target), "exclusive", False)
     except Exception:  # a target that does not load fails in its own run, alone
         return False
 
@@ -129,7 +173,8 @@ def _play(run: _Run) -> None:
     from harness.scenario.runner import run_item
 
     try:
-        run.result = run_item(run.item.matrix, variant=run.item.variant, on_cluster=run.clusters.append)
+        matrix, variant = _run_of(run.item)
+        run.result = run_item(matrix, variant=variant, on_cluster=run.clusters.append)
     except BaseException as exc:  # kept for its own item, which raises it where pytest reports it
         run.error = exc
 
@@ -146,9 +191,10 @@ def result_for(item: Any) -> Any:
         if done.error is not None:
             raise done.error
         return done.result
+    matrix, variant = _run_of(item)
     n = width(item.config)
     if n <= 1 or not eligible(item):
-        return run_item(item.matrix, variant=item.variant, run_id=None)
+        return run_item(matrix, variant=variant, run_id=None)
     beside: list[_Run] = []
     for other in upcoming(item):
         if len(beside) >= n - 1:
@@ -161,7 +207,7 @@ def result_for(item: Any) -> Any:
                                       daemon=True)
         run.thread.start()
     try:
-        own = run_item(item.matrix, variant=item.variant, run_id=None)
+        own = run_item(matrix, variant=variant, run_id=None)
         _join(beside, item.nodeid)
         return own
     except (KeyboardInterrupt, SystemExit):  # ^C or SIGTERM: the runs beside it end with it, then it goes on
