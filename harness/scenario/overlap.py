@@ -119,7 +119,7 @@ def eligible(item: Any) -> bool:
     if own is None and (getattr(item, "matrix", None) is None or getattr(item, "catch", None) is None
                         or getattr(item, "chain", None) is not None):  # a scenario item of catches, or a declared run
         return False
-    matrix, variant = own if own is not None else (item.matrix, item.variant)
+    matrix, variant = _run_of(item)
     if base_id(item.nodeid) != item.nodeid or matrix.params.get("device") != "cpu":
         return False
     if any(item.get_closest_marker(name) is not None for name in ("skip", "skipif", "xfail")):
