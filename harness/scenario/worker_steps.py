@@ -183,18 +183,19 @@ class _Obj:
 
 @step_kind("workload", "workload", cast=W)
 def workload(pl: Player, s: Any, name: str) -> None:
-    """Waves of map/unmap from the scenario's seed: Faker names each wave (its request, in the history)
-    and picks its pages, so a seed replays the same workload.  Each wave's calls are call steps, the stop
-    a shutdown step, recorded under their own kinds."""
-    from faker import Faker
+    """Waves of map/unmap from the scenario's seed: a ``random.Random`` seeded by it picks the wave a
+    ``stop_at: random`` interrupts and each wave's pages, so a seed replays the same workload.  Each wave is
+    named by its place (its request, in the history: ``NAME.wave0``, ...).  Each wave's calls are call steps,
+    the stop a shutdown step, recorded under their own kinds.  (Faker did this until the suite found its
+    pytest plugin cost every pytest session in an environment with lastcall about 0.1 s at start.)"""
+    import random
 
-    fake = Faker()
-    fake.seed_instance(pl.item.scenario.seed or 0)
-    stop_at = fake.random_int(0, s.waves - 1) if s.stop_at == "random" else s.stop_at
+    rng = random.Random(pl.item.scenario.seed or 0)
+    stop_at = rng.randint(0, s.waves - 1) if s.stop_at == "random" else s.stop_at
     pages = pl.cfg.capacity // (2 * MiB)
     for n in range(s.waves):
-        offsets = sorted(fake.random_sample(range(pages), length=min(s.pages, pages)))
-        wname = f"{name}.{fake.unique.user_name()}"
+        offsets = sorted(rng.sample(range(pages), min(s.pages, pages)))
+        wname = f"{name}.wave{n}"
         mark = pl.c.mark()
         call(pl, _Obj(op="map", offsets=[o * 2 * MiB for o in offsets], group_id=0), wname)
         if n == stop_at:  # interrupt this wave while its map is inside a backend call (held by an
