@@ -204,3 +204,23 @@ def test_the_report_gives_both_scores_every_survivor_with_its_diff_and_a_wrong_e
     assert data["raw"] == {"killed": 2, "all": 4} and data["non_equivalent"] == {"killed": 1, "all": 2}
     assert [m["status"] for m in data["mutants"]] == [KILLED, SURVIVED, TIMEOUT, SURVIVED]
     assert data["mutants"][0]["failed"] == ["a.yaml::a[tp1]"] and "diff" in data["mutants"][3]
+
+
+def test_the_segments_of_a_source_split_once_are_asts_own() -> None:
+    """mutants_of takes each node's text from the source split once (ast.get_source_segment splits it again on
+    every call): the same text for the statements and expressions of the four stop-path files (one in fifty), and
+    for each of a source with CR, CR LF, a form feed and characters of several UTF-8 bytes, where two ways of
+    counting lines and columns can part."""
+    import ast
+
+    from harness.mutate.mutator import _Segments
+
+    odd = "x = 1\r\ny = (2 +\r 3)\nif x:\n\x0c    z = 'é€😀' + str(y)  # é\n    w = [z,\n         'ü']\n"
+    sources = [odd] + [(ROOT / "harness" / "reference" / f"{f}.py").read_text()
+                       for f in ("listener", "registry", "worker", "handshake")]
+    for source in sources:
+        segment = _Segments(source)
+        nodes = [n for n in ast.walk(ast.parse(source)) if isinstance(n, (ast.expr, ast.stmt))]
+        assert len(nodes) > 10
+        for node in nodes if source is odd else nodes[::50]:  # ast's own way splits the file at each node
+            assert segment(node) == ast.get_source_segment(source, node), ast.dump(node)[:200]
