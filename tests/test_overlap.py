@@ -226,28 +226,6 @@ def _junit(tmp_path: Path, *args: str) -> tuple[subprocess.CompletedProcess[str]
     return out, ET.parse(xml).getroot()
 
 
-def test_the_next_catches_items_play_beside_the_first_and_each_takes_its_own_result(tmp_path: Path) -> None:
-    """Three catches items of three scenarios with their reference items between them, overlap 3: the first
-    catches item plays the other two beside it, the reference items run alone, every item is judged as alone."""
-    out, root = _junit(tmp_path, "scenarios/stalled-read-is-cancelled.yaml",
-                       "scenarios/socket-file-removed-while-live.yaml",
-                       "scenarios/stop-from-a-handler-returns-at-once.yaml", "--lastcall-overlap", "3", "-q",
-                       "-m", "not gpu")
-    assert out.returncode == 0, out.stdout[-3000:]
-    cases = {f"{c.get('classname')}::{c.get('name')}": c for c in root.iter("testcase")}
-    props = {k: {p.get("name"): p.get("value") for p in c.iter("property")} for k, c in cases.items()}
-    props = {k: p for k, p in props.items() if "lastcall_run_id" in p}  # the runs (not a skipped CUDA point)
-    catches = sorted(k for k in props if "-catches-" in k)
-    leaders = [k for k in catches if "lastcall_overlapped_with" not in props[k]]
-    assert len(catches) == 3 and len(leaders) == 1, props
-    leader = leaders[0]
-    for k in catches:
-        if k != leader:
-            assert props[k]["lastcall_overlapped_with"].split("::")[-1] == leader.split("::")[-1], props[k]
-    assert not any("lastcall_overlapped_with" in p for k, p in props.items() if "-catches-" not in k)
-    assert len({p["lastcall_run_id"] for p in props.values()}) == len(props)  # a run each
-
-
 def test_off_by_default_and_a_bad_width_is_a_usage_error(tmp_path: Path) -> None:
     out, root = _junit(tmp_path, "scenarios/stalled-read-is-cancelled.yaml", "-o", "lastcall_overlap=1", "-q")
     assert out.returncode == 0, out.stdout[-3000:]
@@ -292,19 +270,36 @@ def test_undeclared(lastcall_catches_run):
 """
 
 
-def test_a_test_function_that_declares_its_catches_run_is_played_in_the_batch(tmp_path: Path) -> None:
-    """A test function marked lastcall_catches_run takes its run's result from the fixture; it is a catches
-    item to overlap: here the first item, it plays the next catches item beside it.  The fixture without
-    the mark is the test's own error, which names the mark."""
+def test_the_next_catches_items_and_a_declared_test_play_beside_the_first_each_taking_its_own_result(
+        tmp_path: Path) -> None:
+    """Three catches items of three scenarios with their reference items between them, then a test function
+    marked lastcall_catches_run, overlap 4: the first catches item plays the other two and the test function's
+    run beside it; each takes its own result (a run each, judged as alone: the test function's run caught its
+    bug); the reference items run alone.  The fixture without the mark is the test's own error, which names
+    the mark.  (One sub-session for both: each was a pytest start and a wait of its own.)"""
     test_file = tmp_path / "test_declared.py"
     test_file.write_text(DECLARED)
-    out, root = _junit(tmp_path, str(test_file), "scenarios/socket-file-removed-while-live.yaml",
-                       "--lastcall-overlap", "2", "-q", "-m", "not gpu", "--rootdir", str(ROOT))
+    out, root = _junit(tmp_path, "scenarios/stalled-read-is-cancelled.yaml",
+                       "scenarios/socket-file-removed-while-live.yaml",
+                       "scenarios/stop-from-a-handler-returns-at-once.yaml", str(test_file),
+                       "--lastcall-overlap", "4", "-q", "-m", "not gpu", "--rootdir", str(ROOT))
     assert out.returncode == 1, out.stdout[-3000:]  # test_undeclared's error, alone
-    cases = {c.get("name"): c for c in root.iter("testcase")}
+    cases = {f"{c.get('classname')}::{c.get('name')}": c for c in root.iter("testcase")}
     props = {k: {p.get("name"): p.get("value") for p in c.iter("property")} for k, c in cases.items()}
-    assert not list(cases["test_declared"]), "passed"
-    [catches] = [k for k in props if "-catches-" in k]
-    assert props[catches].get("lastcall_overlapped_with", "").endswith("::test_declared"), props
-    [error] = list(cases["test_undeclared"])
+    runs = {k: p for k, p in props.items() if "lastcall_run_id" in p}  # the runs (not a skipped CUDA point)
+    catches = sorted(k for k in runs if "-catches-" in k)
+    leaders = [k for k in catches if "lastcall_overlapped_with" not in runs[k]]
+    assert len(catches) == 3 and len(leaders) == 1, runs
+    leader = leaders[0]
+    assert "stalled-read-is-cancelled" in leader, leader  # the first in the session's order
+    for k in catches:
+        if k != leader:
+            assert runs[k]["lastcall_overlapped_with"].split("::")[-1] == leader.split("::")[-1], runs[k]
+    assert not any("lastcall_overlapped_with" in p for k, p in runs.items() if "-catches-" not in k)
+    assert len({p["lastcall_run_id"] for p in runs.values()}) == len(runs)  # a run each
+    [declared] = [k for k in cases if k.endswith("::test_declared")]
+    assert not [c.tag for c in cases[declared] if c.tag in ("failure", "error", "skipped")], "its run caught its bug"
+    assert props[declared].get("lastcall_overlapped_with", "").split("::")[-1] == leader.split("::")[-1], props
+    [undeclared] = [k for k in cases if k.endswith("::test_undeclared")]
+    [error] = [c for c in cases[undeclared] if c.tag == "error"]
     assert "@pytest.mark.lastcall_catches_run(SCENARIO, target=T)" in (error.get("message") or "") + (error.text or "")
