@@ -122,6 +122,25 @@ def test_values_as_written_are_counted_before_composing() -> None:
         parse("[" + ", ".join(["1"] * MAX_NODES) + "]")
 
 
+def test_a_text_parsed_again_is_a_fresh_copy_and_is_held_to_the_limits_of_the_moment(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """parse keeps what it gave each text (harness.scenario.yamlnodes.parse): the next parse of it is equal,
+    never the same objects (a caller that changes its copy changes no one else's), and a limit lowered since
+    is applied to a text parsed before it was."""
+    from harness.scenario import yamlnodes
+
+    text = "a: [1, 2, {b: c}]\nd: &x {e: 1}\nf: *x\n"
+    first = parse(text)
+    first.data["a"].append("changed")  # type: ignore[index]
+    again = parse(text)
+    assert again.data == {"a": [1, 2, {"b": "c"}], "d": {"e": 1}, "f": {"e": 1}}
+    assert again.data is not first.data and again.marks == first.marks and again.marks is not first.marks
+    assert again.marks.values[("d",)] == (2, 4) and again.marks.keys[("f",)] == (3, 1)
+    monkeypatch.setattr(yamlnodes, "MAX_NODES", 4)
+    with pytest.raises(YamlProblem, match="more than 4 values"):
+        parse(text)
+
+
 def test_a_file_of_exactly_the_size_limit_is_read_and_one_byte_more_is_refused(tmp_path: Path) -> None:
     f = tmp_path / "at-limit.yaml"
     f.write_bytes(b"#" * (MAX_BYTES - 1) + b"\n")

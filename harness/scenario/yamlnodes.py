@@ -20,6 +20,7 @@ stay within it.
 from __future__ import annotations
 
 import os
+import pickle
 import re
 import stat
 from dataclasses import dataclass, field
@@ -273,8 +274,32 @@ def _syntax(exc: yaml.MarkedYAMLError) -> YamlProblem:
                        Problem((), f"invalid YAML: {problem}{context}", hint=hint))
 
 
+_PARSED: dict[tuple[str, int, int, int, int], bytes] = {}  # what parse gave each text, pickled: see parse
+_PARSED_MAX = 1024  # texts kept; then the table starts over
+_PARSED_TEXT_MAX = 1 << 16  # the longest text kept
+
+
 def parse(text: str) -> Document:
-    """Parse one YAML document with its marks; raises :class:`YamlProblem`, also for a limit passed."""
+    """Parse one YAML document with its marks; raises :class:`YamlProblem`, also for a limit passed.
+
+    The same text parses to the same document, so a process keeps each one it parsed (a text of at most
+    64 KiB, under the limits of the moment), pickled, and gives a fresh copy of it the next time: pytest's
+    collection, the overlap's declared runs, ``lastcall run``'s preflight and lastcall's own tests load the
+    same files again and again, and PyYAML's pure-Python parser (kept for its messages and its limits,
+    counted as it composes) is most of a load.  A text that fails is parsed again each time."""
+    key = (text, MAX_DEPTH, MAX_NODES, MAX_EXPANDED, MAX_DIGITS)
+    kept = _PARSED.get(key)
+    if kept is not None:
+        return pickle.loads(kept)  # type: ignore[no-any-return]
+    doc = _parse(text)
+    if len(text) <= _PARSED_TEXT_MAX:
+        if len(_PARSED) >= _PARSED_MAX:
+            _PARSED.clear()
+        _PARSED[key] = pickle.dumps(doc, protocol=pickle.HIGHEST_PROTOCOL)
+    return doc
+
+
+def _parse(text: str) -> Document:
     loader = _Loader(text)
     try:
         node = loader.get_single_node()
