@@ -169,3 +169,27 @@ def test_no_checker_judged_before_exit_reads_an_exit_event() -> None:
         assert not judges & exitmode.EXIT_EVENTS, (name, sorted(judges & exitmode.EXIT_EVENTS))
     for name in ("idle_cost", "private_paths", "bad_handshake_refused", "restart_refused"):
         assert set(CHECKERS[name].judges) == {"step_returned"}, (name, CHECKERS[name].judges)
+
+
+@pytest.mark.parametrize(("worker", "ini", "frozen"), [(True, True, True), (True, False, False),
+                                                       (False, True, False)],
+                         ids=["xdist-worker-on", "xdist-worker-off", "controller-or-plain-session-on"])
+def test_an_xdist_worker_freezes_its_objects_at_the_end_only_when_the_ini_asks(worker: bool, ini: bool,
+                                                                               frozen: bool) -> None:
+    """lastcall_xdist_quick_exit: the plugin's last pytest_unconfigure freezes the objects of an xdist worker
+    (its exit then does not walk them for cycles), never those of a controller or of a session without xdist,
+    and never when the ini is off (the default)."""
+    import gc
+    from types import SimpleNamespace
+
+    from harness import plugin
+
+    config = SimpleNamespace(stash={}, getini=lambda name: {"lastcall_xdist_quick_exit": ini}[name])
+    if worker:
+        config.workerinput = {"workerid": "gw9"}
+    gc.unfreeze()
+    try:
+        plugin.pytest_unconfigure(config)  # type: ignore[arg-type]
+        assert (gc.get_freeze_count() > 0) is frozen
+    finally:
+        gc.unfreeze()
