@@ -14,6 +14,8 @@ import sys
 import threading
 import xml.etree.ElementTree as ET
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
 
@@ -303,3 +305,59 @@ def test_the_next_catches_items_and_a_declared_test_play_beside_the_first_each_t
     [undeclared] = [k for k in cases if k.endswith("::test_undeclared")]
     [error] = [c for c in cases[undeclared] if c.tag == "error"]
     assert "@pytest.mark.lastcall_catches_run(SCENARIO, target=T)" in (error.get("message") or "") + (error.text or "")
+
+
+def test_the_longest_runs_are_played_first_and_brought_to_the_front_of_the_workers_queue(tmp_path: Path) -> None:
+    """longest_first: by the committed durations, an item they do not name first (it may be the longest), the
+    queue's order among equals and without the file.  bring_forward: under xdist, the played items move to the
+    front of the worker's queue in their order (work stealing takes the end of it), the rest keep theirs."""
+    import collections
+    import contextlib
+    import json
+    from types import SimpleNamespace
+
+    from harness.scenario.overlap import bring_forward, longest_first
+
+    names = ["a", "b", "c", "d", "e"]
+    items = [SimpleNamespace(nodeid=n) for n in names]
+    (tmp_path / ".test_durations").write_text(json.dumps({"a": 0.5, "b": 3.0, "c": 0.5, "e": 2.0}))
+
+    def leader(root: Path) -> Any:
+        return SimpleNamespace(config=SimpleNamespace(stash=pytest.Stash(), rootpath=root))
+
+    assert [c.nodeid for c in longest_first(leader(tmp_path), items, 3)] == ["d", "b", "e"]
+    assert [c.nodeid for c in longest_first(leader(tmp_path), items, 5)] == ["d", "b", "e", "a", "c"]
+    assert [c.nodeid for c in longest_first(leader(tmp_path / "none"), items, 3)] == ["a", "b", "c"]
+
+    queue: collections.deque[Any] = collections.deque([1, 2, 3, 4, 5, "shutdown"])
+
+    @contextlib.contextmanager
+    def lock() -> Any:
+        yield queue
+
+    session = SimpleNamespace(items=[SimpleNamespace(nodeid=f"i{n}") for n in range(6)])
+    worker = SimpleNamespace(torun=SimpleNamespace(lock=lock), session=session, nextitem_index=1)
+    item = SimpleNamespace(session=session, config=SimpleNamespace(
+        pluginmanager=SimpleNamespace(get_plugins=lambda: [object(), worker])))
+    bring_forward(item, [session.items[5], session.items[3]])  # type: ignore[arg-type]
+    assert list(queue) == [3, 5, 1, 2, 4, "shutdown"]
+    worker.session = SimpleNamespace(items=[])  # another session's worker: nothing moves
+    bring_forward(item, [session.items[2]])  # type: ignore[arg-type]
+    assert list(queue) == [3, 5, 1, 2, 4, "shutdown"]
+
+
+@pytest.mark.parametrize(("marks", "plays"), [
+    ([], True),
+    ([pytest.mark.skipif(False, reason="runs")], True),
+    ([pytest.mark.skipif(condition=False, reason="runs")], True),
+    ([pytest.mark.skipif(False, reason="runs"), pytest.mark.skipif(True, reason="skips")], False),
+    ([pytest.mark.skipif("sys.platform == 'linux'", reason="a string: evaluated by pytest, not here")], False),
+    ([pytest.mark.skipif(reason="no condition: always skips")], False),
+])
+def test_a_skipif_whose_condition_is_plainly_false_keeps_an_item_playable(marks: list[Any], plays: bool) -> None:
+    """``@needs_kvcached`` (a skipif whose condition is False where kvcached's source is cached) kept
+    test_kvcached_016_cannot_stop_once_its_socket_file_is_removed out of every batch: it ran alone, 7 s."""
+    from harness.scenario.overlap import _skipif_false
+
+    item = SimpleNamespace(iter_markers=lambda name: [m.mark for m in marks if m.mark.name == name])
+    assert _skipif_false(item) is plays

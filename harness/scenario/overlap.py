@@ -8,14 +8,17 @@ judged exactly as alone).  Nothing of an overlapped run outlives the item that p
 of that item sees every run of the batch begin and end.
 
 Which items overlap: scenario items of ``catches`` on the CPU, not chained (``--lastcall-chain``), not
-repeats (``--repeat``: a flaky hunt wants each repeat on its own), with no skip or xfail mark, and whose run
+repeats (``--repeat``: a flaky hunt wants each repeat on its own), with no skip or xfail mark (a skipif whose
+condition is plainly False is none: the item runs), and whose run
 is none of these: an engine of an ``exclusive`` target (real vLLM: one at a time on the machine, under its
 engine lock), a ``stress`` step (its races are what it judges, and a busier machine changes them).  An engine
 run of any other target (the stand-in and its planted bugs) overlaps: its trees claim their sessions as the
 forked runs claim their groups, and each launches on a port no other live run of the process holds.  The reference
 items of the scenarios (the ones that must pass) always run alone.  "Going to run": under pytest-xdist the
-worker's queue of pending items (an item the controller then steals is run again where it lands, and this
-result is dropped); without it, the session's items after this one.  A test function takes part too when it
+worker's queue of pending items; without it, the session's items after this one.  Of those, the longest by the
+committed durations are played first (:func:`longest_first`), and under xdist they are moved to the front of
+the worker's queue (:func:`bring_forward`), so they take their results next (an item the controller steals
+before that is run again where it lands, and this result is dropped).  A test function takes part too when it
 declares its run with ``@pytest.mark.lastcall_catches_run(SCENARIO, target=T)`` and takes the result from the
 ``lastcall_catches_run`` fixture: by the mark it asserts only what the run catches (see :func:`declared`).
 
@@ -39,7 +42,8 @@ from typing import Any
 
 import pytest
 
-__all__ = ["INI", "OPTION", "MARK", "addoption", "width", "eligible", "declared", "upcoming", "result_for"]
+__all__ = ["INI", "OPTION", "MARK", "addoption", "width", "eligible", "declared", "upcoming", "longest_first",
+           "bring_forward", "result_for"]
 
 INI = "lastcall_overlap"
 OPTION = "--lastcall-overlap"
@@ -122,7 +126,7 @@ def eligible(item: Any) -> bool:
     matrix, variant = _run_of(item)
     if base_id(item.nodeid) != item.nodeid or matrix.params.get("device") != "cpu":
         return False
-    if any(item.get_closest_marker(name) is not None for name in ("skip", "skipif", "xfail")):
+    if any(item.get_closest_marker(name) is not None for name in ("skip", "xfail")) or not _skipif_false(item):
         return False
     steps = matrix.scenario.steps
     if any(getattr(s, "kind", "") == "stress" for s in steps):
@@ -139,22 +143,77 @@ def eligible(item: Any) -> bool:
         return False
 
 
+def _worker(item: pytest.Item) -> Any:
+    """xdist's WorkerInteractor of ``item``'s session (it holds the next index, then its queue), or None."""
+    for plugin in item.config.pluginmanager.get_plugins():
+        torun = getattr(plugin, "torun", None)
+        if torun is not None and hasattr(torun, "lock") and getattr(plugin, "session", None) is item.session:
+            return plugin
+    return None
+
+
+def _skipif_false(item: Any) -> bool:
+    """Whether every skipif mark of ``item`` has a condition that is plainly False (a bool, as
+    ``skipif(source is None, reason=...)`` gives: the item runs), so it may be played like an item without
+    one; a condition given as a string, or true, keeps it alone."""
+    marks = list(item.iter_markers("skipif")) if hasattr(item, "iter_markers") else []
+    for mark in marks:
+        conditions = mark.args or ((mark.kwargs["condition"],) if "condition" in mark.kwargs else ())
+        if not conditions or any(not isinstance(c, bool) or c for c in conditions):
+            return False
+    return True
+
+
 def upcoming(item: pytest.Item) -> list[pytest.Item]:
     """The items this process is going to run after ``item``, in order (see the module docstring)."""
     session = item.session
-    for plugin in item.config.pluginmanager.get_plugins():
-        torun = getattr(plugin, "torun", None)  # xdist's WorkerInteractor: the next index, then its queue
-        if torun is not None and hasattr(torun, "lock") and getattr(plugin, "session", None) is session:
-            nxt = getattr(plugin, "nextitem_index", None)
-            with torun.lock() as queue:
-                pending = list(queue)
-            indices = ([nxt] if isinstance(nxt, int) else []) + [i for i in pending if isinstance(i, int)]
-            return [session.items[i] for i in indices if 0 <= i < len(session.items)]
+    worker = _worker(item)
+    if worker is not None:
+        nxt = getattr(worker, "nextitem_index", None)
+        with worker.torun.lock() as queue:
+            pending = list(queue)
+        indices = ([nxt] if isinstance(nxt, int) else []) + [i for i in pending if isinstance(i, int)]
+        return [session.items[i] for i in indices if 0 <= i < len(session.items)]
     try:
         here = session.items.index(item)
     except ValueError:
         return []
     return list(session.items[here + 1:])
+
+
+_SECONDS = pytest.StashKey[dict[str, float]]()
+
+
+def longest_first(item: pytest.Item, candidates: list[Any], n: int) -> list[Any]:
+    """The ``n`` of ``candidates`` to play beside ``item``: the longest first by pytest-split's committed
+    durations (``.test_durations`` at the rootdir; an item it does not name first of all, as it may be the
+    longest: a test function's declared run, a new scenario), the queue's order among equals, and the queue's
+    order alone where there is no such file.  A batch lasts as long as its longest run, so the long waits
+    share a batch and the later batches are short."""
+    from harness.scenario.quick import durations
+
+    seconds = item.config.stash.get(_SECONDS, None)
+    if seconds is None:
+        seconds = item.config.stash[_SECONDS] = durations(item.config.rootpath)
+    if not seconds:
+        return candidates[:n]
+    return sorted(candidates, key=lambda c: -seconds.get(c.nodeid, float("inf")))[:n]
+
+
+def bring_forward(item: pytest.Item, played: list[Any]) -> None:
+    """Under xdist, move the items whose runs ``item`` played to the front of the worker's queue, in their
+    order: they run next, and take their results at once.  Left where they were, xdist's work stealing (it
+    takes the end of a worker's queue, where lastcall's scenario items are) gave some of them to the other
+    worker, which ran them again while their results were dropped here (16 of a quick loop's runs)."""
+    worker = _worker(item)
+    if worker is None or not played:
+        return
+    wanted = {item.session.items.index(p) for p in played if p in item.session.items}
+    with worker.torun.lock() as queue:
+        first = [i for i in queue if i in wanted]
+        rest = [i for i in queue if i not in wanted]
+        queue.clear()
+        queue.extend(first + rest)
 
 
 @dataclass
@@ -195,12 +254,10 @@ def result_for(item: Any) -> Any:
     n = width(item.config)
     if n <= 1 or not eligible(item):
         return run_item(matrix, variant=variant, run_id=None)
-    beside: list[_Run] = []
-    for other in upcoming(item):
-        if len(beside) >= n - 1:
-            break
-        if other is not item and id(other) not in pending and eligible(other):
-            beside.append(_Run(other, item.nodeid))
+    candidates = [other for other in upcoming(item)
+                  if other is not item and id(other) not in pending and eligible(other)]
+    beside = [_Run(other, item.nodeid) for other in longest_first(item, candidates, n - 1)]
+    bring_forward(item, [run.item for run in beside])
     for run in beside:
         pending[id(run.item)] = run
         run.thread = threading.Thread(target=_play, args=(run,), name=f"lastcall-overlap-{run.item.name}",
