@@ -190,7 +190,7 @@ def longest_first(item: pytest.Item, candidates: list[Any], n: int) -> list[Any]
     longest: a test function's declared run, a new scenario), the queue's order among equals, and the queue's
     order alone where there is no such file.  A batch lasts as long as its longest run, so the long waits
     share a batch and the later batches are short."""
-    from harness.scenario.quick import durations
+    from harness.scenario.durations import durations
 
     seconds = item.config.stash.get(_SECONDS, None)
     if seconds is None:

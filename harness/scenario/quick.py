@@ -22,7 +22,6 @@ harness.scenario.quick --write``; tests/test_quick.py checks the page against it
 
 from __future__ import annotations
 
-import json
 import math
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
@@ -31,6 +30,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+from harness.scenario.durations import durations
 
 __all__ = ["INI", "MARK", "Move", "plan", "modifyitems", "moves_of", "table", "catch_id"]
 
@@ -72,15 +73,6 @@ def _slow(item: pytest.Item) -> bool:
 
 def _runs(item: pytest.Item) -> bool:
     return item.get_closest_marker("skip") is None
-
-
-def durations(rootdir: Path) -> dict[str, float]:
-    """pytest-split's committed durations (``.test_durations``), or nothing."""
-    try:
-        data = json.loads((rootdir / ".test_durations").read_text())
-    except (OSError, ValueError):
-        return {}
-    return {k: float(v) for k, v in data.items() if isinstance(v, (int, float))} if isinstance(data, dict) else {}
 
 
 def _named(item: pytest.Item) -> tuple[str, ...]:
