@@ -243,8 +243,6 @@ def test_off_by_default_and_a_bad_width_is_a_usage_error(tmp_path: Path) -> None
 def test_an_engine_catches_item_overlaps_unless_its_target_is_exclusive() -> None:
     """The stand-in's planted bugs overlap (their trees claim their sessions); real vLLM does not (one engine at
     a time on the machine, under its engine lock)."""
-    from types import SimpleNamespace
-
     from harness.scenario.overlap import eligible
 
     matrix = expand(load(str(ROOT / "scenarios" / "engine-sigterm-idle.yaml")))[0]
@@ -314,7 +312,6 @@ def test_the_longest_runs_are_played_first_and_brought_to_the_front_of_the_worke
     import collections
     import contextlib
     import json
-    from types import SimpleNamespace
 
     from harness.scenario.overlap import bring_forward, longest_first
 

@@ -37,7 +37,9 @@ own suite sets it in pyproject.toml.
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterable
 from dataclasses import dataclass, field
+from itertools import islice
 from typing import Any
 
 import pytest
@@ -184,7 +186,7 @@ def upcoming(item: pytest.Item) -> list[pytest.Item]:
 _SECONDS = pytest.StashKey[dict[str, float]]()
 
 
-def longest_first(item: pytest.Item, candidates: list[Any], n: int) -> list[Any]:
+def longest_first(item: pytest.Item, candidates: Iterable[Any], n: int) -> list[Any]:
     """The ``n`` of ``candidates`` to play beside ``item``: the longest first by pytest-split's committed
     durations (``.test_durations`` at the rootdir; an item it does not name first of all, as it may be the
     longest: a test function's declared run, a new scenario), the queue's order among equals, and the queue's
@@ -196,7 +198,7 @@ def longest_first(item: pytest.Item, candidates: list[Any], n: int) -> list[Any]
     if seconds is None:
         seconds = item.config.stash[_SECONDS] = durations(item.config.rootpath)
     if not seconds:
-        return candidates[:n]
+        return list(islice(candidates, n))  # the next n: the rest of the queue is never looked at
     return sorted(candidates, key=lambda c: -seconds.get(c.nodeid, float("inf")))[:n]
 
 
@@ -208,7 +210,8 @@ def bring_forward(item: pytest.Item, played: list[Any]) -> None:
     worker = _worker(item)
     if worker is None or not played:
         return
-    wanted = {item.session.items.index(p) for p in played if p in item.session.items}
+    played_ids = {id(p) for p in played}
+    wanted = {i for i, it in enumerate(item.session.items) if id(it) in played_ids}
     with worker.torun.lock() as queue:
         first = [i for i in queue if i in wanted]
         rest = [i for i in queue if i not in wanted]
@@ -254,8 +257,8 @@ def result_for(item: Any) -> Any:
     n = width(item.config)
     if n <= 1 or not eligible(item):
         return run_item(matrix, variant=variant, run_id=None)
-    candidates = [other for other in upcoming(item)
-                  if other is not item and id(other) not in pending and eligible(other)]
+    candidates = (other for other in upcoming(item)
+                  if other is not item and id(other) not in pending and eligible(other))
     beside = [_Run(other, item.nodeid) for other in longest_first(item, candidates, n - 1)]
     bring_forward(item, [run.item for run in beside])
     for run in beside:
