@@ -22,9 +22,9 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any, Protocol
 
+from harness import artifacts, eventlines
 from harness import events as vocabulary
 
 __all__ = ["SCHEMA_VERSION", "Event", "Emitter", "Recorder", "NullRecorder", "write_jsonl", "read_jsonl"]
@@ -141,23 +141,30 @@ def write_jsonl(path: str | os.PathLike[str], events: Iterable[Event]) -> None:
 
 
 def read_jsonl(path: str | os.PathLike[str]) -> tuple[list[Event], list[str]]:
-    """Events from a JSONL history, and a list of problems (bad or torn lines, by number).
+    """Events from a JSONL history, and a list of problems (unreadable or torn lines, by number).
 
-    An event of an older format (``v``) is read as the current one (:func:`harness.events.upgrade`).
+    The file is data (harness.artifacts: a regular file of at most MAX_HISTORY_BYTES); each line is
+    checked before an event is made of it (harness.eventlines: its fields, types and ranges, and the run's
+    span), and an unreadable line is a problem, left out.  An event of an older format (``v``) is read as
+    the current one (:func:`harness.events.upgrade`).
+    Error handling: :class:`harness.artifacts.ArtifactError` when the file itself cannot be read.
     """
+    text = artifacts.read_text(path, artifacts.MAX_HISTORY_BYTES, "history")
     events: list[Event] = []
+    lines: list[int] = []
     problems: list[str] = []
-    lines = Path(path).read_text().split("\n")
-    for n, line in enumerate(lines, 1):
-        if not line.strip():
+    for n, line, last in eventlines.lines_of(text):
+        doc, why = eventlines.check_line(line)
+        if doc is None:
+            problems.append(f"{path}:{n}: {'torn last line' if last else 'unreadable line'}: {why}")
             continue
-        try:
-            ev = Event(**json.loads(line))
-            if ev.v != SCHEMA_VERSION and isinstance(ev.data, dict) and isinstance(ev.v, int):
-                ev = Event(ev.t_ns, ev.pid, ev.role, ev.rank, ev.thread, ev.kind,
-                           vocabulary.upgrade(ev.kind, ev.data, ev.v), SCHEMA_VERSION)
-            events.append(ev)
-        except (ValueError, TypeError) as exc:
-            torn = n == len(lines) or (n == len(lines) - 1 and not lines[-1])
-            problems.append(f"{path}:{n}: {'torn last line' if torn else 'bad line'}: {exc}")
-    return events, problems
+        v = doc["v"]
+        data = doc["data"] if v == SCHEMA_VERSION else vocabulary.upgrade(doc["kind"], doc["data"], v)
+        events.append(Event(doc["t_ns"], doc["pid"], doc["role"], doc["rank"], doc["thread"], doc["kind"], data,
+                            SCHEMA_VERSION))
+        lines.append(n)
+    far = eventlines.outside_span([e.t_ns for e in events])
+    for i in sorted(far):
+        problems.append(f"{path}:{lines[i]}: unreadable line: t_ns {events[i].t_ns} lies more than "
+                        f"{eventlines.MAX_SPAN_NS // 10**9} s from the run's other events, longer than a run lasts")
+    return [e for i, e in enumerate(events) if i not in far], problems
