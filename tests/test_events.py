@@ -20,6 +20,7 @@ from harness.history import SCHEMA_VERSION, Event, Recorder, read_jsonl, write_j
 from harness.report.rejudge import report_history
 from harness.scenario.schema import json_schema
 from harness.scenario.steps import EVENT_KINDS
+from harness.targets import absent_of
 
 ROOT = Path(__file__).resolve().parent.parent
 STORED = sorted([*(p for p in (ROOT / "docs" / "findings").rglob("history.jsonl")
@@ -288,7 +289,8 @@ def test_lastcall_report_keeps_allow_unknown_and_the_targets_absent_parties(
     write_jsonl(tmp_path / "history.jsonl", steps)
     expect = [{"checker": "stop_result", "params": {"step": "s1"}}, {"checker": "handler_drained", "params": {}},
               {"checker": "served_while_stalled", "params": {}, "allow_unknown": "no client stalls"}]
-    meta = {"scenario": "s", "variant": "tests.lc_events_target:BLACK_BOX", "expect": expect, "verdicts": []}
+    meta = {"scenario": "s", "variant": "tests.lc_events_target:BLACK_BOX", "expect": expect, "verdicts": [],
+            "absent": sorted(absent_of("tests.lc_events_target:BLACK_BOX"))}  # as the run recorded them
     (tmp_path / "verdicts.json").write_text(json.dumps(meta))
     assert report_history(tmp_path / "history.jsonl", out=tmp_path / "out") == 0
     again = json.loads((tmp_path / "out" / "verdicts.json").read_text())
@@ -297,7 +299,14 @@ def test_lastcall_report_keeps_allow_unknown_and_the_targets_absent_parties(
     assert again["expect"][2]["allow_unknown"] == "no client stalls"
     out = capsys.readouterr().out
     assert "[unknown allowed: no client stalls]" in out and "1 not judged" in out
-    meta["variant"] = "reference"  # the reference declares its listener observed: no evidence is unknown
+    del meta["absent"]  # a report without them: a module:attribute variant is data, never imported
+    (tmp_path / "verdicts.json").write_text(json.dumps(meta))
+    sys.modules.pop("tests.lc_events_target", None)
+    report_history(tmp_path / "history.jsonl", out=tmp_path / "out")
+    assert "tests.lc_events_target" not in sys.modules
+    again = json.loads((tmp_path / "out" / "verdicts.json").read_text())
+    assert again["verdicts"][1]["status"] == "unknown"
+    meta["variant"] = "reference"  # a built-in name: its parties are lastcall's own to tell (the listener observed)
     (tmp_path / "verdicts.json").write_text(json.dumps(meta))
     report_history(tmp_path / "history.jsonl", out=tmp_path / "out")
     again = json.loads((tmp_path / "out" / "verdicts.json").read_text())

@@ -284,7 +284,7 @@ def test_lastcall_report_judges_what_a_garbled_history_still_holds(written: tupl
     out_dir = tmp_path / "rebuilt"
     assert main(["report", str(hist), "--out", str(out_dir)]) == 1  # the late dispatch is still readable
     cap = capsys.readouterr()
-    assert f"{hist}: 2 lines could not be read: {hist}:3: bad line" in cap.err and "torn last line" in cap.err
+    assert f"{hist}: 2 lines could not be read: {hist}:3: unreadable line" in cap.err and "torn last line" in cap.err
     assert f"{len(lines) - 2} events" in cap.out and "VIOLATED no_late_dispatch" in cap.out
     page = Elements((out_dir / "index.html").read_text())
     assert len(page.select("li")) >= 2 and page.select("section", "problems", id="problems")

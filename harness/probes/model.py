@@ -7,7 +7,9 @@ so a stored run can be re-judged offline.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+import types
+import typing
+from dataclasses import asdict, dataclass, field, fields, is_dataclass
 from typing import Any
 
 __all__ = ["PathEntry", "ShmEntry", "SocketEntry", "FdEntry", "ProcEntry", "BindResult", "GpuProc", "Snapshot"]
@@ -108,18 +110,58 @@ class Snapshot:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> Snapshot:
-        def tup(kind: type, items: Any) -> tuple[Any, ...]:
-            return tuple(kind(**x) for x in items or ())
+    def from_dict(cls, d: Any) -> Snapshot:
+        """The snapshot of ``d`` (what :meth:`to_dict` wrote, read back as data: every field checked against
+        its annotation, nested records too). Error handling: ValueError naming the first field that is wrong."""
+        out = _typed(cls, d, "snapshot")
+        assert isinstance(out, Snapshot)
+        return out
 
-        procs = tuple(ProcEntry(**{**p, "threads": tuple(p.get("threads", ())),
-                                   "fds": tup(FdEntry, p.get("fds"))}) for p in d.get("procs", ()))
-        sockets = tuple(SocketEntry(**{**s, "pids": tuple(s.get("pids", ()))}) for s in d.get("sockets", ()))
-        gpu = d.get("gpu")
-        gpu_used = d.get("gpu_used")
-        return cls(label=d["label"], t_ns=d["t_ns"], paths=tup(PathEntry, d.get("paths")),
-                   shm=tup(ShmEntry, d.get("shm")), sockets=sockets, procs=procs, binds=tup(BindResult, d.get("binds")),
-                   gpu=None if gpu is None else tup(GpuProc, gpu),
-                   gpu_used=None if gpu_used is None else {int(k): int(v) for k, v in gpu_used.items()},
-                   harness_pids=tuple(d.get("harness_pids", ())), errors=tuple(d.get("errors", ())),
-                   extra=dict(d.get("extra", {})))
+
+def _typed(cls: type, d: Any, where: str) -> object:
+    """An instance of the dataclass ``cls`` from the JSON object ``d``, each field checked against its type."""
+    if not isinstance(d, dict):
+        raise ValueError(f"{where}: a {type(d).__name__}, expected an object")
+    hints = typing.get_type_hints(cls)
+    names = {f.name for f in fields(cls)}
+    extra = [k for k in d if k not in names]
+    if extra:
+        raise ValueError(f"{where}: unknown field {str(extra[0])[:40]!r}")
+    kw = {k: _value(hints[k], v, f"{where}.{k}") for k, v in d.items()}
+    try:
+        return cls(**kw)
+    except TypeError as exc:  # a required field missing
+        raise ValueError(f"{where}: {exc}") from None
+
+
+def _value(hint: Any, v: Any, where: str) -> Any:
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin in (types.UnionType, typing.Union):
+        if v is None and type(None) in args:
+            return None
+        return _value(next(a for a in args if a is not type(None)), v, where)
+    if origin is tuple:
+        if not isinstance(v, (list, tuple)):
+            raise ValueError(f"{where}: a {type(v).__name__}, expected a list")
+        return tuple(_value(args[0], x, f"{where}[{i}]") for i, x in enumerate(v))
+    if origin is dict:
+        if not isinstance(v, dict):
+            raise ValueError(f"{where}: a {type(v).__name__}, expected an object")
+        key = args[0]
+        return {(int(k) if key is int and isinstance(k, str) and k.lstrip("-").isdigit() else
+                 _value(key, k, where)): _value(args[1], x, f"{where}[{str(k)[:20]!r}]") for k, x in v.items()}
+    if hint is Any:
+        return v
+    if isinstance(hint, type) and is_dataclass(hint):
+        return _typed(hint, v, where)
+    if hint is bool:
+        ok = isinstance(v, bool)
+    elif hint is int:
+        ok = type(v) is int
+    elif hint is float:
+        ok = type(v) in (int, float)
+    else:
+        ok = isinstance(v, hint)
+    if not ok:
+        raise ValueError(f"{where}: a {type(v).__name__}, expected {getattr(hint, '__name__', hint)}")
+    return v

@@ -15,64 +15,57 @@ absent are not judged, as in the run.
 from __future__ import annotations
 
 import json
-import math
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from harness.artifacts import ArtifactError, read_json, shown
 from harness.checkers import CHECKERS, RunRecord, Verdict, judge
 from harness.errors import ConfigError
 from harness.history import Event, read_jsonl
 from harness.probes.model import Snapshot
+from harness.report.meta import read_meta
 from harness.report.write import HISTORY, SNAPSHOTS, VERDICTS, verdicts_doc, write_page
+from harness.targets.names import target_names
 
 __all__ = ["report_history", "load_history", "EXIT_OK", "EXIT_VIOLATED"]
 
 EXIT_OK = 0  # no verdict is violated
 EXIT_VIOLATED = 1  # a checker found a violation
 EVIDENCE_SHOWN = 8  # evidence lines printed per verdict at most
+TEXT_SHOWN = 500  # characters of a message or problem printed at most (the page and verdicts.json keep it all)
+VALUE_SHOWN = 120  # characters of one evidence value printed at most
 
 
 def load_history(path: Path) -> tuple[list[Event], list[str]]:
     """The events that could be read, and one problem per line (or event) that could not.
 
-    Raises ConfigError when the file is missing or unreadable as text (exit code 2).
+    Raises ConfigError (harness.artifacts.ArtifactError) when the file is missing, not a regular file, over
+    the history's size limit or not UTF-8 (exit code 2).
     """
-    try:
-        events, problems = read_jsonl(path)
-    except FileNotFoundError:
-        raise ConfigError(f"{path}: no such file; give a run's history, e.g. reports/<run id>/{HISTORY}") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"{path}: cannot read it as a history: {exc}") from None
-    sane = []
-    for i, e in enumerate(events, 1):
-        if isinstance(e.t_ns, int) and isinstance(e.pid, int) and isinstance(e.kind, str) and isinstance(e.data, dict):
-            sane.append(Event(e.t_ns, e.pid, str(e.role), str(e.rank), str(e.thread), e.kind, e.data, e.v))
-        else:
-            problems.append(f"{path}: event {i} of those read: wrong field types (t_ns={e.t_ns!r}, kind={e.kind!r})")
-    return sane, problems
+    if not path.exists() and not path.is_symlink():
+        raise ConfigError(f"{path}: no such file; give a run's history, e.g. reports/<run id>/{HISTORY}")
+    return read_jsonl(path)
 
 
-def _load_json(path: Path, problems: list[str]) -> Any:
-    if not path.exists():
-        return None
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        problems.append(f"{path}: unreadable, left out: {exc}")
-        return None
-
-
-def _snapshots(raw: Any, path: Path, problems: list[str]) -> dict[str, Snapshot]:
+def _snapshots(path: Path, problems: list[str]) -> dict[str, Snapshot]:
     out: dict[str, Snapshot] = {}
+    if not path.exists() and not path.is_symlink():
+        return out
+    try:
+        raw = read_json(path, SNAPSHOTS)
+    except ArtifactError as exc:
+        problems.append(f"{exc}; left out")
+        return out
     if not isinstance(raw, dict):
+        problems.append(f"{path}: not an object of snapshots by label; left out")
         return out
     for label, d in raw.items():
         try:
             out[str(label)] = Snapshot.from_dict(d)
-        except (KeyError, TypeError, ValueError, AttributeError) as exc:
-            problems.append(f"{path}: snapshot {label!r} unreadable, left out: {exc}")
+        except ValueError as exc:
+            problems.append(f"{path}: snapshot {shown(label, 40)!r} unreadable, left out: {exc}")
     return out
 
 
@@ -82,30 +75,35 @@ Expect = list[tuple[str, dict[str, Any], str | None]]  # checker, params, allow_
 def _expect(meta: dict[str, Any], checks: Sequence[str]) -> tuple[Expect, str]:
     if checks:
         return [(c, {}, None) for c in checks], "the checkers named with --check, with their defaults"
-    listed = meta.get("expect")
-    if isinstance(listed, list) and all(isinstance(x, dict) and "checker" in x for x in listed):
-        return [(str(x["checker"]), dict(x.get("params") or {}), x.get("allow_unknown") or None)
+    listed = meta.get("expect")  # shape checked by harness.report.meta
+    if listed is not None:
+        return [(x["checker"], dict(x.get("params") or {}), x.get("allow_unknown") or None)
                 for x in listed], f"the expect list of {VERDICTS}"
     return ([(c, {}, None) for c in CHECKERS],
             f"every checker with its defaults (no expect list in a {VERDICTS} beside it)")
 
 
-def _scale(meta: dict[str, Any]) -> float:
-    """The scale the stored run's bounds were judged at (verdicts.json's ``scale``); 1 where it has none (a
-    report written before it was recorded) or one that is not a positive finite number."""
-    value = meta.get("scale", 1.0)
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
-        return 1.0
-    return float(value)
+def _absent(meta: dict[str, Any]) -> frozenset[str]:
+    """The parties the run's target declared absent: as verdicts.json recorded them; for a report without
+    them, those of a built-in target named by its variant (lastcall's own code: nothing a file names is
+    imported, docs/trust.md); else none."""
+    if "absent" in meta:
+        return frozenset(meta["absent"])
+    variant = meta.get("variant")
+    if isinstance(variant, str) and variant in target_names():
+        from harness.targets import absent_of
+
+        return absent_of(variant)
+    return frozenset()
 
 
 def _line(v: Verdict, was: str | None, t0: int) -> list[str]:
     head = "ok" if v.ok else v.status.upper()
     change = f" (was {was})" if was is not None and was != v.status else ""
-    out = [f"  {head} {v.checker}{change}" + (f": {v.message}" if v.message else "")]
+    out = [f"  {head} {v.checker}{change}" + (f": {shown(v.message, TEXT_SHOWN)}" if v.message else "")]
     for e in v.evidence[:EVIDENCE_SHOWN]:
-        data = " ".join(f"{k}={val}" for k, val in e.data.items() if k != "text")
-        out.append(f"      evidence: {(e.t_ns - t0) / 1e6:9.3f} ms {e.rank or e.role} {e.kind} {data}")
+        data = " ".join(f"{shown(k, 40)}={shown(val, VALUE_SHOWN)}" for k, val in e.data.items() if k != "text")
+        out.append(f"      evidence: {(e.t_ns - t0) / 1e6:9.3f} ms {shown(e.rank or e.role, 60)} {e.kind} {data}")
     if len(v.evidence) > EVIDENCE_SHOWN:
         out.append(f"      ... and {len(v.evidence) - EVIDENCE_SHOWN} more")
     return out
@@ -121,26 +119,24 @@ def report_history(history: str | Path, out: str | Path | None = None, checks: S
     path = Path(history)
     events, problems = load_history(path)
     unread = len(problems)
-    raw_meta = _load_json(path.parent / VERDICTS, problems)
-    meta: dict[str, Any] = raw_meta if isinstance(raw_meta, dict) else {}
-    snaps = _snapshots(_load_json(path.parent / SNAPSHOTS, problems), path.parent / SNAPSHOTS, problems)
+    meta, meta_problems = read_meta(path.parent / VERDICTS)
+    problems += meta_problems
+    snaps = _snapshots(path.parent / SNAPSHOTS, problems)
     expect, source = _expect(meta, checks)
-    from harness.targets import absent_of
-
-    record = RunRecord(tuple(events), snaps, _scale(meta), absent=absent_of(meta.get("variant")))
+    record = RunRecord(tuple(events), snaps, float(meta.get("scale", 1.0)), absent=_absent(meta))
     verdicts = [judge(name, record, params, allow_unknown=allow) for name, params, allow in expect]
-    stored = meta.get("verdicts") if isinstance(meta.get("verdicts"), list) else []
-    was = {i: d.get("status") for i, d in enumerate(stored or []) if isinstance(d, dict)}
+    was = {i: d["status"] for i, d in enumerate(meta.get("verdicts", ()))}
 
     if unread:
-        print(f"{path}: {unread} line{'' if unread == 1 else 's'} could not be read: "
-              + "; ".join(problems[:unread][:5]) + (" ..." if unread > 5 else ""), file=sys.stderr)
+        print(f"{shown(path)}: {unread} line{'' if unread == 1 else 's'} could not be read: "
+              + "; ".join(shown(p, TEXT_SHOWN) for p in problems[:unread][:5]) + (" ..." if unread > 5 else ""),
+              file=sys.stderr)
     for p in problems[unread:]:
-        print(f"lastcall report: {p}", file=sys.stderr)
+        print(f"lastcall report: {shown(p, TEXT_SHOWN)}", file=sys.stderr)
     name = f"{meta.get('scenario') or '(no scenario recorded)'}[{meta.get('matrix') or '?'}]"
-    stored_outcome = (meta.get("outcome") or {}).get("status", "?") if isinstance(meta.get("outcome"), dict) else "?"
-    print(f"{path}: {len(events)} events, {name} on {meta.get('variant') or '?'}, stored outcome {stored_outcome}; "
-          f"judged with {source}")
+    stored_outcome = meta["outcome"]["status"] if "outcome" in meta else "?"
+    print(f"{shown(path)}: {len(events)} events, {shown(name, 200)} on {shown(meta.get('variant') or '?', 200)}, "
+          f"stored outcome {shown(stored_outcome, 60)}; judged with {source}")
     t0 = min((e.t_ns for e in events), default=0)
     for i, v in enumerate(verdicts):
         print("\n".join(_line(v, was.get(i) if not checks else None, t0)))

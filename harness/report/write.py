@@ -6,6 +6,7 @@
     snapshots.json   {label: Snapshot.to_dict()}: the machine before and after
     verdicts.json    the scenario, matrix id, variant, test node id, the session's target override
                      (``target``, null for none: the replay needs it), outcome (with stacks), step error,
+                     ``absent`` (the parties the target declares absent: a re-judge imports no target),
                      ``broken`` (why nothing the run shows counts, "" when it counts), seconds, each
                      checker's verdict with its evidence, and ``expect``: the checkers and their
                      parameters, so ``lastcall report`` can re-judge the history
@@ -64,12 +65,15 @@ def describe(result: RunResult, nodeid: str | None = None, target: str | None = 
     for v in result.verdicts[len(expect):]:  # checkers the runner added (fault_fired for armed faults)
         expect.append({"checker": v.checker, "params": {}})
     out = result.outcome
+    from harness.targets import absent_of  # the run's own target, loaded by the run already
+
     return {"format": FORMAT, "scenario": item.scenario.name, "matrix": item.id, "params": dict(item.params),
             "variant": result.variant, "run_id": result.run_id, "nodeid": nodeid, "target": target,
             "outcome": {"status": out.status, "detail": out.detail, "exits": dict(out.exits),
                         "leftovers": list(out.leftovers), "stacks": dict(out.stacks)},
             "step_error": result.step_error, "broken": getattr(result, "broken", ""),
-            "seconds": round(result.seconds, 3), "scale": getattr(result, "scale", 1.0), "expect": expect}
+            "seconds": round(result.seconds, 3), "scale": getattr(result, "scale", 1.0),
+            "absent": sorted(absent_of(result.variant)), "expect": expect}
 
 
 def verdicts_doc(meta: Mapping[str, Any], verdicts: Sequence[Verdict]) -> dict[str, Any]:
