@@ -23,15 +23,22 @@ This module imports nothing of the harness: every layer may use it.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 __all__ = ["EventKind", "KINDS", "PARTIES", "PARTY_CAPABILITIES", "OBSERVED_BY", "FORMAT_VERSION", "STRICT_ENV",
-           "label", "declare", "kind_names", "problems", "upgrade", "absent_parties", "render_markdown"]
+           "label", "declare", "kind_names", "problems", "upgrade", "absent_parties", "render_markdown",
+           "BUDGET_KIND", "MAX_ID_CHARS", "ID_HEAD", "stored_id", "compact", "id_key"]
 
 FORMAT_VERSION = 2  # bump when a kind's keys change meaning; add the mapping to upgrade()
 STRICT_ENV = "LASTCALL_STRICT_EVENTS"  # "1": the recorder checks every event (set by lastcall's suite and CI)
+BUDGET_KIND = "history_budget_reached"  # the last event of a history cut at its byte budget (harness.history)
+# The longest request id an event stores whole; a longer one (a reply padded to 1 MB echoes its id) is stored
+# as its digest, its size and its first ID_HEAD characters. The harness's own ids are at most about 80.
+MAX_ID_CHARS = 128
+ID_HEAD = 32  # characters of a long id kept beside its digest: enough for the step name it starts with
 
 PARTIES: dict[str, str] = {
     "harness": "lastcall itself: the runner's steps, the launcher, the child-process runtime, failpoints, probes",
@@ -107,6 +114,8 @@ _LC = {"listener": "str", "conn": "int"}  # ... and a connection number, unique 
 _OL = {"listener": "str"}  # optional on kinds a handshake listener emits without a label
 _W = {"worker": "str"}  # the worker's label (pp0/rank1)
 _STEP = {"step": "str"}  # the as: name of the step
+# a request's id: whole, or (longer than MAX_ID_CHARS) its sha256, its size in bytes and its first characters
+_ID = {"id": "int|str|null", "id_digest": "str", "id_size": "int", "id_head": "str"}
 
 
 def _k(name: str, party: str, about: str, required: Mapping[str, str] | None = None,
@@ -135,12 +144,11 @@ _BUILTIN: tuple[EventKind, ...] = (
        {"after_stop": "bool", "cmd": "str|null"}),
     _k("bad_frame", "listener", "a frame's length prefix was malformed", {**_LC, "error": "str"}),
     _k("bad_request", "listener", "a frame's body was not a request", {**_LC, "error": "str"}),
-    _k("dispatch_started", "listener", "a request entered the backend", {**_LC, "cmd": "str"},
-       {"id": "int|str|null"}),
+    _k("dispatch_started", "listener", "a request entered the backend", {**_LC, "cmd": "str"}, _ID),
     _k("dispatch_finished", "listener", "a request left the backend", {**_LC, "cmd": "str"},
-       {"id": "int|str|null", "status": "str"}),
+       {**_ID, "status": "str"}),
     _k("dispatch_refused", "listener", "a request was answered without dispatch (the listener is stopping)",
-       {**_LC, "cmd": "str"}, {"id": "int|str|null"}),
+       {**_LC, "cmd": "str"}, _ID),
     _k("reply_failed", "listener", "a reply could not be sent", {"error": "str"}, {**_OL, "conn": "int"}),
     _k("connection_closed", "listener", "the listener closed a connection", _LC, {"why": "str"}),
     _k("handshake_served", "listener", "a handshake listener answered a metadata request",
@@ -221,6 +229,9 @@ _BUILTIN: tuple[EventKind, ...] = (
     _k("fault_reached", "harness", "a failpoint site was hit", {"site": "str", "action": "str", "hit": "int"}),
     _k("fault_released", "harness", "a paused failpoint site was released", {"site": "str", "hits": "int"}),
     _k("watchdog_fired", "harness", "the run passed its deadline and is killed as hung", {"deadline_s": "float"}),
+    _k(BUDGET_KIND, "harness", "the history reached its byte budget: no event after this one was stored, and the "
+       "run was ended (budget: the budget in bytes; stored: the bytes stored before this event)",
+       {"budget": "int", "stored": "int"}),
     _k("stacks", "harness", "a hung process's thread stacks", {"label": "str", "pid": "int", "text": "str"}),
     _k("sigterm_sent", "harness", "a process was sent SIGTERM", {"label": "str", "pid": "int"}),
     _k("sigkill_sent", "harness", "processes were sent SIGKILL", {"labels": "list"}, {"reason": "str"}),
@@ -312,6 +323,30 @@ def upgrade(kind: str, data: dict[str, Any], v: int) -> dict[str, Any]:
     return data
 
 
+def stored_id(rid: object) -> dict[str, Any]:
+    """The keys an event stores for request id ``rid``: ``{"id": rid}``, or for a text longer than
+    :data:`MAX_ID_CHARS` its sha256 (``id_digest``), its size in UTF-8 bytes (``id_size``) and its first
+    :data:`ID_HEAD` characters (``id_head``): the history keeps which request it was, never its padding."""
+    if not isinstance(rid, str) or len(rid) <= MAX_ID_CHARS:
+        return {"id": rid}
+    raw = rid.encode("utf-8", "surrogatepass")
+    return {"id_digest": "sha256:" + hashlib.sha256(raw).hexdigest(), "id_size": len(raw), "id_head": rid[:ID_HEAD]}
+
+
+def compact(data: dict[str, Any]) -> dict[str, Any]:
+    """``data`` with a long ``id`` replaced by :func:`stored_id`'s keys (``data`` itself when it has none)."""
+    rid = data.get("id")
+    if not isinstance(rid, str) or len(rid) <= MAX_ID_CHARS:
+        return data
+    return {**{k: v for k, v in data.items() if k != "id"}, **stored_id(rid)}
+
+
+def id_key(data: Mapping[str, Any]) -> object:
+    """What identifies the request of an event's ``data``: its id, or the digest of a long one (compare it with
+    ``id_key(stored_id(rid))``)."""
+    return data.get("id_digest") or data.get("id")
+
+
 def absent_parties(capabilities: Iterable[str]) -> frozenset[str]:
     """The parties a target with these capabilities declares absent (it emits none of their events)."""
     caps = set(capabilities)
@@ -342,7 +377,11 @@ def render_markdown(kinds: Iterable[EventKind] | None = None) -> str:
            "every event is checked against this table and a bad one makes the run broken.", "",
            "Keys: `name` type (required), `name`? type (optional), `...` (other keys allowed); types are str,",
            "int, float (an int too), bool, list, dict, null or any.  A target documents its own kinds the same way:",
-           "`harness.events.render_markdown(MyTarget.events)`.", ""]
+           "`harness.events.render_markdown(MyTarget.events)`.", "",
+           f"A request id longer than {MAX_ID_CHARS} characters is never stored whole: an event keeps `id_digest` "
+           "(its sha256),", f"`id_size` (its size in bytes) and `id_head` (its first {ID_HEAD} characters) instead. "
+           "A history has a byte budget", "(docs/limits.md): the recorder stores no event past it, and a history "
+           f"cut there ends with `{BUDGET_KIND}`.", ""]
     for party, about in PARTIES.items():
         mine = [k for k in chosen if k.party == party]
         out += [f"## {party}", "", f"Emitted by {about}.", ""]

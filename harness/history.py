@@ -12,6 +12,11 @@ The kinds and their data keys are :mod:`harness.events`; with
 them and keeps what is wrong in :attr:`Recorder.bad_events` (the run is then
 broken, naming the event).  Histories written in an older format are read
 through :func:`harness.events.upgrade`.
+
+A history is bounded: a recorder stores at most its ``budget`` bytes of JSONL
+(harness.artifacts.MAX_HISTORY_BYTES, what lastcall reads back), ending a history
+cut there with a ``history_budget_reached`` event, and a request id longer than
+harness.events.MAX_ID_CHARS is stored as its digest and size, never whole.
 """
 
 from __future__ import annotations
@@ -21,15 +26,18 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Protocol
 
 from harness import artifacts, eventlines
 from harness import events as vocabulary
 
-__all__ = ["SCHEMA_VERSION", "Event", "Emitter", "Recorder", "NullRecorder", "write_jsonl", "read_jsonl"]
+__all__ = ["SCHEMA_VERSION", "MARKER_ROOM", "Event", "Emitter", "Recorder", "NullRecorder", "marker", "write_jsonl",
+           "read_jsonl"]
 
 SCHEMA_VERSION = vocabulary.FORMAT_VERSION  # bump (in harness.events) when a field or key changes meaning
+MARKER_ROOM = 2048  # bytes kept free under a budget for its history_budget_reached event (at most about 1300)
+_LABEL = 64  # characters of the role, rank and thread names of that event: what keeps it inside MARKER_ROOM
 
 
 @dataclass(frozen=True)
@@ -70,11 +78,16 @@ class Recorder:
     under test: it blocks until a matching event exists.
     """
 
-    def __init__(self, role: str = "harness", rank: str = "", *, strict: bool | None = None) -> None:
+    def __init__(self, role: str = "harness", rank: str = "", *, strict: bool | None = None,
+                 budget: int | None = None) -> None:
         self.role = role
         self.rank = rank
         self.strict = strict if strict is not None else os.environ.get(vocabulary.STRICT_ENV) == "1"
         self.bad_events: list[str] = []  # strict only: one line per event that does not fit harness.events
+        self.budget = artifacts.MAX_HISTORY_BYTES if budget is None else budget  # bytes of JSONL it may store
+        self.stored = 0  # bytes of JSONL the stored events take (each line and its newline)
+        self.cut: Event | None = None  # the history_budget_reached event, once the budget is reached
+        self.dropped = 0  # events not stored since
         self._events: list[Event] = []
         self._cond = threading.Condition()
         self._aborted = False  # abort(): every wait returns at once, as if timed out (an interrupted run)
@@ -84,14 +97,41 @@ class Recorder:
                        threading.current_thread().name, kind, data))
 
     def add(self, ev: Event) -> None:
-        """Append an event (this process's, or another's received by this recorder); checked when strict."""
+        """Append an event (this process's, or another's received by this recorder); checked when strict.
+
+        A long request id is stored as its digest (harness.events.compact).  The history holds at most
+        ``budget`` bytes of JSONL: the event that would pass it (less the room of the marker) is not stored,
+        a ``history_budget_reached`` event is, every wait ends at once (as :meth:`abort`'s) and every later
+        event is counted in ``dropped``, not stored.  The run's player ends the run at its next step."""
+        if self.cut is not None:  # (a cheap test first: a run past its budget may still send many)
+            with self._cond:
+                self.dropped += 1
+            return
+        data = vocabulary.compact(ev.data) if isinstance(ev.data, dict) else ev.data
+        if data is not ev.data:
+            ev = replace(ev, data=data)
+        size = len(ev.to_json()) + 1
         bad = vocabulary.problems(ev.kind, ev.data) if self.strict else []
         with self._cond:
+            if self.cut is not None or self.stored + size > self.budget - MARKER_ROOM:
+                self._cut_here()
+                return
             if bad:
                 self.bad_events.append(f"event {ev.kind!r} from {ev.rank or ev.role} (pid {ev.pid}): "
                                        + "; ".join(bad))
             self._events.append(ev)
+            self.stored += size
             self._cond.notify_all()
+
+    def _cut_here(self) -> None:
+        """Under the lock: one event did not fit the budget; store the marker (once) and end every wait."""
+        self.dropped += 1
+        if self.cut is None:
+            self.cut = marker(self.role, self.rank, self.budget, self.stored)
+            self._events.append(self.cut)
+            self.stored += len(self.cut.to_json()) + 1
+            self._aborted = True
+        self._cond.notify_all()
 
     def events(self, kind: str | None = None) -> list[Event]:
         with self._cond:
@@ -106,12 +146,15 @@ class Recorder:
         """The first event (from index ``after``) matching a kind or predicate; None on timeout."""
         pred = (lambda e: e.kind == match) if isinstance(match, str) else match
         found: list[Event] = []
+        seen = [after]  # the events before this index did not match: each is looked at once
 
         def check() -> bool:
-            for e in self._events[after:]:
-                if pred(e):
-                    found.append(e)
+            evs = self._events
+            for i in range(seen[0], len(evs)):
+                if pred(evs[i]):
+                    found.append(evs[i])
                     return True
+            seen[0] = max(seen[0], len(evs))
             return False
 
         with self._cond:
@@ -130,14 +173,35 @@ class Recorder:
             self._aborted = True
             self._cond.notify_all()
 
-    def write(self, path: str | os.PathLike[str]) -> None:
-        write_jsonl(path, self.events())
+    def write(self, path: str | os.PathLike[str]) -> int:
+        return write_jsonl(path, self.events(), self.budget)
 
 
-def write_jsonl(path: str | os.PathLike[str], events: Iterable[Event]) -> None:
-    with open(path, "w") as f:
+def marker(role: str, rank: str, budget: int, stored: int) -> Event:
+    """The ``history_budget_reached`` event of a history cut at ``budget`` bytes after ``stored`` of them; its
+    labels are cut so that it always fits in :data:`MARKER_ROOM`."""
+    return Event(time.monotonic_ns(), os.getpid(), role[:_LABEL], rank[:_LABEL],
+                 threading.current_thread().name[:_LABEL], vocabulary.BUDGET_KIND,
+                 {"budget": budget, "stored": stored})
+
+
+def write_jsonl(path: str | os.PathLike[str], events: Iterable[Event], limit: int | None = None) -> int:
+    """Write ``events`` as JSONL, at most ``limit`` bytes (default harness.artifacts.MAX_HISTORY_BYTES, what
+    lastcall reads back): a recorder's history fits (its budget is that); of any other list, the events that
+    fit and a ``history_budget_reached`` event in the place of the first that does not.  Returns the bytes
+    written."""
+    limit = artifacts.MAX_HISTORY_BYTES if limit is None else limit
+    written = 0
+    with open(path, "w", encoding="ascii") as f:  # (to_json escapes every other character)
         for ev in events:
-            f.write(ev.to_json() + "\n")
+            line = ev.to_json() + "\n"
+            if ev.kind != vocabulary.BUDGET_KIND and written + len(line) > limit - MARKER_ROOM:
+                line = marker(ev.role, ev.rank, limit, written).to_json() + "\n"
+                f.write(line)
+                return written + len(line)
+            f.write(line)
+            written += len(line)
+    return written
 
 
 def read_jsonl(path: str | os.PathLike[str]) -> tuple[list[Event], list[str]]:

@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from harness.events import compact
 from harness.launch.channel import Channel
 from harness.osthread import name_os_thread
 
@@ -60,9 +61,10 @@ class ControlClient:
         self._thread.start()
 
     def emit(self, kind: str, /, **data: Any) -> None:
+        # a long request id leaves as its digest: the channel never carries a padded id to the history
         self.chan.send({"t": "event", "t_ns": time.monotonic_ns(), "pid": os.getpid(), "role": self.role,
                         "rank": self.label, "thread": threading.current_thread().name, "kind": kind,
-                        "data": data})
+                        "data": compact(data)})
 
     def send(self, msg: dict[str, Any]) -> None:
         self.chan.send(msg)

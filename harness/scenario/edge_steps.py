@@ -10,6 +10,7 @@ import os
 from typing import Any
 
 from harness.categories import category_of
+from harness.events import id_key, stored_id
 from harness.faults import client as cf
 from harness.faults import env
 from harness.launch.cluster import RemoteError
@@ -111,9 +112,9 @@ def decided(pl: Player, to: Any, ids: list[str]) -> list[str]:
         proc.call("ping", timeout=pl.timeout())
     except RemoteError:
         pass  # a worker that is gone has recorded all it will
-    seen = {e.data.get("id") for e in pl.c.rec.events() if e.pid == proc.pid
-            and e.kind in ("dispatch_started", "dispatch_refused")}
-    return [short_id(i) or "" for i in ids if i in seen]
+    seen = {id_key(e.data) for e in pl.c.rec.events() if e.pid == proc.pid
+            and e.kind in ("dispatch_started", "dispatch_refused")}  # a padded id is stored as its digest
+    return [short_id(i) or "" for i in ids if id_key(stored_id(i)) in seen]
 
 
 @step_kind("stale_socket", "environment", cast=W)
