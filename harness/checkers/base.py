@@ -32,12 +32,12 @@ from pydantic import ValidationError
 
 from harness.checkers.params import CHECKER_PARAMS, Params
 from harness.errors import ConfigError
-from harness.events import KINDS, OBSERVED_BY, PARTY_CAPABILITIES
+from harness.events import BUDGET_KIND, KINDS, OBSERVED_BY, PARTY_CAPABILITIES
 from harness.history import Event
 from harness.probes.model import Snapshot
 
 __all__ = ["Verdict", "RunRecord", "Checker", "CHECKERS", "checker", "judge", "judge_all", "key_of", "observed",
-           "NOT_JUDGED", "load_plugins", "PLUGIN_ERRORS"]
+           "NOT_JUDGED", "load_plugins", "PLUGIN_ERRORS", "cut_text"]
 
 OK, VIOLATED, UNKNOWN, NOT_JUDGED = "ok", "violated", "unknown", "not_judged"
 Evidence = Mapping[str, tuple[str, ...]]  # party -> the kinds that prove it was observed
@@ -82,6 +82,11 @@ class RunRecord:
     snapshots: dict[str, Snapshot] = field(default_factory=dict)
     scale: float = 1.0  # LASTCALL_TIMEOUT_SCALE of the run: every time bound a checker applies is stretched by it
     absent: frozenset[str] = frozenset()  # parties the target declares absent (harness.events.absent_parties)
+
+    @property
+    def cut(self) -> Event | None:
+        """The history_budget_reached event, when the history was cut at its byte budget (harness.history)."""
+        return next((e for e in reversed(self.events) if e.kind == BUDGET_KIND), None)
 
     def of(self, *kinds: str) -> list[Event]:
         return [e for e in self.events if e.kind in kinds]
@@ -203,8 +208,17 @@ def judge(name: str, run: RunRecord, params: dict[str, Any] | Params | None = No
     ``not_judged`` when the target declares absent a party whose events the checker needs; ``unknown``,
     naming the missing evidence, when such a party emitted none of its proving kinds.  ``allow_unknown``
     (an expect entry's reason) is kept in an unknown verdict, which then passes, and printed beside it.
+    In a history cut at its byte budget (:attr:`RunRecord.cut`) an ``ok`` is ``unknown``, the events after
+    the cut never stored, and ``allow_unknown`` does not let it pass (the reason it gives is not the budget);
+    an ``unknown`` says the history was cut; a violation found on the stored events stays violated.
     """
     verdict = _judge(name, run, params)
+    cut = run.cut
+    if cut is not None and verdict.status == OK:
+        return Verdict(name, UNKNOWN, f"{cut_text(run, cut)}: the events after it were not stored")
+    if cut is not None and verdict.status == UNKNOWN:  # the evidence it lacks may be what was not stored
+        verdict = replace(verdict, message=f"{verdict.message} ({cut_text(run, cut)}: the events after it were "
+                          "not stored)")
     if verdict.status == UNKNOWN and allow_unknown:
         return replace(verdict, allowed=allow_unknown,
                        message=f"{verdict.message} [unknown allowed: {allow_unknown}]")
@@ -236,6 +250,12 @@ def _judge(name: str, run: RunRecord, params: dict[str, Any] | Params | None) ->
     except Exception as exc:
         return Verdict(name, UNKNOWN, f"checker crashed: {type(exc).__name__}: {exc}",
                        notes=(traceback.format_exc(),))
+
+
+def cut_text(run: RunRecord, cut: Event) -> str:
+    """``history budget reached at N ms`` (from the run's first event), for a history cut at its budget."""
+    first = min((e.t_ns for e in run.events), default=cut.t_ns)
+    return f"history budget reached at {max(0, cut.t_ns - first) // 1_000_000} ms"
 
 
 def judge_all(run: RunRecord, expect: list[tuple[str, dict[str, Any]]]) -> list[Verdict]:

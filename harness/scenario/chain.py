@@ -43,7 +43,15 @@ from harness.probes.model import Snapshot
 from harness.result import RunResult
 from harness.scenario.loader import MatrixItem
 from harness.scenario.player import Player, StepError, cast_for
-from harness.scenario.runner import failed, judge_expect, ready_target, run_item, run_scale, with_bad_events
+from harness.scenario.runner import (
+    budget_end,
+    failed,
+    judge_expect,
+    ready_target,
+    run_item,
+    run_scale,
+    with_bad_events,
+)
 from harness.targets import absent_of
 
 __all__ = ["plan", "run_chain", "launch_key", "gives", "window"]
@@ -201,8 +209,11 @@ def run_chain(items: Sequence[MatrixItem], *, variant: str | None = None, run_id
     bounds_scale = run_scale(c)
     handed_in = [next((e for e in events[p["began"]:p["ended"]] if e.kind == "engine_handed"), None) for p in per]
     results = []
+    cut_at = events.index(c.rec.cut) if c.rec.cut is not None else len(events)
     for k, p in enumerate(per):
         evs = window(events, p["began"], p["ended"], handed_in[k])
+        if p["began"] > cut_at:  # an item after the cut of the history: its window holds nothing of its own
+            evs.append(events[cut_at])
         # the launches whose trees this item ended: those of its window (the one it was handed included), less
         # the one it handed on (its receiver's steps ended that tree)
         handed_on = handed_in[k + 1] if k + 1 < n else None
@@ -213,6 +224,8 @@ def run_chain(items: Sequence[MatrixItem], *, variant: str | None = None, run_id
         record = RunRecord(tuple(evs), p["snaps"], bounds_scale, absent=absent_of(chosen))
         verdicts = judge_expect(item.scenario, record, armed=p["armed"])
         outcome = _outcome(evs, last_outcome, launches, str(c.root), k, n, c.run_id)
+        if p["ended"] > cut_at:  # the history was cut during this item, or before it
+            step_error = budget_end(c, outcome, step_error)
         results.append(RunResult(item, chosen, f"{c.run_id}-{k + 1}", verdicts, outcome, evs, p["snaps"],
                                  step_error, p["seconds"], broken=broken, scale=bounds_scale,
                                  extra={"chain": [i.scenario.name for i in items], "chain_index": k}))

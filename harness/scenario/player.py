@@ -50,7 +50,8 @@ from harness.scenario.loader import MatrixItem
 from harness.scenario.steps import StepBase
 from harness.timeouts import scaled
 
-__all__ = ["Player", "StepKind", "StepError", "STEP_KINDS", "step_kind", "cast_for", "GRACE_S", "Snap"]
+__all__ = ["Player", "StepKind", "StepError", "HistoryBudgetReached", "STEP_KINDS", "step_kind", "cast_for",
+           "GRACE_S", "Snap"]
 
 GRACE_S = 1.0  # seconds the harness waits beyond a command's own bound before it calls the command hung
 
@@ -61,6 +62,10 @@ T = TypeVar("T")
 
 class StepError(Exception):
     """A step could not be performed (its wait timed out, its target was gone)."""
+
+
+class HistoryBudgetReached(StepError):
+    """The run's history reached its byte budget (harness.history.Recorder): no step is played after it."""
 
 
 @dataclass(frozen=True)
@@ -251,6 +256,9 @@ class Player:
             self._play_one(i, steps[i])
 
     def _play_one(self, i: int, step: Any) -> None:
+        if self.c.rec.cut is not None:  # its waits would end at once, its events would not be stored
+            raise HistoryBudgetReached(f"history budget reached: steps[{i}] ({step.kind}) and the steps after it "
+                                       "were not played")
         kind = STEP_KINDS.get(step.kind)
         if kind is None:
             raise StepError(f"no player for step kind {step.kind!r}; registered: {', '.join(sorted(STEP_KINDS))}")

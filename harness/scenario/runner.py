@@ -20,9 +20,10 @@ import harness.scenario.handshake_steps
 import harness.scenario.stress
 import harness.scenario.worker_steps  # noqa: F401 - registers the worker run's step kinds
 from harness.checkers import RunRecord, judge
+from harness.checkers.base import cut_text
 from harness.errors import ConfigError, HarnessError
-from harness.events import declare
-from harness.launch.cluster import Cluster
+from harness.events import BUDGET_KIND, declare
+from harness.launch.cluster import Cluster, RunOutcome
 from harness.launch.parts import cast_named, missing_parts
 from harness.probes.model import Snapshot
 from harness.result import RunResult
@@ -86,6 +87,7 @@ def run_item(item: MatrixItem, *, variant: str | None = None, run_id: str | None
             player.finish_up()
         outcome = c.close(before_cleanup=lambda cl: snaps.__setitem__("after", snap(cl, "after")))
     step_error, broken = with_bad_events(c, step_error, broken)
+    step_error = budget_end(c, outcome, step_error)
     bounds_scale = run_scale(c)
     from harness.targets import absent_of
 
@@ -116,6 +118,23 @@ def with_bad_events(c: Cluster, step_error: str, broken: str) -> tuple[str, str]
     if bad and not broken:
         broken = "it recorded an event outside harness.events (" + bad[0] + ")"
     return step_error, broken
+
+
+def budget_end(c: Cluster, outcome: RunOutcome, step_error: str) -> str:
+    """A run whose history reached its byte budget ends with outcome ``history_budget_reached`` (unless it
+    hung) and that as its step error, after the error of a step that failed before the cut; otherwise
+    ``step_error`` as it was."""
+    rec = c.rec
+    cut = rec.cut
+    if cut is None:
+        return step_error
+    text = (f"{cut_text(RunRecord(tuple(rec.events())), cut)} ({rec.stored} of {rec.budget} bytes stored): the "
+            f"run was ended there, and the {rec.dropped} event(s) recorded after it were not stored")
+    if outcome.status == "ok":
+        outcome.status = BUDGET_KIND
+    outcome.detail = f"{outcome.detail} {text}".strip()
+    failed_first = any(e.kind == "step_failed" for e in rec.events())  # a failure stored before the cut
+    return f"{step_error}; then {text}" if step_error and failed_first else text
 
 
 def run_scale(c: Cluster) -> float:
