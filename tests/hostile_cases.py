@@ -51,6 +51,12 @@ def _write(name: str, text: str) -> Callable[[Path], str]:
     return make
 
 
+def _many(line: str, n: int) -> str:
+    """A scenario whose steps are ``line`` ``n`` times between a start and a stop: each step within its own
+    limits, the run they make over one of its totals (harness.scenario.budget)."""
+    return HEAD + TAIL.replace("  - start: cluster\n", "  - start: cluster\n" + line * n)
+
+
 def _huge(tmp: Path) -> str:
     """A scenario of exactly 64 MiB whose one mistake is on its last line."""
     path = tmp / "huge.yaml"
@@ -124,6 +130,15 @@ CASES: tuple[Case, ...] = (
     Case("matrix-too-large"),
     Case("workers-too-many"),
     _env("inf"), _env("nan"), _env("1e308"), _env("-1"),
+    # a run's totals (harness.scenario.budget): each step within its limits, the steps together past one
+    Case("padded-replies", make=_write("padded.yaml", _many(
+        "  - send: {cmd: kv_tensors_created, fault: never_read, reply_size: 1000000}\n", 500))),
+    Case("pipelines-in-flight", make=_write("pipelines.yaml", _many(
+        "  - pipeline: {requests: [{cmd: kv_tensors_created}]}\n", 200))),
+    Case("connections-too-many"),
+    Case("rounds-too-many"),
+    Case("ipc-dots"),
+    Case("step-name-too-long"),
     Case("workload-deep", argv=("bench", "--workload", "{path}"),
          make=_write("workload.yaml", "ops: " + "[" * 5000 + "]" * 5000 + "\n")),
     Case("workload-windows", argv=("bench", "--workload", "{path}")),

@@ -208,6 +208,14 @@ def _one(root: dict[str, Any], data: object, err: ErrorDetails) -> Problem:
         return Problem(path, f"expected a value {relation} {bound}{limit}, found {found}", found=found)
     if kind == "string_too_short":
         return Problem(path, f"expected non-empty text, found {found}", expected="non-empty text", found=found)
+    if kind == "string_too_long" or (kind == "too_long" and isinstance(value, str)):
+        n = ctx["max_length"]
+        expected = f"text of at most {n} characters"
+        return Problem(path, f"expected {expected} (lastcall's limit), found {len(str(value))} characters: {found}",
+                       expected=expected, found=found)
+    if kind == "string_pattern_mismatch":
+        expected = f"text matching {ctx['pattern']}"
+        return Problem(path, f"expected {expected}, found {found}", expected=expected, found=found)
     if kind in ("too_short", "too_long"):
         n = ctx["min_length"] if kind == "too_short" else ctx["max_length"]
         limit = "at least" if kind == "too_short" else "at most"

@@ -22,7 +22,7 @@ __all__ = [
     "Strict", "Duration", "Size", "ScenarioName", "StepName", "MarkName", "TargetName", "SiteName",
     "Worker", "WORKER_0", "WorkerOrEngine", "WorkerOrAll", "IntAxis", "DeviceAxis", "Device",
     "DURATION_SCHEMA", "SIZE_SCHEMA", "AS_DESCRIPTION", "MAX_SECONDS", "MAX_SIZE", "MAX_RANKS", "MAX_POINTS",
-    "MAX_COUNT",
+    "MAX_COUNT", "MAX_NAME", "MAX_TARGET", "MAX_IPC", "IpcName",
 ]
 
 MAX_SECONDS = 3600.0  # the longest duration: 1h (every timeout in a scenario is a safety net of seconds)
@@ -30,6 +30,9 @@ MAX_SIZE = 1 << 30  # the largest size: 1 GiB (offsets and the KV capacity of a 
 MAX_RANKS = 64  # the largest tp and the largest pp (and tp x pp, the workers of one run): tp 8 x pp 8 fits
 MAX_POINTS = 32  # the most runs one topology matrix expands to
 MAX_COUNT = 10_000  # the largest count of connections, hits, waves or pages
+MAX_NAME = 64  # the longest scenario, step, mark or site name: each is stored in events; the library's is 50
+MAX_TARGET = 200  # the longest target or planted bug (module:attribute): a dotted module path and a name
+MAX_IPC = 32  # the longest instance name (ipc): it is part of a socket path, which sun_path bounds
 
 DURATION_SCHEMA: dict[str, Any] = {  # what an editor accepts where seconds are meant
     "anyOf": [{"type": "number", "minimum": 0, "maximum": 3600},
@@ -89,8 +92,8 @@ def _matches(regex: str, what: str, example: str) -> Callable[[str], str]:
     return check
 
 
-def _schema_pattern(regex: str) -> Any:
-    return Field(json_schema_extra={"pattern": f"^(?:{regex})$"})
+def _schema_pattern(regex: str, longest: int = MAX_NAME) -> Any:
+    return Field(max_length=longest, json_schema_extra={"pattern": f"^(?:{regex})$"})
 
 
 _SCENARIO_RE = r"[a-z0-9]+(?:-[a-z0-9]+)*"
@@ -106,7 +109,20 @@ MarkName = Annotated[str, AfterValidator(_matches(_IDENT_RE, "a pytest mark name
                      _schema_pattern(_IDENT_RE)]
 TargetName = Annotated[str, AfterValidator(_matches(
     _TARGET_RE, "a target name or module:attribute", "'reference' or 'mypkg.targets:MINE'")),
-    _schema_pattern(_TARGET_RE)]
+    _schema_pattern(_TARGET_RE, MAX_TARGET)]
+
+
+def _not_dots(value: str) -> str:
+    if not value.strip("."):
+        raise ValueError(f"{value!r} is made only of dots: an instance's name is a directory under the run's root, "
+                         "and '.' or '..' would name the root or the directory above it; write e.g. 'other'")
+    return value
+
+
+_IPC_RE = r"[A-Za-z0-9_.-]+"
+# an instance's name under the run's root: letters, digits, '_', '.' and '-', not only dots
+IpcName = Annotated[str, Field(min_length=1, max_length=MAX_IPC, pattern=f"^{_IPC_RE}$",
+                               json_schema_extra={"not": {"pattern": r"^\.+$"}}), AfterValidator(_not_dots)]
 SiteName = Annotated[str, AfterValidator(_matches(
     _SITE_RE, "a failpoint site: dotted lower-case words", "backend.map_to_kv_tensors")),
     _schema_pattern(_SITE_RE)]

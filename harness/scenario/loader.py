@@ -9,7 +9,8 @@
 A file passes three gates, each reporting every problem it finds, in file order:
 YAML (syntax, duplicate keys), shape and types (the pydantic schema, with
 did-you-mean for unknown keys, steps and checkers), and cross-references
-(names, order, ranks, planted bugs).  The first problem is the
+(names, order, ranks, planted bugs) with what a run may cost in all
+(harness.scenario.budget).  The first problem is the
 :class:`ScenarioError` raised; the rest are in its ``also``.
 """
 
@@ -25,7 +26,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from harness.checkers.params import CHECKER_PARAMS
-from harness.scenario import refs
+from harness.scenario import budget, refs
 from harness.scenario.errors import KeyPath, Problem, ScenarioError, format_path, show
 from harness.scenario.explain import did_you_mean, explain, one_of
 from harness.scenario.schema import Scenario, _base_schema
@@ -143,7 +144,7 @@ def loads(text: str, file: str = "<string>") -> Scenario:
         raise _raise(file, doc.marks, problems) from None
     if problems:  # pragma: no cover - a shape problem always fails validation too
         raise _raise(file, doc.marks, problems)
-    problems = refs.check(scenario, _variant_names())
+    problems = refs.check(scenario, _variant_names()) + budget.check(scenario)
     if problems:
         raise _raise(file, doc.marks, problems)
     scenario._locate(file, doc.marks)

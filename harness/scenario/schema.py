@@ -54,6 +54,7 @@ MIB = 1 << 20  # bytes in a MiB
 MAX_STEPS = 1000  # the longest list of steps (and of expect entries, catches, marks)
 MAX_SEED = (1 << 63) - 1
 MAX_SHUTDOWN_S = 600  # the longest --shutdown-timeout a scenario may give an engine
+MAX_REASON = 500  # the longest allow_unknown reason: it is copied into its verdict, on every run of the matrix
 def _checker_list(value: object) -> object:
     if isinstance(value, str):
         raise ValueError(f"expected a list of checker names, e.g. [{value}], found {value!r}")
@@ -139,8 +140,8 @@ class ExpectBase(Strict):
 
     kind: ClassVar[str]
     model: ClassVar[type[Params]]
-    allow_unknown: str | None = Field(None, min_length=1, description="why an unknown verdict may pass here "
-                                      "(printed beside it); without it an unknown verdict fails the run")
+    allow_unknown: str | None = Field(None, min_length=1, max_length=MAX_REASON, description=(
+        "why an unknown verdict may pass here (printed beside it); without it an unknown verdict fails the run"))
 
     @property
     def checker(self) -> str:
@@ -222,8 +223,9 @@ class Scenario(Strict):
     topology: Topology = Field(Topology.model_validate({}), description=Topology.__doc__)
     config: Config = Field(Config.model_validate({}), description=Config.__doc__)
     seed: int | None = Field(None, ge=0, le=MAX_SEED, description="seed for generated workloads")
-    steps: list[Step] = Field(min_length=1, max_length=MAX_STEPS,
-                              description="what happens, in order; each a one-key mapping")
+    steps: list[Step] = Field(min_length=1, max_length=MAX_STEPS, description=(
+        "what happens, in order; each a one-key mapping (what a run of them may cost in all is bounded too: "
+        "docs/limits.md)"))
     expect: list[ExpectEntry] = Field(min_length=1, max_length=MAX_STEPS,
                                       description="the checkers that judge the run, with parameters")
 

@@ -27,10 +27,22 @@ from typing import Annotated, Any, ClassVar, Literal
 from pydantic import Discriminator, Field, Tag, model_validator
 
 from harness.events import kind_names
-from harness.reference.wire import Command, ErrorType
+from harness.scenario.client_spec import (
+    AS_FIELD,
+    GROUP_FIELD,
+    OFFSETS_FIELD,
+    READER_FAULTS,
+    SEND_FAULTS,
+    WITHHOLDING_FAULTS,
+    Connections,
+    Pipeline,
+    Pipelined,
+    Send,
+    StaleSocket,
+    StartListener,
+)
 from harness.scenario.engine_spec import EngineRequest, EngineRestart, EngineSignal, EngineStart, WaitGone
 from harness.scenario.fields import (
-    AS_DESCRIPTION,
     MAX_COUNT,
     WORKER_0,
     Duration,
@@ -63,18 +75,6 @@ __all__ = [
     "READER_FAULTS",
 ]
 
-SendFault = Literal["none", "stall_after_header", "stall_mid_body", "partial_header", "zero_length",
-                    "oversize_length", "garbage_body", "reset_mid_frame", "one_byte_at_a_time",
-                    "stall_byte_by_byte", "never_read", "slow_reader"]
-SEND_FAULTS: tuple[str, ...] = SendFault.__args__  # type: ignore[attr-defined]
-WITHHOLDING_FAULTS = (  # faults that leave bytes to finish
-    "stall_after_header", "stall_mid_body", "partial_header", "stall_byte_by_byte")
-FRAMELESS_FAULTS = ("zero_length", "oversize_length", "garbage_body")  # faults that send no request of their own
-# faults whose step waits for no reply (a stall leaves its request unfinished, never_read never reads the reply,
-# reset_mid_frame resets the connection): a send timeout does not apply to them
-NO_REPLY_WAIT = (*WITHHOLDING_FAULTS, "never_read", "reset_mid_frame")
-READER_FAULTS = ("never_read", "slow_reader")  # a whole request sent; its reply never read, or read a byte at a time
-MAX_REPLY = 1_000_000  # the largest reply_size: the request carrying its padding must fit max_frame (1 MiB)
 Action = Literal["pause", "raise", "delay", "crash", "pass", "stop_listener"]  # failpoints.ACTIONS but call,
 # plus stop_listener: the handler that hits the site calls stop on its own listener (stop from a handler)
 FAILPOINT_ACTIONS: tuple[str, ...] = Action.__args__  # type: ignore[attr-defined]
@@ -87,138 +87,8 @@ def _event_enum(schema: dict[str, Any]) -> None:
         if branch.get("type") == "string":
             branch["enum"] = list(EVENT_KINDS)
 
-_AS: Any = Field(None, alias="as", description=AS_DESCRIPTION)
-_TO: Any = Field(WORKER_0, description="the worker whose socket it connects to (default rank 0, pp 0)")
-_OFFSETS: Any = Field(default_factory=list, max_length=1024,
-                      description="byte offsets into the KV space; sizes such as 2MiB")
-_GROUP: Any = Field(0, ge=0, le=1023, description="KV group")
-
 
 # ------------------------------------------------------------------ parameters
-class Send(Strict):
-    """The harness as a client: one request to a worker's socket, optionally with a client-side fault."""
-
-    to: Worker = _TO
-    cmd: Command | None = Field(None, description="the wire command; required unless the fault sends no request")
-    offsets: list[Size] = _OFFSETS
-    group_id: int = _GROUP
-    transaction_id: str | None = Field(None, description="two-phase unmap transaction id")
-    commit: bool = Field(False, description="prepare and commit in one step (prepare_unmap only)")
-    fault: SendFault = Field("none", description="what goes wrong on the wire; see harness.faults.client")
-    reply_size: Size | None = Field(None, ge=64, le=MAX_REPLY, description=(
-        "pad the request's id so that its reply (which echoes the id) is about this many bytes, e.g. 512KiB: "
-        "more than the listener's socket buffer takes at once"))
-    keep_open: bool = Field(False, description="keep the connection open after the reply: a kept-alive client "
-                            "gone idle (wait: {closed: NAME} waits for the listener to close it)")
-    timeout: Duration | None = Field(None, gt=0, description=(
-        "how long the client waits for its reply before the step fails (TimeoutError), e.g. 2s for a request "
-        "the listener must answer at once; default config.ipc_timeout"))
-    refused: ErrorType | None = Field(None, description=(
-        "a request the backend must refuse (an offset that is no page's, say): the step is ok only when the reply "
-        "is an error of this type, e.g. bad_request; a reply served, an error of another type or no reply fails "
-        "it. Only a plain request (fault none)"))
-    hang_up: bool = Field(False, description=(
-        "close the connection as soon as the malformed frame is sent, reading nothing: the client is gone before "
-        "the listener answers, so its reply cannot be written (only with zero_length, oversize_length or "
-        "garbage_body)"))
-    as_: StepName | None = _AS
-
-    @model_validator(mode="after")
-    def _needs_cmd(self) -> Send:
-        if self.hang_up and self.fault not in FRAMELESS_FAULTS:
-            raise ValueError(f"hang_up: only a malformed frame (fault {', '.join(FRAMELESS_FAULTS)}) is sent and "
-                             f"left at once, not {self.fault!r}")
-        if self.hang_up and self.timeout is not None:
-            raise ValueError("timeout: a send that hangs up waits for no reply; remove it")
-        if self.refused is not None and self.fault != "none":
-            raise ValueError(f"refused: only a plain request (fault none) is refused by the backend, not "
-                             f"{self.fault!r}")
-        if self.keep_open and self.fault != "none":
-            raise ValueError(f"keep_open: only a plain request (fault none) is answered and kept, not {self.fault!r}")
-        if self.cmd is None and self.fault not in FRAMELESS_FAULTS:
-            raise ValueError(f"missing required key 'cmd': fault {self.fault!r} sends a request "
-                             f"(e.g. cmd: map_to_kv_tensors)")
-        if self.reply_size is not None and self.fault in FRAMELESS_FAULTS:
-            raise ValueError(f"reply_size: fault {self.fault!r} sends no request whose reply could be padded")
-        if self.timeout is not None and self.fault in NO_REPLY_WAIT:
-            raise ValueError(f"timeout: fault {self.fault!r} does not wait for a reply; remove it (wait: {{closed: "
-                             f"NAME, timeout: ...}} bounds what the listener does with it)")
-        return self
-
-
-class Pipelined(Strict):
-    """One request of a pipeline."""
-
-    cmd: Command = Field(description="the wire command")
-    offsets: list[Size] = _OFFSETS
-    group_id: int = _GROUP
-
-
-class Pipeline(Strict):
-    """Several requests on one kept-alive connection, in the background (``wait: {returned: NAME}`` joins it):
-    written back to back in one write, or (``read_each``) each once the reply before it was read; the replies
-    are read in order.  Ok when every request got its reply, in order, none an error but shutting_down (once a stop
-    has begun the listener may close the connection instead: the requests it had not read go unanswered, never
-    one it dispatched or refused; a reply cut mid-frame always fails)."""
-
-    to: Worker = _TO
-    requests: list[Pipelined] = Field(min_length=1, max_length=64, description="the requests, in order")
-    read_each: bool = Field(False, description="reuse the connection: send each request after the reply before")
-    reply_size: Size | None = Field(None, ge=64, le=MAX_REPLY, description="pad each request's id so its reply "
-                                    "is about this many bytes (see send)")
-    timeout: Duration | None = Field(None, gt=0, description=(
-        "how long the client waits for each reply before the step fails (TimeoutError), as send's; default "
-        "config.ipc_timeout"))
-    as_: StepName | None = _AS
-
-
-class StaleSocket(Strict):
-    """Leave what a SIGKILLed predecessor leaves at a socket path of instance ``ipc`` (under the run's root): the
-    socket file and its owner record, naming a process that is gone; ``start_listener`` with the same ``ipc``
-    then starts over it."""
-
-    of: Worker = Field(WORKER_0, description="whose path: a worker {rank, pp}")
-    ipc: str = Field("predecessor", min_length=1, max_length=32, pattern=r"^[A-Za-z0-9_.-]+$",
-                     description="the instance's name, under the run's root (not the run's own: its workers live)")
-
-
-class StartListener(Strict):
-    """In a worker's process, a fresh listener of the target's (not registered) at a worker's path: started
-    (or not), then stopped ``stops`` times.  Its value: whether it started (False when start raised: the
-    error is recorded); each stop is recorded as NAME.stop1, NAME.stop2 ... (value: what stop returned)."""
-
-    on: Worker = Field(WORKER_0, description="the process it runs in: a worker {rank, pp}")
-    at: Worker | None = Field(None, description="whose socket path: a worker {rank, pp} (default on)")
-    ipc: str | None = Field(None, min_length=1, max_length=32, pattern=r"^[A-Za-z0-9_.-]+$",
-                            description="another instance's name under the run's root; default the run's own")
-    start: bool = Field(True, description="false: never started, only stopped")
-    stops: int = Field(1, ge=0, le=3, description="how many times it is stopped afterwards")
-    again: bool = Field(False, description="then start the same listener once more (NAME.again: a listener is "
-                        "started once, so False, the start refused) and stop it once more (NAME.again.stop1)")
-    keep: bool = Field(False, description="start it through the worker's registry and keep it serving, registered "
-                       "beside the worker's own listener: the worker's integration shutdown or its exit hook stops "
-                       "it with the rest (no stops, no again; give it an ipc of its own)")
-    as_: StepName | None = _AS
-
-    @model_validator(mode="after")
-    def _kept(self) -> StartListener:
-        if self.keep and (not self.start or self.stops or self.again):
-            raise ValueError("keep: a kept listener is started and left to the worker to stop: use start: true, "
-                             "stops: 0 and no again")
-        if self.keep and self.ipc is None:
-            raise ValueError("keep: give it an ipc of its own (e.g. ipc: kept): on the run's own instance it would "
-                             "replace the worker's listener in the registry")
-        return self
-
-
-class Connections(Strict):
-    """Connections that send nothing (``idle``) or that arrive as fast as they can (``flood``)."""
-
-    to: Worker = _TO
-    count: int = Field(16, ge=1, le=1024, description="how many connections")
-    as_: StepName | None = _AS
-
-
 class Arm(Strict):
     """Arm a failpoint site in a target process over the control channel."""
 
@@ -228,7 +98,7 @@ class Arm(Strict):
     count: int | None = Field(None, ge=1, le=MAX_COUNT,
                               description="only the next N hits take the action; default every hit")
     delay: Duration = Field(0.0, description="for action delay: how long each hit is held")
-    as_: StepName | None = _AS
+    as_: StepName | None = AS_FIELD
 
     @model_validator(mode="after")
     def _delay_matches_action(self) -> Arm:
@@ -243,9 +113,9 @@ class Call(Strict):
     """An engine-side client call, started without waiting; ``wait: {returned: NAME}`` joins it."""
 
     op: Literal["map", "unmap", "kv_tensors_created"] = Field(description="the engine client's operation")
-    offsets: list[Size] = _OFFSETS
-    group_id: int = _GROUP
-    as_: StepName | None = _AS
+    offsets: list[Size] = OFFSETS_FIELD
+    group_id: int = GROUP_FIELD
+    as_: StepName | None = AS_FIELD
 
 
 class Wait(Strict):
@@ -283,21 +153,21 @@ class Stop(Strict):
 
     on: WorkerOrAll = Field("all", description="all workers, or one {rank, pp}")
     timeout: Duration | None = Field(None, description="the drain timeout passed to stop; default the config's")
-    as_: StepName | None = _AS
+    as_: StepName | None = AS_FIELD
 
 
 class Shutdown(Strict):
     """The integration's shutdown (stop, then allocator teardown if drained), async."""
 
     on: WorkerOrAll = Field("all", description="all workers, or one {rank, pp}")
-    as_: StepName | None = _AS
+    as_: StepName | None = AS_FIELD
 
 
 class Restart(Strict):
     """start() again on a worker whose listener is registered (async)."""
 
     on: Worker = Field(WORKER_0, description="the worker {rank, pp}")
-    as_: StepName | None = _AS
+    as_: StepName | None = AS_FIELD
 
 
 class Exit(Strict):
@@ -305,7 +175,7 @@ class Exit(Strict):
 
     on: WorkerOrAll = Field("all", description="all workers, or one {rank, pp}")
     shutdown: bool = Field(False, description="run the integration shutdown first (false: the exit hook must)")
-    as_: StepName | None = _AS
+    as_: StepName | None = AS_FIELD
 
 
 class Ctl(Strict):
@@ -314,7 +184,7 @@ class Ctl(Strict):
 
     action: Literal["list", "delete"] = Field(description="list the run's instance, or delete it")
     force: bool = Field(False, description="delete even while an owner is alive (ctl delete --force)")
-    as_: StepName | None = _AS
+    as_: StepName | None = AS_FIELD
 
 
 class Kill(Strict):
@@ -335,7 +205,7 @@ class HoldPort(Strict):
     """Hold a TCP port before start (handshake scenarios); 0 picks a free one."""
 
     port: int = Field(0, ge=0, le=65535, description="the port; 0 = any free port")
-    as_: StepName | None = _AS
+    as_: StepName | None = AS_FIELD
 
 
 class Workload(Strict):
@@ -347,7 +217,7 @@ class Workload(Strict):
         Annotated[Literal["random", "never"], Tag("Name")] | Annotated[int, Tag("Number"), Field(ge=0, le=1000)],
         Discriminator(word_or_number),
     ] = Field("random", description="the wave during which stop begins: random (seeded), never, or its index")
-    as_: StepName | None = _AS
+    as_: StepName | None = AS_FIELD
 
 
 # -------------------------------------------------------------------- the steps
