@@ -143,7 +143,8 @@ class Recorder:
 
     def wait_for(self, match: str | Callable[[Event], bool], timeout: float = 10.0,
                  *, after: int = 0) -> Event | None:
-        """The first event (from index ``after``) matching a kind or predicate; None on timeout."""
+        """The first event (from index ``after``) matching a kind or predicate; None on timeout.  A predicate
+        is given each event once, in order (it may count: harness.scenario.player.counting)."""
         pred = (lambda e: e.kind == match) if isinstance(match, str) else match
         found: list[Event] = []
         seen = [after]  # the events before this index did not match: each is looked at once

@@ -238,3 +238,129 @@ def test_a_hammer_is_held_to_the_history_budget_while_it_runs(monkeypatch: pytes
     stored = _ends_at_its_budget(HAMMER, 32 << 10, monkeypatch, tmp_path)
     assert any(e.kind == "handshake_served" for e in stored)
     assert not any(e.kind == "step_returned" and e.data.get("step") == "s1" for e in stored)
+
+
+# ------------------------------------------------------------------ a run's totals sit where docs/limits.md says
+def _steps(*lines: str) -> str:
+    return ("name: totals\nabout: a run's totals at their limits\ncatches: [no_conn_tracking]\nsteps:\n"
+            "  - start: cluster\n" + "".join(lines) + "  - stop: {as: s1}\n  - wait: {returned: s1}\n"
+            "expect: [no_late_dispatch]\n")
+
+
+def _refused(text: str) -> str:
+    from harness.scenario import ScenarioError
+
+    with pytest.raises(ScenarioError) as info:
+        loads(text, "t.yaml")
+    return str(info.value)
+
+
+PADDED_SEND = "  - send: {cmd: kv_tensors_created, fault: never_read, reply_size: 1000000}\n"
+PIPELINE = "  - pipeline: {requests: [{cmd: kv_tensors_created}], as: p%d}\n"
+
+
+def test_sixteen_replies_padded_to_1_mb_fit_and_a_seventeenth_is_refused_at_its_reply_size() -> None:
+    from harness.scenario.budget import MAX_HELD_BYTES
+
+    assert 16 * 2 * 1_000_000 <= MAX_HELD_BYTES < 17 * 2 * 1_000_000
+    loads(_steps(PADDED_SEND * 16), "t.yaml")
+    assert _refused(_steps(PADDED_SEND * 17)) == (
+        "t.yaml:22:68: steps[17].send.reply_size: the requests and replies of the steps up to here come to "
+        "32.4 MiB, over lastcall's limit of 32 MiB in one run (docs/limits.md), which the harness and the "
+        "listener would hold; pad fewer or smaller replies, or split the scenario")
+
+
+def test_each_request_of_a_pipeline_counts_its_padding() -> None:
+    requests = "[" + ", ".join(["{cmd: kv_tensors_created}"] * 17) + "]"
+    assert _refused(_steps(f"  - pipeline: {{reply_size: 1000000, requests: {requests}}}\n")) == (
+        "t.yaml:6:28: steps[1].pipeline.reply_size: the requests and replies of the steps up to here come to "
+        "32.4 MiB, over lastcall's limit of 32 MiB in one run (docs/limits.md), which the harness and the "
+        "listener would hold; pad fewer or smaller replies, or split the scenario")
+
+
+def test_sixteen_pipelines_may_be_in_flight_and_a_wait_makes_room_for_more() -> None:
+    loads(_steps(*(PIPELINE % i for i in range(16))), "t.yaml")
+    assert _refused(_steps(*(PIPELINE % i for i in range(17)))) == (
+        "t.yaml:22:15: steps[17].pipeline: 17 pipelines and slow readers would be in flight here, over "
+        "lastcall's limit of 16 at once (docs/limits.md); join one first with - wait: {returned: NAME}")
+    joined = [PIPELINE % i + f"  - wait: {{returned: p{i}}}\n" for i in range(40)]
+    loads(_steps(*joined), "t.yaml")
+    slow = "  - send: {cmd: kv_tensors_created, fault: slow_reader, as: r%d}\n"
+    assert "steps[17].send: 17 pipelines and slow readers would be in flight" in _refused(
+        _steps(*(slow % i for i in range(17))))
+
+
+def test_1024_connections_may_be_opened_and_one_more_is_refused() -> None:
+    loads(_steps("  - idle: {count: 1000}\n", "  - send: {cmd: kv_tensors_created}\n" * 24), "t.yaml")
+    assert _refused(_steps("  - idle: {count: 1000}\n", "  - send: {cmd: kv_tensors_created}\n" * 25)) == (
+        "t.yaml:31:11: steps[26].send: the steps up to here open 1025 connections, over lastcall's limit of "
+        "1024 in one run (docs/limits.md); open fewer, or split the scenario")
+
+
+def test_the_steps_a_run_plays_count_the_rounds_a_step_expands_to() -> None:
+    from harness.scenario.budget import MAX_PLAYED
+
+    waves = "  - workload: {waves: 1000, stop_at: never}\n"  # 2001 played each
+    fits = (MAX_PLAYED - 3) // 2001  # start, stop and wait besides
+    loads(_steps(waves * fits), "t.yaml")
+    assert f"steps[{fits + 1}].workload.waves: the steps up to here play " in _refused(_steps(waves * (fits + 1)))
+
+
+@pytest.mark.parametrize(("ipc", "ok"), [("a.b", True), ("..a", True), ("-", True), ("x" * 32, True),
+                                         (".", False), ("..", False), ("....", False), ("x" * 33, False),
+                                         ("a/b", False)])
+def test_an_ipc_keeps_its_pattern_and_length_and_is_never_only_dots(ipc: str, ok: bool) -> None:
+    text = _steps(f"  - stale_socket: {{ipc: '{ipc}'}}\n")
+    if ok:
+        assert loads(text, "t.yaml").steps[1].spec.ipc == ipc
+        return
+    message = _refused(text)
+    assert message.startswith("t.yaml:6:25: steps[1].stale_socket.ipc: ")
+    if not ipc.strip("."):
+        assert message.endswith(f"{ipc!r} is made only of dots: an instance's name is a directory under the run's "
+                                "root, and '.' or '..' would name the root or the directory above it; write e.g. "
+                                "'other'")
+
+
+def test_the_schema_carries_the_names_and_ipc_maxima() -> None:
+    from harness.scenario import json_schema
+    from harness.scenario.fields import MAX_IPC, MAX_NAME
+
+    defs = json_schema()["$defs"]
+    ipc = defs["StaleSocket"]["properties"]["ipc"]
+    assert (ipc["maxLength"], ipc["pattern"], ipc["not"]) == (MAX_IPC, "^[A-Za-z0-9_.-]+$", {"pattern": r"^\.+$"})
+    assert defs["Stop"]["properties"]["as"]["anyOf"][0]["maxLength"] == MAX_NAME
+    reason = defs["Expect_no_late_dispatch"]["properties"]["allow_unknown"]["anyOf"][0]
+    assert reason["maxLength"] == 500
+    assert defs["Send"]["properties"]["transaction_id"]["anyOf"][0]["maxLength"] == MAX_NAME
+
+
+def test_a_name_at_its_limit_loads_and_one_character_more_is_refused() -> None:
+    loads(_steps("  - send: {cmd: kv_tensors_created, as: " + "r" * 64 + "}\n"), "t.yaml")
+    assert _refused(_steps("  - send: {cmd: kv_tensors_created, as: " + "r" * 65 + "}\n")).startswith(
+        "t.yaml:6:41: steps[1].send.as: expected text of at most 64 characters (lastcall's limit), found 65 "
+        "characters: ")
+
+
+def test_a_wait_looks_at_each_event_once_however_many_arrive_while_it_waits() -> None:
+    """A wait on a busy history (a hammer's) costs one pass over it: the predicate is called once an event."""
+    from harness.scenario.player import counting
+
+    rec = Recorder()
+    calls = [0]
+    is_last = counting(2, lambda e: e.kind == "peer_closed")
+
+    def pred(e: Event) -> bool:
+        calls[0] += 1
+        return is_last(e)
+
+    def add() -> None:
+        for i in range(3000):
+            rec.emit("peer_closed" if i in (1000, 2999) else "peer_idle", step="x", count=i)
+
+    adder = threading.Thread(target=add)
+    adder.start()
+    found = rec.wait_for(pred, SAFETY_S)
+    adder.join(SAFETY_S)
+    assert found is not None and found.data["count"] == 2999 and not adder.is_alive()
+    assert calls[0] == 3000  # each event once, not once for every event that arrived after it

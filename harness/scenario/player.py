@@ -322,10 +322,8 @@ def wait(pl: Player, s: Any, name: str) -> None:
     what = s.what
     if what == "reached":
         proc, site, t = pl.armed[s.reached]
-        ev = rec.wait_until(lambda evs: sum(
-            1 for e in evs if e.kind == "fault_reached" and e.pid == proc.pid and e.data.get("site") == site
-            and e.t_ns >= t) >= s.hits, limit)
-        if not ev:
+        if rec.wait_for(counting(s.hits, lambda e: e.kind == "fault_reached" and e.pid == proc.pid
+                                 and e.data.get("site") == site and e.t_ns >= t), limit) is None:
             raise StepError(f"wait: {s.reached} ({site} on {proc.label}) was not reached {s.hits}x in {limit}s")
     elif what == "event":
         pid = None if s.on is None else pl.proc(s.on).pid
@@ -340,6 +338,18 @@ def wait(pl: Player, s: Any, name: str) -> None:
             pl.emit("peer_closed", step=s.closed)
         else:
             raise StepError(f"wait: the listener did not close {s.closed} in {limit}s")
+
+
+def counting(n: int, match: Callable[[Event], bool]) -> Callable[[Event], bool]:
+    """A predicate for Recorder.wait_for that holds at the ``n``th event ``match`` holds for: wait_for looks at
+    each event once, so a wait on many events costs one pass over the history, not one a new event."""
+    seen = [0]
+
+    def nth(e: Event) -> bool:
+        seen[0] += match(e)
+        return seen[0] >= n
+
+    return nth
 
 
 @step_kind("kill", "signal")

@@ -49,7 +49,7 @@ from typing import Any
 
 from harness.faults import client as cf
 from harness.reference import wire
-from harness.scenario.player import Player, StepError, arm, release, step_kind, wait
+from harness.scenario.player import Player, StepError, arm, counting, release, step_kind, wait
 from harness.scenario.worker_steps import restart, stop
 
 __all__ = ["schedule", "SITES"]
@@ -173,8 +173,7 @@ def _client(pl: Player, path: str, name: str, cseed: int, budget: int, rnd: dict
 
 
 def _events(pl: Player, kind: str, pid: int, after: int, n: int, timeout: float) -> None:
-    if not pl.c.rec.wait_until(lambda evs: sum(1 for e in evs[after:] if e.kind == kind and e.pid == pid) >= n,
-                               timeout):
+    if pl.c.rec.wait_for(counting(n, lambda e: e.kind == kind and e.pid == pid), timeout, after=after) is None:
         raise StepError(f"stress: fewer than {n} {kind} event(s) from pid {pid} in {timeout}s")
 
 
