@@ -281,13 +281,31 @@ def test_each_request_of_a_pipeline_counts_its_padding() -> None:
 def test_sixteen_pipelines_may_be_in_flight_and_a_wait_makes_room_for_more() -> None:
     loads(_steps(*(PIPELINE % i for i in range(16))), "t.yaml")
     assert _refused(_steps(*(PIPELINE % i for i in range(17)))) == (
-        "t.yaml:22:15: steps[17].pipeline: 17 pipelines and slow readers would be in flight here, over "
-        "lastcall's limit of 16 at once (docs/limits.md); join one first with - wait: {returned: NAME}")
+        "t.yaml:22:15: steps[17].pipeline: 17 background steps (pipelines, slow readers, engine requests) would "
+        "be in flight here, over lastcall's limit of 16 at once (docs/limits.md); join one first with "
+        "- wait: {returned: NAME}")
     joined = [PIPELINE % i + f"  - wait: {{returned: p{i}}}\n" for i in range(40)]
     loads(_steps(*joined), "t.yaml")
     slow = "  - send: {cmd: kv_tensors_created, fault: slow_reader, as: r%d}\n"
-    assert "steps[17].send: 17 pipelines and slow readers would be in flight" in _refused(
+    assert "steps[17].send: 17 background steps (pipelines, slow readers, engine requests) would" in _refused(
         _steps(*(slow % i for i in range(17))))
+
+
+ENGINE = ("name: engine-totals\nabout: an engine run's totals\ntarget: engine_standin\n"
+          "catches: [engine_late_generation]\nsteps:\n  - start: engine\n{steps}expect: [engine_requests_end]\n")
+
+
+def test_an_engine_answer_read_whole_counts_its_tokens_and_a_background_request_is_in_flight() -> None:
+    from harness.scenario.budget import MAX_HELD_BYTES, TOKEN_BYTES
+
+    whole = "  - engine_request: {max_tokens: 1000000}\n"
+    fits = MAX_HELD_BYTES // (TOKEN_BYTES * 1_000_000)
+    loads(ENGINE.format(steps=whole * fits), "t.yaml")
+    assert f"steps[{fits + 1}].engine_request.max_tokens: the requests and replies of the steps up to here " \
+        in _refused(ENGINE.format(steps=whole * (fits + 1)))
+    loads(ENGINE.format(steps="  - engine_request: {stream: true, max_tokens: 1000000}\n" * 20), "t.yaml")
+    background = "".join(f"  - engine_request: {{background: true, as: e{i}}}\n" for i in range(17))
+    assert "steps[17].engine_request: 17 background steps" in _refused(ENGINE.format(steps=background))
 
 
 def test_1024_connections_may_be_opened_and_one_more_is_refused() -> None:

@@ -6,10 +6,10 @@ totals are bounded too, counted in file order over its steps (docs/limits.md):
 
 * :data:`MAX_HELD_BYTES`: the bytes of every request the harness's clients build and of
   every reply they are sent (a reply padded to ``reply_size`` and its request, which
-  carries the padding, count ``2 * reply_size``): what the harness and the listener may
-  hold;
-* :data:`MAX_IN_FLIGHT`: pipelines and slow readers playing at once (in the background
-  until a ``wait: {returned: NAME}`` joins them);
+  carries the padding, count ``2 * reply_size``; an engine's answer read whole
+  :data:`TOKEN_BYTES` a token): what the harness and the listener may hold;
+* :data:`MAX_IN_FLIGHT`: pipelines, slow readers and background engine requests playing
+  at once (in the background until a ``wait: {returned: NAME}`` joins them);
 * :data:`MAX_CONNECTIONS`: the connections the steps open (send, pipeline, idle, flood);
 * :data:`MAX_PLAYED`: the steps a run plays, counting the rounds one step expands to.
 
@@ -32,11 +32,12 @@ __all__ = ["check", "held_bytes", "MAX_HELD_BYTES", "MAX_IN_FLIGHT", "MAX_CONNEC
 MIB = 1 << 20
 # requests and replies of one run's clients: 16 replies padded to 1 MB fit; the library's most is 2.3 MiB
 MAX_HELD_BYTES = 32 * MIB
-MAX_IN_FLIGHT = 16  # pipelines and slow readers in the background at once; the library's most is 1
+MAX_IN_FLIGHT = 16  # pipelines, slow readers, engine requests in the background at once; the library's most: 1
 MAX_CONNECTIONS = 1024  # connections one run's steps open, one idle or flood step's maximum; the library's most: 65
 MAX_PLAYED = 10_000  # steps one run plays, with the waves, cycles and rounds they expand to; the library's most: 17
 FRAME_BYTES = 64  # a request or reply frame without its offsets and texts: header, command, status, keys
 OFFSET_BYTES = 9  # one offset in a frame: a msgpack uint64 at most
+TOKEN_BYTES = 16  # one token of an engine's answer read whole: its text and its share of the JSON around it
 BACKGROUND = ("pipeline",)  # steps that play in the background until a wait joins them (and slow readers)
 
 
@@ -55,6 +56,8 @@ def held_bytes(step: StepBase) -> int:
         return _request_bytes(spec, len(spec.offsets))
     if step.kind == "pipeline":
         return sum(_request_bytes(spec, len(r.offsets)) for r in spec.requests)
+    if step.kind == "engine_request" and not spec.stream:  # its answer is read whole (a stream, line by line)
+        return TOKEN_BYTES * int(spec.max_tokens)
     return 0
 
 
@@ -79,7 +82,9 @@ def _played(step: StepBase) -> tuple[int, str | None]:
 
 
 def _background(step: StepBase) -> bool:
-    return step.kind in BACKGROUND or (step.kind == "send" and step.spec.fault == "slow_reader")
+    spec = step.spec
+    return step.kind in BACKGROUND or (step.kind == "send" and spec.fault == "slow_reader") or (
+        step.kind == "engine_request" and spec.background)
 
 
 @dataclass
@@ -106,8 +111,8 @@ def _step(t: _Totals, i: int, step: StepBase) -> None:
     held = held_bytes(step)
     t.held += held
     if held and t.held > MAX_HELD_BYTES:
-        key = "reply_size" if getattr(step.spec, "reply_size", None) is not None else (
-            "requests" if step.kind == "pipeline" else "offsets")
+        key = "reply_size" if getattr(step.spec, "reply_size", None) is not None else {
+            "pipeline": "requests", "engine_request": "max_tokens"}.get(step.kind, "offsets")
         t.over("held", (*at, key), f"the requests and replies of the steps up to here come to {_mib(t.held)}, "
                f"over lastcall's limit of {_mib(MAX_HELD_BYTES)} in one run (docs/limits.md), which the harness "
                "and the listener would hold; pad fewer or smaller replies, or split the scenario")
@@ -132,9 +137,9 @@ def _in_flight(t: _Totals, i: int, step: StepBase, at: KeyPath) -> None:
     elif _background(step):
         t.in_flight[step.name or f"steps[{i}]"] = i
         if len(t.in_flight) > MAX_IN_FLIGHT:
-            t.over("in_flight", at, f"{len(t.in_flight)} pipelines and slow readers would be in flight here, over "
-                   f"lastcall's limit of {MAX_IN_FLIGHT} at once (docs/limits.md); join one first with "
-                   "- wait: {returned: NAME}")
+            t.over("in_flight", at, f"{len(t.in_flight)} background steps (pipelines, slow readers, engine "
+                   f"requests) would be in flight here, over lastcall's limit of {MAX_IN_FLIGHT} at once "
+                   "(docs/limits.md); join one first with - wait: {returned: NAME}")
 
 
 def check(sc: Scenario) -> list[Problem]:
