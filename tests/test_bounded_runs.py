@@ -157,6 +157,18 @@ def test_a_cut_history_judges_ok_as_unknown_and_keeps_a_violation() -> None:
     assert found.status == "violated" and found.evidence[-1] is late
 
 
+def test_a_verdict_keeps_at_most_its_evidence_limit_and_counts_the_rest() -> None:
+    """Each expect entry's verdict copies its evidence into verdicts.json: it is bounded, whatever the run."""
+    from harness.checkers.base import MAX_EVIDENCE
+
+    late = [Event(3_000_000 + i, 7, "worker", "pp0/rank0", "t", "dispatch_started",
+                  {"listener": "pp0/rank0", "conn": i, "cmd": "map_to_kv_tensors"}) for i in range(150)]
+    found = judge("no_late_dispatch", _run(*late, cut=False))
+    assert found.status == "violated" and len(found.evidence) == MAX_EVIDENCE == 100
+    assert found.notes[-1] == "51 more evidence event(s) not kept (the history has them)"
+    assert len(json.dumps(found.to_dict())) < 100 * 300
+
+
 def test_lastcall_report_judges_a_stored_cut_history_as_the_run_did(tmp_path: Path) -> None:
     from harness.cli import main
 

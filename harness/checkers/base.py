@@ -37,10 +37,13 @@ from harness.history import Event
 from harness.probes.model import Snapshot
 
 __all__ = ["Verdict", "RunRecord", "Checker", "CHECKERS", "checker", "judge", "judge_all", "key_of", "observed",
-           "NOT_JUDGED", "load_plugins", "PLUGIN_ERRORS", "cut_text"]
+           "NOT_JUDGED", "load_plugins", "PLUGIN_ERRORS", "cut_text", "MAX_EVIDENCE"]
 
 OK, VIOLATED, UNKNOWN, NOT_JUDGED = "ok", "violated", "unknown", "not_judged"
 Evidence = Mapping[str, tuple[str, ...]]  # party -> the kinds that prove it was observed
+# evidence events a verdict keeps (each is copied into verdicts.json, for each of up to 1000 expect entries);
+# the page lists 50
+MAX_EVIDENCE = 100
 
 
 def observed(*parties: str) -> dict[str, tuple[str, ...]]:
@@ -210,9 +213,10 @@ def judge(name: str, run: RunRecord, params: dict[str, Any] | Params | None = No
     (an expect entry's reason) is kept in an unknown verdict, which then passes, and printed beside it.
     In a history cut at its byte budget (:attr:`RunRecord.cut`) an ``ok`` is ``unknown``, the events after
     the cut never stored, and ``allow_unknown`` does not let it pass (the reason it gives is not the budget);
-    an ``unknown`` says the history was cut; a violation found on the stored events stays violated.
+    an ``unknown`` says the history was cut; a violation found on the stored events stays violated.  A
+    verdict keeps at most :data:`MAX_EVIDENCE` evidence events, a note counting the rest.
     """
-    verdict = _judge(name, run, params)
+    verdict = _kept(_judge(name, run, params))
     cut = run.cut
     if cut is not None and verdict.status == OK:
         return Verdict(name, UNKNOWN, f"{cut_text(run, cut)}: the events after it were not stored")
@@ -223,6 +227,15 @@ def judge(name: str, run: RunRecord, params: dict[str, Any] | Params | None = No
         return replace(verdict, allowed=allow_unknown,
                        message=f"{verdict.message} [unknown allowed: {allow_unknown}]")
     return verdict
+
+
+def _kept(verdict: Verdict) -> Verdict:
+    """``verdict`` with at most MAX_EVIDENCE evidence events, the rest counted in a note."""
+    if len(verdict.evidence) <= MAX_EVIDENCE:
+        return verdict
+    left = len(verdict.evidence) - MAX_EVIDENCE
+    return replace(verdict, evidence=verdict.evidence[:MAX_EVIDENCE],
+                   notes=(*verdict.notes, f"{left} more evidence event(s) not kept (the history has them)"))
 
 
 def _judge(name: str, run: RunRecord, params: dict[str, Any] | Params | None) -> Verdict:

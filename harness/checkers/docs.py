@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 from harness.checkers import CHECKERS, Checker
+from harness.checkers.base import MAX_EVIDENCE
 from harness.events import KINDS, PARTY_CAPABILITIES
 
 __all__ = ["render_markdown"]
@@ -38,7 +39,9 @@ def render_markdown() -> str:
            "A history cut at its byte budget (docs/limits.md) ends with a `history_budget_reached` event: on it",
            "a verdict that would be `ok` is `unknown` (\"history budget reached at N ms: the events after it were",
            "not stored\"), which `allow_unknown` does not let pass, an `unknown` says the history was cut, and a",
-           "violation found on the stored events stays `violated`; `lastcall report` judges it the same way.", "",
+           "violation found on the stored events stays `violated`; `lastcall report` judges it the same way.",
+           f"A verdict keeps at most {MAX_EVIDENCE} evidence events; a note counts the rest, which the history "
+           "keeps.", "",
            "## Black-box checkers", "",
            "They read only the probes and the harness's own steps, so they judge any target:", "",
            *(f"- `{n}`: {CHECKERS[n].about}" for n in black), "",
