@@ -16,6 +16,7 @@ from collections.abc import Mapping, Sequence
 from html import escape
 from typing import Any
 
+from harness.artifacts import cut
 from harness.checkers.base import Verdict
 from harness.history import Event
 from harness.report.timeline import MARKER_KINDS, Evidence, evidence_key, timeline_views
@@ -27,7 +28,14 @@ __all__ = ["render_page", "evidence_of", "STATUSES"]
 STATUSES = ("ok", "violated", "unknown")  # verdict statuses, each with a badge colour
 SHOWN_FIRST = {"violated": 0, "unknown": 1, "ok": 2}  # the order of the verdict list
 EVIDENCE_ROWS = 50  # evidence events listed per verdict at most
+EVIDENCE_TOTAL = 2000  # evidence events listed on the page at most, every verdict together
 STACKS_CHARS = 20000  # characters of one process's stacks shown at most (the tail)
+# The page's size is bounded whatever the history holds: each piece below is cut, with its length shown
+# (verdicts.json and the history keep everything). Its largest run page is some MiB.
+TEXT_CHARS = 2000  # characters of one message, detail or header value
+VALUE_CHARS = 300  # characters of one event's data in a row
+LIST_MAX = 200  # problems, exit codes, leftovers, stacks and notes listed at most (then "... and N more")
+TEXT_LINES = 2000  # lines of the text timeline at most (evidence first)
 
 CSS = """
 body{font:14px/1.4 system-ui,-apple-system,"Segoe UI",sans-serif;margin:1.5em;color:#1b1f24;background:#fff}
@@ -84,8 +92,13 @@ def evidence_of(verdicts: Sequence[Verdict]) -> Evidence:
     return out
 
 
-def _h(x: object) -> str:
-    return escape(str(x), quote=True)
+def _h(x: object, limit: int = TEXT_CHARS) -> str:
+    return escape(cut(str(x), limit), quote=True)
+
+
+def _more(items: Sequence[Any] | Mapping[str, Any], what: str) -> str:
+    extra = len(items) - LIST_MAX
+    return f"<p class=\"more\">... and {extra} more {what}</p>" if extra > 0 else ""
 
 
 def _badge(status: str, text: str, cls: str = "badge") -> str:
@@ -121,8 +134,8 @@ def _problems(problems: Sequence[str], step_error: str, broken: str = "") -> lis
         out.append(f'<section id="problems" class="problems"><b>{len(problems)} line'
                    f'{"" if len(problems) == 1 else "s"} of the history could not be read</b>; '
                    "the verdicts are judged on what could be read:<ul>")
-        out += [f"<li>{_h(p)}</li>" for p in problems]
-        out.append("</ul></section>")
+        out += [f"<li>{_h(p)}</li>" for p in problems[:LIST_MAX]]
+        out.append(f"</ul>{_more(problems, 'lines')}</section>")
     if step_error:
         out.append(f'<section id="step-error" class="problems"><b>a step failed:</b> <code>{_h(step_error)}</code>'
                    "</section>")
@@ -130,26 +143,31 @@ def _problems(problems: Sequence[str], step_error: str, broken: str = "") -> lis
 
 
 def _event_row(e: Event, t0: int) -> str:
-    data = ", ".join(f"{k}={v}" for k, v in e.data.items() if k != "text")
-    return (f'<tr data-kind="{_h(e.kind)}"><td>{(e.t_ns - t0) / 1e6:.3f} ms</td><td>{_h(e.rank or e.role)} '
-            f"[{e.pid}]</td><td>{_h(e.thread)}</td><td><b>{_h(e.kind)}</b></td><td><code>{_h(data)}</code></td></tr>")
+    data = ", ".join(f"{cut(str(k), 40)}={cut(str(v), VALUE_CHARS)}" for k, v in list(e.data.items())[:LIST_MAX]
+                     if k != "text")
+    return (f'<tr data-kind="{_h(e.kind)}"><td>{(e.t_ns - t0) / 1e6:.3f} ms</td><td>{_h(e.rank or e.role, 200)} '
+            f"[{e.pid}]</td><td>{_h(e.thread, 200)}</td><td><b>{_h(e.kind)}</b></td><td><code>{_h(data)}</code></td>"
+            "</tr>")
 
 
 def _verdicts(verdicts: Sequence[Verdict], t0: int) -> list[str]:
     out = ['<section id="verdicts"><h2>Verdicts</h2>']
     if not verdicts:
         out.append("<p>(no checker was run)</p>")
+    rows = EVIDENCE_TOTAL
     for v in sorted(verdicts, key=lambda v: SHOWN_FIRST.get(v.status, 1)):
         out.append(f'<div class="verdict {_h(v.status)}" data-checker="{_h(v.checker)}" data-status="{_h(v.status)}">'
                    f"<h3>{_badge(v.status, v.status)} {_h(v.checker)}</h3><p>{_h(v.message)}</p>")
         if v.evidence:
             out.append('<table class="evidence"><tr><th>time</th><th>process</th><th>thread</th><th>event</th>'
                        "<th>data</th></tr>")
-            out += [_event_row(e, t0) for e in v.evidence[:EVIDENCE_ROWS]]
+            listed = v.evidence[:max(0, min(EVIDENCE_ROWS, rows))]
+            rows -= len(listed)
+            out += [_event_row(e, t0) for e in listed]
             out.append("</table>")
-            if len(v.evidence) > EVIDENCE_ROWS:
-                out.append(f"<p>... and {len(v.evidence) - EVIDENCE_ROWS} more evidence events</p>")
-        out += [f'<pre class="notes">{_h(n)}</pre>' for n in v.notes]
+            if len(v.evidence) > len(listed):
+                out.append(f"<p>... and {len(v.evidence) - len(listed)} more evidence events</p>")
+        out += [f'<pre class="notes">{_h(n, STACKS_CHARS)}</pre>' for n in v.notes[:3]]
         out.append("</div>")
     out.append("</section>")
     return out
@@ -161,20 +179,21 @@ def _outcome(outcome: Mapping[str, Any]) -> list[str]:
     if stacks:
         out.append(f'<section id="stacks"><h2>Stacks ({_h(outcome.get("status", "?"))} run: the watchdog took '
                    "these before killing the processes)</h2>")
-        for label, text in stacks.items():
-            out.append(f'<h3>{_h(label)}</h3><pre class="stacks" data-label="{_h(label)}">'
+        for label, text in list(stacks.items())[:LIST_MAX]:
+            out.append(f'<h3>{_h(label, 200)}</h3><pre class="stacks" data-label="{_h(label, 200)}">'
                        f"{_h(str(text)[-STACKS_CHARS:])}</pre>")
-        out.append("</section>")
+        out.append(f"{_more(stacks, 'processes')}</section>")
     exits = outcome.get("exits") or {}
     if exits:
         out.append('<section id="exits"><h2>Exit codes</h2><table class="evidence">')
-        out += [f'<tr data-label="{_h(k)}"><td>{_h(k)}</td><td>{_h(v)}</td></tr>' for k, v in exits.items()]
-        out.append("</table></section>")
+        out += [f'<tr data-label="{_h(k, 200)}"><td>{_h(k, 200)}</td><td>{_h(v, 200)}</td></tr>'
+                for k, v in list(exits.items())[:LIST_MAX]]
+        out.append(f"</table>{_more(exits, 'processes')}</section>")
     left = outcome.get("leftovers") or []
     if left:
         out.append('<section id="leftovers"><h2>Leftovers (found before the harness removed them)</h2><ul>')
-        out += [f"<li>{_h(x)}</li>" for x in left]
-        out.append("</ul></section>")
+        out += [f"<li>{_h(x)}</li>" for x in left[:LIST_MAX]]
+        out.append(f"</ul>{_more(left, 'leftovers')}</section>")
     return out
 
 
@@ -194,6 +213,6 @@ def render_page(doc: Mapping[str, Any], verdicts: Sequence[Verdict], events: Seq
             f'<p class="legend">{legend}</p>', timeline_views(evs, ev), "</section>",
             *_verdicts(verdicts, t0), *_outcome(doc.get("outcome") or {}),
             '<section id="text"><h2>Text timeline</h2><pre id="text-timeline">'
-            f"{_h(text_timeline(list(evs), marked, limit=max(60, len(evs))))}</pre></section>"]
+            f"{escape(text_timeline(list(evs), marked, limit=min(TEXT_LINES, max(60, len(evs)))))}</pre></section>"]
     return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
             f"<title>{_h(title)}</title><style>{CSS}</style></head>\n<body>\n" + "\n".join(body) + "\n</body></html>\n")

@@ -35,10 +35,13 @@ that crosses an edge cut at it):
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections import deque
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from html import escape
+from itertools import islice
 
+from harness.artifacts import cut
 from harness.categories import category_of
 from harness.history import Event
 
@@ -68,6 +71,9 @@ FOCUS_PAD = 0.1  # of the focus span, on each side
 FOCUS_MIN_PAD_NS = 200_000  # a focus on one instant still shows a little around it
 FOCUS_MAX = 0.75  # of the run: a focus wider than this is no focus (the whole view only)
 LABEL_CHARS = 46  # characters of a lane label at most (the column is LABEL_W wide)
+MAX_LANES = 200  # lanes drawn at most: a run has a few dozen; the rest share one, "other lanes"
+MAX_DRAWN = 4000  # spans, points and markers drawn in one view at most (evidence rings always): the page's size
+VALUE_CHARS = 120  # characters of one data value in a tooltip at most (its length is shown; the history keeps it)
 
 Key = tuple[int, int, str, str]  # (t_ns, pid, kind, thread): how an evidence event is found in the history
 Evidence = dict[Key, list[tuple[str, str]]]  # event key -> [(checker, message)]
@@ -89,6 +95,7 @@ class _Layout:
     end: int  # the run's last event: where a span never closed ends
     lanes: dict[tuple[int, str, str], int] = field(default_factory=dict)  # (pid, label, thread) -> index
     groups: dict[tuple[int, str], list[int]] = field(default_factory=dict)  # process -> its lane indexes
+    hidden: int = 0  # lanes past MAX_LANES: their events are drawn on the last lane, "other lanes"
 
     def x(self, t_ns: int) -> float:
         return LABEL_W + (min(max(t_ns, self.t0), self.t1) - self.t0) / max(1, self.t1 - self.t0) * PLOT_W
@@ -102,41 +109,54 @@ class _Layout:
     def lane(self, e: Event) -> int:
         pid, label = _process(e)
         found = self.lanes.get((pid, label, e.thread))
-        return found if found is not None else self.groups[(pid, label)][0]
+        if found is not None:
+            return found
+        group = self.groups.get((pid, label))
+        return group[0] if group else self.count - 1  # a lane past MAX_LANES: the "other lanes" lane
+
+    def rows(self, e: Event) -> tuple[int, int]:
+        """The first and last lane of ``e``'s process (every lane for a global marker)."""
+        if e.kind in GLOBAL_MARKERS:
+            return 0, self.count - 1
+        group = self.groups.get(_process(e))
+        return (group[0], group[-1]) if group else (self.lane(e), self.lane(e))
+
+    @property
+    def count(self) -> int:
+        """Lanes drawn: one per (process, thread) up to MAX_LANES, and one for the rest."""
+        return len(self.lanes) + (1 if self.hidden else 0)
 
     @property
     def height(self) -> float:
-        return TOP + len(self.lanes) * LANE_H + BOTTOM
+        return TOP + self.count * LANE_H + BOTTOM
 
 
 def _layout(events: Sequence[Event], window: tuple[int, int] | None) -> _Layout:
     first, last = events[0].t_ns, events[-1].t_ns
     t0, t1 = window if window is not None else (first, last)
     lay = _Layout(t0, t1, first, last)
-    threadless: list[Event] = []
+    by_process: dict[tuple[int, str], list[str]] = {}  # process -> its threads, each in order of its first event
+    seen: set[tuple[int, str, str]] = set()
+    threadless: list[tuple[int, str]] = []
     for e in events:
+        proc = _process(e)
         if not e.thread:
-            threadless.append(e)
+            threadless.append(proc)
             continue
-        _add_lane(lay, e, e.thread)
-    for e in threadless:  # process_exited and the like: on the process's first lane, or a lane of its own
-        if _process(e) not in lay.groups:
-            _add_lane(lay, e, "")
-    # processes in order of their first event, each process's threads together, in order of their first event
-    order = [k for g in lay.groups for k in lay.lanes if (k[0], k[1]) == g]  # dicts keep insertion order
-    lay.lanes = {k: i for i, k in enumerate(order)}
-    lay.groups = {}
-    for (pid, label, _t), i in lay.lanes.items():
-        lay.groups.setdefault((pid, label), []).append(i)
+        if (*proc, e.thread) not in seen:
+            seen.add((*proc, e.thread))
+            by_process.setdefault(proc, []).append(e.thread)
+    for proc in threadless:  # process_exited and the like: on the process's first lane, or a lane of its own
+        by_process.setdefault(proc, [""])
+    # processes in order of their first event, each process's threads together: lanes past MAX_LANES share one
+    for proc, threads in by_process.items():
+        for thread in threads:
+            if len(lay.lanes) < MAX_LANES:
+                lay.lanes[(*proc, thread)] = len(lay.lanes)
+                lay.groups.setdefault(proc, []).append(lay.lanes[(*proc, thread)])
+            else:
+                lay.hidden += 1
     return lay
-
-
-def _add_lane(lay: _Layout, e: Event, thread: str) -> None:
-    pid, label = _process(e)
-    key = (pid, label, thread)
-    if key not in lay.lanes:
-        lay.lanes[key] = len(lay.lanes)
-        lay.groups.setdefault((pid, label), []).append(lay.lanes[key])
 
 
 def _ms(lay: _Layout, t_ns: int) -> str:
@@ -144,8 +164,9 @@ def _ms(lay: _Layout, t_ns: int) -> str:
 
 
 def _tip(lay: _Layout, e: Event, extra: str = "") -> str:
-    data = ", ".join(f"{k}={v}" for k, v in list(e.data.items())[:DATA_SHOWN] if k != "text")
-    who = f"{e.rank or e.role} pid {e.pid} {e.thread}".strip()
+    data = ", ".join(f"{cut(str(k), 40)}={cut(str(v), VALUE_CHARS)}" for k, v in list(e.data.items())[:DATA_SHOWN]
+                     if k != "text")
+    who = cut(f"{e.rank or e.role} pid {e.pid} {e.thread}".strip(), VALUE_CHARS)
     return f"{e.kind} @ {_ms(lay, e.t_ns)} ms, {who}" + (f": {data}" if data else "") + extra
 
 
@@ -158,7 +179,8 @@ def _blame(ev: Evidence, *events: Event | None) -> tuple[str, str]:
 
 
 def _attr(**kw: object) -> str:
-    return " ".join(f'{k.replace("_", "-")}="{escape(str(v), quote=True)}"' for k, v in kw.items() if v is not None)
+    return " ".join(f'{k.replace("_", "-")}="{escape(cut(str(v), VALUE_CHARS), quote=True)}"'
+                    for k, v in kw.items() if v is not None)
 
 
 def _data_of(e: Event) -> dict[str, object]:
@@ -166,38 +188,45 @@ def _data_of(e: Event) -> dict[str, object]:
             "data_thread": e.thread}
 
 
-def _spans(lay: _Layout, events: Sequence[Event], ev: Evidence) -> tuple[list[str], set[int]]:
-    """The spans, and the ids of the events they were drawn from (the rest are drawn as points)."""
-    out: list[str] = []
+_Span = tuple[str, Event, Event | None, str]  # kind, opening event, closing event (None: never closed), state
+
+
+def _spans(events: Sequence[Event]) -> tuple[list[_Span], set[int]]:
+    """The spans, and the ids of the events they are drawn from (the rest are drawn as points); one pass."""
+    out: list[_Span] = []
     used: set[int] = set()
     closing = {end: kind for kind, (_, end) in SPANS.items()}
     opening = {start: kind for kind, (start, _) in SPANS.items()}
-    live: dict[tuple[str, int, str, object], list[Event]] = {}
+    live: dict[tuple[str, int, str, object], deque[Event]] = {}
     for e in events:
         kind = opening.get(e.kind) or closing.get(e.kind)
         if kind is not None:
             key = (kind, e.pid, str(e.data.get("listener", e.rank)), None if kind == "drain" else e.data.get("conn"))
             if e.kind in opening:
-                live.setdefault(key, []).append(e)
+                live.setdefault(key, deque()).append(e)
             elif live.get(key):
-                start = live[key].pop(0)
-                out.append(_span(lay, kind, start, e, "", ev))
+                start = live[key].popleft()
+                out.append((kind, start, e, ""))
                 used |= {id(start), id(e)}
         elif e.kind == "connection_closed":  # a frame still being read is cancelled by the close
             key = ("frame", e.pid, str(e.data.get("listener", e.rank)), e.data.get("conn"))
-            for start in live.pop(key, []):
-                out.append(_span(lay, "frame", start, e, " cancelled", ev))
+            for start in live.pop(key, ()):
+                out.append(("frame", start, e, " cancelled"))
                 used.add(id(start))
     for starts in live.values():
         for start in starts:
-            out.append(_span(lay, opening[start.kind], start, None, " open", ev))
+            out.append((opening[start.kind], start, None, " open"))
             used.add(id(start))
     return out, used
 
 
+def _overlaps(lay: _Layout, start: Event, end: Event | None) -> bool:
+    return not ((end.t_ns if end is not None else lay.end) < lay.t0 or start.t_ns > lay.t1)
+
+
 def _span(lay: _Layout, kind: str, start: Event, end: Event | None, state: str, ev: Evidence) -> str:
     t_end = end.t_ns if end is not None else lay.end
-    if t_end < lay.t0 or start.t_ns > lay.t1:
+    if not _overlaps(lay, start, end):
         return ""  # outside the view
     x0, x1 = lay.x(start.t_ns), lay.x(t_end)
     top, height = BANDS[kind]
@@ -215,9 +244,8 @@ def _marker(lay: _Layout, e: Event, ev: Evidence) -> str:
     if not lay.shows(e.t_ns):
         return ""
     x = lay.x(e.t_ns)
-    everywhere = e.kind in GLOBAL_MARKERS
-    lanes = list(range(len(lay.lanes))) if everywhere else lay.groups.get(_process(e), [lay.lane(e)])
-    y0, y1 = lay.y(min(lanes)), lay.y(max(lanes) + 1)
+    first, last = lay.rows(e)
+    y0, y1 = lay.y(first), lay.y(last + 1)
     state, ok = "", None
     if e.kind == "stop_returned":
         ok = bool(e.data.get("ok"))
@@ -241,16 +269,15 @@ def _point(lay: _Layout, e: Event, ev: Evidence) -> str:
             f'cx="{x:.1f}" cy="{y:.1f}" r="2.5"><title>{escape(_tip(lay, e) + why)}</title></circle>')
 
 
-def _evidence(lay: _Layout, events: Sequence[Event], ev: Evidence) -> list[str]:
-    out = []
+def _evidence(lay: _Layout, events: Sequence[Event], ev: Evidence) -> Iterator[str]:
     for e in events:
         for checker, message in ev.get(evidence_key(e), []) if lay.shows(e.t_ns) else []:
             x, y = lay.x(e.t_ns), lay.y(lay.lane(e)) + LANE_H / 2
-            out.append(f'<g class="violation evidence" {_attr(data_kind=e.kind, data_checker=checker)} '
-                       f'{_attr(data_t_ms=_ms(lay, e.t_ns), **_data_of(e))}>'
-                       f'<circle cx="{x:.1f}" cy="{y:.1f}" r="6"/>'
-                       f"<title>{escape(f'VIOLATED {checker}: {message}' + chr(10) + _tip(lay, e))}</title></g>")
-    return out
+            yield (f'<g class="violation evidence" {_attr(data_kind=e.kind, data_checker=checker)} '
+                   f'{_attr(data_t_ms=_ms(lay, e.t_ns), **_data_of(e))}>'
+                   f'<circle cx="{x:.1f}" cy="{y:.1f}" r="6"/>'
+                   f"<title>{escape(cut(f'VIOLATED {checker}: {message}', 1000) + chr(10) + _tip(lay, e))}"
+                   "</title></g>")
 
 
 def _tick_step(span_ms: float) -> float:
@@ -276,13 +303,17 @@ def _axis(lay: _Layout) -> list[str]:
 
 def _lanes(lay: _Layout) -> list[str]:
     out = []
-    for (pid, label, thread), i in lay.lanes.items():
+    rows: list[tuple[str, str, str]] = [
+        (_attr(data_kind="lane", data_process=label, data_pid=pid, data_thread=thread or "(process)"),
+         f"{label} [{pid}] {thread or '(process)'}", "") for (pid, label, thread) in lay.lanes]
+    if lay.hidden:
+        rows.append((_attr(data_kind="lane", data_process="(other lanes)", data_lanes=lay.hidden),
+                     f"{lay.hidden} other lanes (over {MAX_LANES})", " other"))
+    for i, (attrs, name, extra) in enumerate(rows):
         y = lay.y(i)
-        cls = "lane odd" if i % 2 else "lane"
-        attrs = _attr(data_kind="lane", data_process=label, data_pid=pid, data_thread=thread or "(process)")
-        name = f"{label} [{pid}] {thread or '(process)'}"[:LABEL_CHARS]
+        cls = ("lane odd" if i % 2 else "lane") + extra
         out.append(f'<rect class="{cls}" {attrs} x="0" y="{y}" width="{LABEL_W + PLOT_W + 10}" height="{LANE_H}"/>'
-                   f'<text class="lane-label" {attrs} x="4" y="{y + LANE_H - 6}">{escape(name)}</text>')
+                   f'<text class="lane-label" {attrs} x="4" y="{y + LANE_H - 6}">{escape(name[:LABEL_CHARS])}</text>')
     return out
 
 
@@ -297,24 +328,36 @@ def svg_timeline(events: Sequence[Event], evidence: Evidence | None = None,
     ev = evidence or {}
     lay = _layout(evs, window)
     view = "whole" if window is None else "focus"
-    spans, used = _spans(lay, evs, ev)
+    spans, used = _spans(evs)
     parts = _lanes(lay) + _axis(lay)
     if band is not None:
         x0, x1 = lay.x(band[0]), lay.x(band[1])
         parts.append(f'<rect class="focus-band" data-kind="focus-band" x="{x0:.1f}" y="{TOP}" width="{x1 - x0:.1f}" '
                      f'height="{lay.height - TOP - BOTTOM:.1f}"><title>the span the page opens on: '
                      f"{_ms(lay, band[0])} to {_ms(lay, band[1])} ms</title></rect>")
-    parts += ['<g class="spans">', *filter(None, spans), "</g>", '<g class="events">']
-    parts += [p for e in evs if id(e) not in used and e.kind not in MARKER_KINDS if (p := _point(lay, e, ev))]
-    parts += ["</g>", '<g class="markers">', *filter(None, (_marker(lay, e, ev) for e in evs
-                                                          if e.kind in MARKER_KINDS)), "</g>"]
-    parts += ['<g class="violations">', *_evidence(lay, evs, ev), "</g>"]
+    # at most MAX_DRAWN shapes, markers first, then spans, then the other events: a bounded page
+    markers = _first(MAX_DRAWN, (_marker(lay, e, ev) for e in evs if e.kind in MARKER_KINDS))
+    drawn = _first(MAX_DRAWN - len(markers), (_span(lay, *sp, ev) for sp in spans))
+    points = _first(MAX_DRAWN - len(markers) - len(drawn),
+                    (_point(lay, e, ev) for e in evs if id(e) not in used and e.kind not in MARKER_KINDS))
+    rings = _first(MAX_DRAWN, _evidence(lay, evs, ev))
+    parts += ['<g class="spans">', *drawn, "</g>", '<g class="events">', *points, "</g>",
+              '<g class="markers">', *markers, "</g>", '<g class="violations">', *rings, "</g>"]
+    shapes = sum(1 for e in evs if lay.shows(e.t_ns) and (e.kind in MARKER_KINDS or id(e) not in used)) + sum(
+        1 for _, start, end, _ in spans if _overlaps(lay, start, end))
+    dropped = shapes - len(markers) - len(drawn) - len(points)
     width, height = LABEL_W + PLOT_W + 20, lay.height
     return (f'<svg xmlns="http://www.w3.org/2000/svg" class="timeline {view}" id="timeline-{view}" '
             f'{_attr(data_kind="timeline", data_view=view, data_t0_ms=_ms(lay, lay.t0), data_t1_ms=_ms(lay, lay.t1))} '
-            f'{_attr(data_run_ms=_ms(lay, lay.end))} width="{width}" height="{height:.0f}" '
+            f'{_attr(data_run_ms=_ms(lay, lay.end), data_not_drawn=dropped or None)} width="{width}" '
+            f'height="{height:.0f}" '
             f'viewBox="0 0 {width} {height:.0f}" role="img" '
             f'aria-label="timeline of {len(evs)} events, {view} view">' + "\n".join(parts) + "</svg>")
+
+
+def _first(n: int, shapes: Iterable[str]) -> list[str]:
+    """The first ``n`` shapes that are drawn ("" is one outside the view)."""
+    return list(islice(filter(None, shapes), max(0, n)))
 
 
 def focus(events: Sequence[Event], evidence: Evidence | None = None) -> tuple[int, int] | None:
@@ -366,11 +409,14 @@ def timeline_views(events: Sequence[Event], evidence: Evidence | None = None) ->
     evs = sorted(events, key=lambda e: e.t_ns)
     window = focus(evs, evidence) if evs else None
     whole = svg_timeline(evs, evidence, band=window)
+    note = (f'<p class="drawn-note" data-kind="drawn-note">At most {MAX_DRAWN} shapes and {MAX_LANES} lanes are '
+            "drawn in a view; the text timeline below and the history hold every event.</p>"
+            if "data-not-drawn" in whole or "data-lanes=" in whole else "")
     if window is None:
-        return f'<div class="scroll">{whole}</div>'
+        return f'{note}<div class="scroll">{whole}</div>'
     t = [f"{(x - evs[0].t_ns) / 1e6:.1f}" for x in (*window, evs[-1].t_ns)]
     inside = sum(1 for e in evs if window[0] <= e.t_ns <= window[1])
-    return (f'<p class="focus-note" data-kind="focus-note">Showing {t[0]}-{t[1]} ms of {t[2]} ms ({inside} of '
+    return (f'{note}<p class="focus-note" data-kind="focus-note">Showing {t[0]}-{t[1]} ms of {t[2]} ms ({inside} of '
             f"{len(evs)} events): from the first fault, stop or kill to the stop's last event and the evidence, "
             f'padded. <a href="#whole-run">The whole run</a> is below.</p>'
             f'<div class="scroll">{svg_timeline(evs, evidence, window)}</div>'

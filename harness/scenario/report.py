@@ -6,17 +6,19 @@ import os
 import shlex
 from typing import Any
 
+from harness.artifacts import cut
 from harness.history import Event
 
 NOISE = {"fault_armed", "process_resources", "listener_started", "stop_all_returned", "teardown_step",
          "exit_hook_started", "exit_hook_finished", "step_started"}  # left out of the compact timeline
-TIMELINE_MAX = 60  # events shown at most; evidence events are always shown
+TIMELINE_MAX = 60  # events shown at most; evidence events first
+BRIEF_CHARS = 120  # characters of one value on a timeline line (a padded id is cut, its length shown)
 
 
 def _brief(e: Event) -> str:
     keep = {k: v for k, v in e.data.items() if k in ("listener", "conn", "cmd", "id", "ok", "reason", "step", "kind",
                                                      "site", "status", "value", "error", "why", "fault", "n")}
-    return " ".join(f"{k}={v}" for k, v in keep.items())
+    return " ".join(f"{k}={cut(str(v), BRIEF_CHARS)}" for k, v in keep.items())
 
 
 def timeline(events: list[Event], evidence: set[int] | None = None, limit: int = TIMELINE_MAX) -> str:
@@ -27,13 +29,14 @@ def timeline(events: list[Event], evidence: set[int] | None = None, limit: int =
     t0 = evs[0].t_ns
     marked = evidence or set()
     shown = [e for e in evs if e.kind not in NOISE or id(e) in marked]
-    if len(shown) > limit:
-        head = [e for e in shown if id(e) in marked]
-        rest = [e for e in shown if id(e) not in marked][-(limit - len(head)):]
+    if len(shown) > limit:  # the evidence first, then the last of the rest
+        head = [e for e in shown if id(e) in marked][:limit]
+        room = limit - len(head)
+        rest = [e for e in shown if id(e) not in marked][-room:] if room else []
         shown = sorted(head + rest, key=lambda e: e.t_ns)
     lines = []
     for e in shown:
-        who = e.rank or e.role
+        who = cut(e.rank or e.role, 40)
         flag = ">>" if id(e) in marked else "  "
         lines.append(f"{flag} {(e.t_ns - t0) / 1e6:9.3f} ms  {who:<11} {e.kind:<22} {_brief(e)}")
     return "\n".join(lines)
