@@ -394,3 +394,24 @@ def test_a_wait_looks_at_each_event_once_however_many_arrive_while_it_waits() ->
     adder.join(SAFETY_S)
     assert found is not None and found.data["count"] == 2999 and not adder.is_alive()
     assert calls[0] == 3000  # each event once, not once for every event that arrived after it
+
+
+def test_a_chained_run_cut_at_its_budget_ends_each_item_from_the_cut_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An engine chain shares one history: the items before the cut are judged as ever; the item it was cut in
+    and every one after end with the outcome, judged on what was stored, the later ones holding the marker."""
+    from harness.scenario.chain import plan, run_chain
+
+    library = [expand(loads(p.read_text(), str(p)))[0]
+               for p in sorted((Path(__file__).resolve().parent.parent / "scenarios").glob("engine-*.yaml"))]
+    chain = next(c for c in plan(library) if len(c) > 2)
+    budget = 8 << 10  # the chain's first items take about 3 and 4 KiB
+    monkeypatch.setattr(artifacts, "MAX_HISTORY_BYTES", budget)
+    results = run_chain(chain, variant="engine_standin")
+    statuses = [r.outcome.status for r in results]
+    k = statuses.index(events.BUDGET_KIND)
+    assert 0 < k < len(results) - 1 and statuses == ["ok"] * k + [events.BUDGET_KIND] * (len(results) - k)
+    for r in results[k:]:
+        assert r.step_error.startswith("history budget reached at ") and r.events[-1].kind == events.BUDGET_KIND
+        assert all(v.status != "ok" for v in r.verdicts)
+    assert all(r.passed and not any(e.kind == events.BUDGET_KIND for e in r.events) for r in results[:k])
+    assert _line_bytes(list({id(e): e for r in results for e in r.events}.values())) <= budget
