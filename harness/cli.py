@@ -293,7 +293,7 @@ def _cmd_fetch(args: argparse.Namespace) -> int:
 
 
 def _cmd_replay(args: argparse.Namespace) -> int:
-    from harness.scenario.commands import replay
+    from harness.scenario.replay import replay
 
     return replay(args.report)
 

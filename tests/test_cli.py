@@ -222,5 +222,5 @@ def test_every_name_given_is_checked_first(capsys: pytest.CaptureFixture[str], m
 
 def test_replay_of_a_directory_without_verdicts_names_it(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     rc, _, err = _run(capsys, "replay", str(tmp_path))
-    assert (rc, err) == (EXIT_USAGE, f"lastcall replay: cannot read {tmp_path / 'verdicts.json'} (the verdicts.json "
-                                     f"in {tmp_path}): No such file or directory\n")
+    assert (rc, err) == (EXIT_USAGE, f"lastcall replay: {tmp_path / 'verdicts.json'}: no such file: give a run's "
+                                     "report directory, reports/<run id>, or a file in it\n")

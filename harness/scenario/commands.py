@@ -6,7 +6,7 @@ import os
 import sys
 from collections.abc import Sequence
 
-__all__ = ["run", "preflight", "list_scenarios", "replay", "PYTEST_TO_EXIT"]
+__all__ = ["run", "preflight", "list_scenarios", "PYTEST_TO_EXIT"]
 
 # pytest's exit codes -> lastcall's: 0 ok, 1 violations, 2 usage/scenario errors (and "nothing collected"),
 # 3 internal error, 130 interrupted
@@ -15,8 +15,12 @@ REWRITE_NOTE = "Module already imported so cannot be rewritten; harness"  # pyte
 
 
 def run(paths: Sequence[str], *, workers: str | None = None, target: str | None = None, listener: str | None = None,
-        keyword: str | None = None, marks: str | None = None, extra: Sequence[str] = ()) -> int:
+        keyword: str | None = None, marks: str | None = None, extra: Sequence[str] = (), trust_cwd: bool = True) -> int:
     """Run the scenarios under ``paths`` through pytest; every directory given is a scenario root.
+
+    ``paths`` reach pytest after ``--``, so none is ever read as an option; with ``trust_cwd`` (the user's own
+    command line) the current directory is put on ``sys.path`` for a ``module:attribute`` target, as ``python -m``
+    would (``lastcall replay`` passes False: docs/trust.md).
 
     Returns: lastcall's exit code for pytest's (PYTEST_TO_EXIT).
     Error handling: every file given (and under every directory given) is loaded first, and the
@@ -25,7 +29,7 @@ def run(paths: Sequence[str], *, workers: str | None = None, target: str | None 
     """
     import pytest
 
-    if "" not in sys.path and os.getcwd() not in sys.path:  # a module:attribute target from here, as python -m
+    if trust_cwd and "" not in sys.path and os.getcwd() not in sys.path:  # a module:attribute target from here
         sys.path.insert(0, os.getcwd())
     problems, forks = preflight(paths, target, listener)
     if problems:
@@ -36,7 +40,7 @@ def run(paths: Sequence[str], *, workers: str | None = None, target: str | None 
         return 2
     dirs = [p for p in paths if os.path.isdir(p)]
     # harness is imported before pytest starts, so pytest cannot rewrite the plugin's asserts: not news to a user
-    args = [*paths, "-p", "no:cacheprovider", "-q", "-rfE",
+    args = ["-p", "no:cacheprovider", "-q", "-rfE",
             "-W", f"ignore:{REWRITE_NOTE}:pytest.PytestAssertRewriteWarning"]
     if dirs:
         args += ["-o", "lastcall_scenarios=" + " ".join(dirs)]
@@ -55,7 +59,7 @@ def run(paths: Sequence[str], *, workers: str | None = None, target: str | None 
 
         for torch in sorted(forks):
             ForkServer.prestart(torch)
-    code = int(pytest.main([*args, *extra]))
+    code = int(pytest.main([*args, *extra, "--", *paths]))
     return PYTEST_TO_EXIT.get(code, 3)
 
 
@@ -117,40 +121,3 @@ def list_scenarios(paths: Sequence[str]) -> int:
     for err in errors:
         print(err, file=sys.stderr)
     return 2 if errors else 0
-
-
-def replay(report: str) -> int:
-    """Rerun the scenario item that produced ``report`` (a run's report dir, its verdicts.json or history)."""
-    import json
-    from pathlib import Path
-
-    p = Path(report)
-    if not p.exists():
-        print(f"lastcall replay: {report}: no such report; give reports/<run id>, or its verdicts.json or "
-              f"history.jsonl", file=sys.stderr)
-        return 2
-    meta_path = p / "verdicts.json" if p.is_dir() else p.with_name("verdicts.json")
-    try:
-        meta = json.loads(meta_path.read_text())
-    except (OSError, ValueError) as exc:
-        beside = "" if meta_path == p else f" (the verdicts.json {'in' if p.is_dir() else 'beside'} {report})"
-        print(f"lastcall replay: cannot read {meta_path}{beside}: {getattr(exc, 'strerror', None) or exc}",
-              file=sys.stderr)
-        return 2
-    nodeid = meta.get("nodeid")
-    if not nodeid:
-        print(f"lastcall replay: {meta_path} names no test (it was written outside pytest)", file=sys.stderr)
-        return 2
-    target = str(meta["target"]) if meta.get("target") else None  # the session's override, as it recorded it
-    if target is None and "-catches-" not in nodeid:  # none recorded (or a report older than "target")
-        from harness.scenario import load
-
-        try:
-            scenario = load(nodeid.split("::")[0])
-        except Exception as exc:
-            print(f"lastcall replay: {exc}", file=sys.stderr)
-            return 2
-        if meta.get("variant") and meta["variant"] != scenario.target:
-            target = str(meta["variant"])
-    print(f"lastcall replay: {nodeid}" + (f" --target {target}" if target else ""), flush=True)
-    return run([nodeid], target=target)

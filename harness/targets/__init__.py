@@ -152,6 +152,9 @@ def load_target(spec: str) -> Any:
         return _import(names.NAMED[name])
     kind, pinned, version = name.partition("==")
     if pinned and kind == "kvcached":
+        if not names.is_version(version):
+            raise ConfigError(f"target {name!r}: {version!r} is not a PEP 440 version in its normal form, as "
+                              "kvcached==0.1.6")
         from harness.targets.kvcached import KvcachedTarget
 
         return KvcachedTarget(version)

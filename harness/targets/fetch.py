@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import tarfile
 import tempfile
@@ -40,10 +41,16 @@ def cache_dir() -> Path:
 
 def parse_pin(spec: str) -> tuple[str, str]:
     """``kvcached==0.1.6`` -> ("kvcached", "0.1.6"); ConfigError naming the form otherwise."""
+    from harness.targets.names import is_version
+
     name, sep, version = spec.partition("==")
     if not sep or not name.strip() or not version.strip():
         raise ConfigError(f"{spec!r}: give NAME==VERSION, e.g. kvcached==0.1.6")
-    return name.strip(), version.strip()
+    name, version = name.strip(), version.strip()
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", name) or not is_version(version):
+        raise ConfigError(f"{spec!r}: give NAME==VERSION with a PEP 440 version in its normal form, e.g. "
+                          "kvcached==0.1.6")
+    return name, version
 
 
 def cached_source(name: str, version: str) -> Path | None:

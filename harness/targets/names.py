@@ -17,10 +17,12 @@ import importlib.util
 import os
 import re
 
+from packaging.version import InvalidVersion, Version
+
 from harness import entrypoints
 
 __all__ = ["WORKER_VARIANTS", "HANDSHAKE_VARIANTS", "ENGINE_VARIANTS", "NAMED", "target_names", "unknown_target",
-           "check_target"]
+           "check_target", "trusted_by_name", "is_version"]
 
 # harness.reference.variants.VARIANTS, in its order (the worker listener's reference and planted bugs)
 WORKER_VARIANTS: tuple[str, ...] = (
@@ -55,6 +57,25 @@ NAMED: dict[str, str] = {  # lazily imported targets beside the reference's vari
     **{v: f"harness.targets.vllm_engine:{v.upper()}" for v in ENGINE_VARIANTS[1:]},
 }
 _DOTTED = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*")  # a module path or an attribute path
+
+
+def is_version(text: str) -> bool:
+    """Whether ``text`` is a PEP 440 version in its normal form (``0.1.6``, ``1.0rc1``): it names a cache folder,
+    so nothing else (a path, a space, ``..``) may pass."""
+    try:
+        return str(Version(text)) == text
+    except InvalidVersion:
+        return False
+
+
+def trusted_by_name(spec: str) -> bool:
+    """Whether ``spec`` names a target without naming code: a built-in name, an installed ``lastcall.targets``
+    entry point or ``kvcached==VERSION``. A ``module:attribute`` or ``reference@module:attribute`` read from a
+    file imports what the file names: only the user's own command line may give one (docs/trust.md)."""
+    kind, pinned, version = spec.partition("==")
+    if pinned:
+        return kind == "kvcached" and is_version(version)
+    return spec in target_names() or spec in entrypoints.names(entrypoints.TARGETS)
 
 
 def target_names() -> list[str]:
@@ -97,9 +118,10 @@ def check_target(spec: str) -> str | None:
         return None  # an entry point's name is listed from the metadata: nothing is imported
     kind, pinned, version = name.partition("==")
     if pinned:
-        if kind == "kvcached" and re.fullmatch(r"\d+(?:\.\d+)*", version):
-            return None
-        return f"target {name!r}: only kvcached takes a pinned version, as kvcached==0.1.6"
+        if kind != "kvcached":
+            return f"target {name!r}: only kvcached takes a pinned version, as kvcached==0.1.6"
+        return None if is_version(version) else (f"target {name!r}: {version!r} is not a PEP 440 version in its "
+                                                 "normal form, as kvcached==0.1.6")
     if ":" in name:
         return _check_import_path(name, "target")
     return unknown_target(name)
