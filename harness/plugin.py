@@ -107,6 +107,9 @@ def pytest_configure(config: pytest.Config) -> None:
     from harness.scenario.chain_items import check as check_chain
 
     check_chain(config)  # --lastcall-chain with -n: refused before anything runs
+    from harness.report.summary import check_reports
+
+    check_reports(config)  # a reports directory lastcall did not make (/, a home directory): refused too
     from harness.scenario.overlap import width
 
     width(config)  # a bad lastcall_overlap too

@@ -2,7 +2,13 @@
 
 * ``--lastcall-reports=DIR`` (ini ``lastcall_reports``, default ``reports``
   under the rootdir) is where each run writes ``<run id>/``; an empty value
-  turns reports off.
+  turns reports off.  lastcall writes only into a directory it made: one it
+  creates, or an empty one (a ``.gitkeep`` may stay), gets its marker
+  :data:`MARKER` before anything else is written in it; a file, a directory it
+  cannot write and a non-empty directory without the marker (``/``, a home
+  directory) are refused when the session starts (:func:`check_reports`, a
+  pytest.UsageError), so it never replaces an ``index.html`` or
+  ``session.json`` it did not write.
 * At the end of the session (on the xdist controller, or the only process) the
   runs of *this* session are known from the test reports: each scenario item
   records ``lastcall_run_id`` and ``lastcall_report`` in its user_properties,
@@ -17,20 +23,27 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
+import re
+import tempfile
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from html import escape
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import pytest
 
-__all__ = ["addoption", "reports_dir", "terminal_summary", "collect_runs", "write_summary", "SessionRun",
-           "session_meta", "SESSION", "SESSION_FORMAT"]
+from harness.artifacts import MIB, ArtifactError, read_json, shown
+
+__all__ = ["addoption", "reports_dir", "check_reports", "terminal_summary", "collect_runs", "write_summary",
+           "SessionRun", "session_meta", "row_doc", "read_row_doc", "href", "SESSION", "SESSION_FORMAT", "MARKER",
+           "MAX_VERDICTS_BYTES"]
 
 INI_REPORTS = "lastcall_reports"
 OPTION = "--lastcall-reports"
@@ -38,6 +51,15 @@ SUMMARY = "index.html"  # the session page, in the reports directory
 SESSION = "session.json"  # the session's runs, beside it, for lastcall report --merge
 SESSION_FORMAT = 1  # session.json "format": bump when its keys change meaning
 SCENARIO_SUFFIXES = (".yaml", ".yml")  # a node id whose file has one of these is a scenario
+# In a reports directory, the file that says lastcall made it: what lastcall writes into a directory holding
+# other things than this marker would replace files it did not write (``--lastcall-reports ~``).
+MARKER = ".lastcall-reports"
+# a run's verdicts.json, read back for its row: tens of KiB as lastcall writes it
+MAX_VERDICTS_BYTES = 4 * MIB
+MAX_FIELD = 200  # characters of a name read from a verdicts.json (scenario, matrix, variant, checker) kept
+MAX_ROW_VERDICTS = 256  # verdicts of one run read for its row: lastcall has fewer checkers
+MAX_LONGREPR = 500  # characters of a failure's first line kept in session.json
+VERDICTS = "verdicts.json"  # beside each run's page (harness.report.write.VERDICTS, not imported: this stays cheap)
 
 
 def addoption(parser: pytest.Parser) -> None:
@@ -49,8 +71,7 @@ def addoption(parser: pytest.Parser) -> None:
                   "rootdir (default reports; empty: no reports)")
 
 
-def reports_dir(config: pytest.Config) -> Path | None:
-    """The reports directory of this session, or None when reports are off."""
+def _configured(config: pytest.Config) -> Path | None:
     value = config.getoption(OPTION, default=None)
     if value is None:
         value = config.getini(INI_REPORTS)
@@ -59,6 +80,38 @@ def reports_dir(config: pytest.Config) -> Path | None:
         return None
     path = Path(value).expanduser()
     return path if path.is_absolute() else Path(config.rootpath) / path
+
+
+def reports_dir(config: pytest.Config) -> Path | None:
+    """The reports directory of this session, or None when reports are off.
+
+    Made (with its marker) when first asked for, by the process about to write in it: a session that writes no
+    report leaves none behind. :func:`check_reports` has refused a directory unfit for it before anything ran."""
+    from harness.report.reportsdir import make_reports
+
+    path = _configured(config)
+    if path is not None:
+        try:
+            make_reports(path)
+        except OSError:
+            pass  # the write that follows says what is wrong, in its own warning
+    return path
+
+
+def check_reports(config: pytest.Config) -> None:
+    """Refuse (pytest.UsageError, one line) a reports directory lastcall may not write in: at configure time, on
+    the xdist controller (or the only process), before any worker or run starts."""
+    if hasattr(config, "workerinput"):  # the controller checked it; a worker only makes it (reports_dir)
+        return
+    from harness.report.reportsdir import unfit
+
+    path = _configured(config)
+    why = None if path is None else unfit(path)
+    if why is not None:
+        given = config.getoption(OPTION, default=None)
+        where = f"{OPTION} {given}" if given is not None else f"ini {INI_REPORTS} = {config.getini(INI_REPORTS)}"
+        full = "" if given is not None and Path(given) == path else f" ({path})"
+        raise pytest.UsageError(shown(f"{where}{full}: {why}"))
 
 
 @dataclass
@@ -77,11 +130,53 @@ class SessionRun:
 
     @property
     def violated(self) -> list[str]:
-        return [str(v.get("checker")) for v in self.doc.get("verdicts", ()) if v.get("status") == "violated"]
+        return self.checkers("violated")
+
+    def checkers(self, status: str) -> list[str]:
+        """The checkers whose verdict is ``status``, as ``doc`` says (a verdict of another shape is none)."""
+        verdicts = self.doc.get("verdicts")
+        return [str(v.get("checker")) for v in (verdicts if isinstance(verdicts, list) else ())
+                if isinstance(v, dict) and v.get("status") == status]
 
     @property
     def run_status(self) -> str:
-        return str((self.doc.get("outcome") or {}).get("status", ""))
+        outcome = self.doc.get("outcome")
+        return str(outcome.get("status", "")) if isinstance(outcome, dict) else ""
+
+
+def _name(value: Any) -> str | None:
+    return value[:MAX_FIELD] if isinstance(value, str) else None
+
+
+def row_doc(doc: Any) -> dict[str, Any]:
+    """What a run's row and FAILED line use of its verdicts.json ``doc``, each field of the shape lastcall writes
+    or left out (a verdicts.json is data: a wrong shape is no row's error): scenario, matrix, variant, broken,
+    step_error (strings), outcome ({"status": str}) and verdicts ([{"checker": str, "status": str}])."""
+    if not isinstance(doc, dict):
+        return {}
+    out: dict[str, Any] = {k: doc[k] for k in ("scenario", "matrix", "variant", "broken", "step_error")
+                           if isinstance(doc.get(k), str)}
+    for key in ("scenario", "matrix", "variant"):
+        if key in out:
+            out[key] = out[key][:MAX_FIELD]
+    outcome = doc.get("outcome")
+    if isinstance(outcome, dict) and isinstance(outcome.get("status"), str):
+        out["outcome"] = {"status": outcome["status"][:MAX_FIELD]}
+    verdicts = doc.get("verdicts")
+    if isinstance(verdicts, list):
+        out["verdicts"] = [{"checker": c, "status": st} for v in verdicts[:MAX_ROW_VERDICTS] if isinstance(v, dict)
+                           for c, st in [(_name(v.get("checker")), _name(v.get("status")))]
+                           if c is not None and st is not None]
+    return out
+
+
+def read_row_doc(page: str | os.PathLike[str]) -> dict[str, Any]:
+    """:func:`row_doc` of the verdicts.json beside a run's ``page``; {} when it cannot be read (bounded:
+    harness.artifacts)."""
+    try:
+        return row_doc(read_json(Path(page).parent / VERDICTS, VERDICTS, MAX_VERDICTS_BYTES))
+    except ArtifactError:
+        return {}
 
 
 def _is_scenario(report: Any) -> bool:
@@ -110,24 +205,30 @@ def collect_runs(stats: Mapping[str, Iterable[Any]]) -> list[SessionRun]:
             run.page = str(props.get("lastcall_report", run.page))
     for run in runs.values():
         run.outcome = run.outcome or "interrupted"
+        run.longrepr = run.longrepr[:MAX_LONGREPR]
         if run.page:
-            try:
-                doc = json.loads((Path(run.page).parent / "verdicts.json").read_text(encoding="utf-8"))
-                run.doc = doc if isinstance(doc, dict) else {}
-            except (OSError, ValueError):
-                run.doc = {}
+            run.doc = read_row_doc(run.page)
     return sorted(runs.values(), key=lambda r: r.nodeid)
+
+
+_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*:")
+
+
+def href(page: str | os.PathLike[str], root: Path) -> str:
+    """The link from a page in ``root`` to ``page``: relative, every character but letters, digits and ``/._-~``
+    percent-encoded, so that no part of it reads as a scheme (``javascript:``), a query or a fragment."""
+    rel = Path(os.path.relpath(Path(page).absolute(), root.absolute())).as_posix()
+    return quote(rel, safe="/")
 
 
 def _row(run: SessionRun, root: Path, shards: bool = False) -> str:
     h = escape
-    doc = run.doc
+    doc = row_doc(run.doc)
     name = str(doc.get("scenario") or run.nodeid.split("::")[-1].split("[")[0])
     matrix = str(doc.get("matrix") or "")
     link = ""
     if run.page:
-        rel = Path(os.path.relpath(Path(run.page).absolute(), root.absolute())).as_posix()
-        link = f'<a href="{h(rel, quote=True)}">{h(run.run_id or "report")}</a>'
+        link = f'<a href="{h(href(run.page, root), quote=True)}">{h(run.run_id or "report")}</a>'
     violated = ", ".join(run.violated)
     broken = f"; broken: {doc['broken']}" if doc.get("broken") else ""  # nothing the run shows counts
     return (f'<tr class="run {run.outcome}" data-nodeid="{h(run.nodeid, quote=True)}" data-outcome="{run.outcome}">'
@@ -169,6 +270,7 @@ def write_summary(root: Path, runs: list[SessionRun], meta: Mapping[str, Any] | 
                   title: str = "lastcall session", totals: str | None = None, notes: str = "") -> Path | None:
     """Write ``root/index.html`` and ``root/session.json`` for these runs; None (and a warning) when they
     cannot be written.  ``notes`` is HTML put between the totals and the table (a merge's shards, FLAKY)."""
+    from harness.report.reportsdir import make_reports
     from harness.report.write import warn
 
     stamp = time.strftime("%Y-%m-%d %H:%M:%S")  # wall clock, for the reader only
@@ -181,15 +283,28 @@ def write_summary(root: Path, runs: list[SessionRun], meta: Mapping[str, Any] | 
             f"<th>report</th>{'<th>shard</th>' if shards else ''}<th>test</th></tr>\n{rows}\n</table></body></html>\n")
     path = root / SUMMARY
     try:
-        root.mkdir(parents=True, exist_ok=True)
+        make_reports(root)
         for name, text in ((SESSION, json.dumps(session_doc(root, runs, meta or {}), indent=1)), (SUMMARY, page)):
-            tmp = root / f".{name}.tmp"
-            tmp.write_text(text, encoding="utf-8")
-            tmp.replace(root / name)
+            _replace(root / name, text)
     except OSError as exc:
         warn(f"no session summary: cannot write {path}: {exc}")
         return None
     return path
+
+
+def _replace(path: Path, text: str) -> None:
+    """Write ``path`` whole or not at all: a fresh temporary file beside it (never one that was there, which
+    could be a link elsewhere), then renamed over it."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.chmod(tmp, 0o644)  # mkstemp's 0600 would hide the page from whoever else reads the reports
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
 
 
 def session_meta(terminalreporter: Any, config: pytest.Config) -> dict[str, Any]:
@@ -220,14 +335,16 @@ def _digests(root: Path, runs: list[SessionRun]) -> None:
 
 
 def _failed_line(run: SessionRun) -> str:
-    doc = run.doc
+    """One terminal line for a failed run; what it shows of files (its verdicts.json, a shard's session.json) is
+    cut and stripped of control characters (harness.artifacts.shown)."""
+    doc = row_doc(run.doc)
     if not doc:
         why = run.longrepr or "no report"
-        return f"FAILED {run.nodeid}: {why}" + (f" ({run.page})" if run.page else "")
+        return shown(f"FAILED {run.nodeid}: {why}" + (f" ({run.page})" if run.page else ""))
     parts = []
     if run.violated:
         parts.append("violated " + ", ".join(run.violated))
-    unknown = [str(v.get("checker")) for v in doc.get("verdicts", ()) if v.get("status") == "unknown"]
+    unknown = run.checkers("unknown")
     if unknown:
         parts.append("unknown " + ", ".join(unknown))
     if run.run_status not in ("", "ok"):
@@ -236,7 +353,7 @@ def _failed_line(run: SessionRun) -> str:
         parts.append(f"step failed: {str(doc['step_error'])[:80]}")
     if not parts:
         parts.append(run.longrepr or "see the report")
-    return f"FAILED {run.nodeid} on {doc.get('variant', '?')}: {'; '.join(parts)} -> {run.page}"
+    return shown(f"FAILED {run.nodeid} on {doc.get('variant', '?')}: {'; '.join(parts)} -> {run.page}")
 
 
 def terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
