@@ -9,11 +9,15 @@ where it lies in its shard; and, when the shards hold their sessions' JUnit XML,
 ``OUT/junit.xml``: one testsuite of every shard's testcases (harness.report.junit).
 
 Bad input is exit 2, with one located line per problem and nothing written: a DIR
-that is not a session's report directory (or whose session.json is not one, or
-names a run page that is not there), shards of an item's scenario file with other
+that is not a session's report directory (or whose session.json is not one, has a
+field of the wrong shape or out of range, or names a run page that is not a regular
+file inside it: harness.report.shard), shards of an item's scenario file with other
 contents (the shards ran different trees), shards split differently, a group of
-``--splits K`` missing, no scenario run in any shard, ``--out`` one of the shards, a
-JUnit file that is not well-formed, some shards with JUnit and others without.
+``--splits K`` missing, no scenario run in any shard, ``--out`` one of the shards or
+a directory lastcall did not make (harness.report.reportsdir; it may hold the shards
+themselves), a JUnit file that is not well-formed or not plain data, some shards with
+JUnit and others without. Every file is read bounded (harness.artifacts), and what is
+printed of one is stripped of control characters.
 
 Exit status otherwise: 1 when any run failed or was interrupted, any item is
 FLAKY, or a shard's pytest exited other than 0 or 5 (nothing collected; a shard
@@ -26,19 +30,20 @@ JUnit neither: its passing testcases carry a failure naming it FLAKY).
 
 from __future__ import annotations
 
-import json
 import sys
 import warnings
 from collections import defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from html import escape
 from pathlib import Path
-from typing import Any
 
+from harness.artifacts import shown
 from harness.report.junit import MergedJUnit, merge_junit, read_junit, write_junit
-from harness.report.summary import SESSION, SESSION_FORMAT, SUMMARY, SessionRun, _failed_line, _totals, write_summary
-from harness.report.write import VERDICTS, ReportWarning
+from harness.report.reportsdir import resolved, unfit
+from harness.report.shard import MergeError, Reads, Shard, read_shard
+from harness.report.summary import SESSION, SessionRun, _failed_line, _totals, write_summary
+from harness.report.write import ReportWarning
 from harness.scenario.repeat import base_id
 
 __all__ = ["merge_command", "merge", "read_shard", "Shard", "Merged", "MergeError", "DEFAULT_OUT"]
@@ -47,41 +52,6 @@ DEFAULT_OUT = "reports-merged"
 PROG = "lastcall report"
 OK_STATUS = (0, 5)  # pytest's exit statuses of a shard that failed nothing (5: its group collected nothing)
 SHORT = 12  # hex digits of a sha256 shown in a message
-
-
-class MergeError(Exception):
-    """The shards cannot be merged: one located line per problem, in ``problems``."""
-
-    def __init__(self, problems: Sequence[str]) -> None:
-        super().__init__("; ".join(problems))
-        self.problems = list(problems)
-
-
-@dataclass
-class Shard:
-    """One shard's report directory, as its session.json says."""
-
-    label: str  # the directory as given
-    path: Path
-    meta: dict[str, Any]
-    runs: list[SessionRun] = field(default_factory=list)
-
-    @property
-    def group(self) -> tuple[int, int] | None:
-        """(group, splits) of a pytest-split shard, None for a whole session."""
-        splits, group = self.meta.get("splits"), self.meta.get("group")
-        return (int(group), int(splits)) if isinstance(splits, int) and isinstance(group, int) else None
-
-    @property
-    def exitstatus(self) -> int | None:
-        status = self.meta.get("exitstatus")
-        return status if isinstance(status, int) else None
-
-    def describe(self) -> str:
-        g = self.group
-        where = f"group {g[0]}/{g[1]}" if g else "whole session"
-        status = "" if self.exitstatus is None else f", pytest exit {self.exitstatus}"
-        return f"{self.label}: {where}, {len(self.runs)} scenario run{'' if len(self.runs) == 1 else 's'}{status}"
 
 
 @dataclass
@@ -99,81 +69,7 @@ class Merged:
 
 
 def _located(where: Path | str, message: str) -> str:
-    return f"{where}: {message}"
-
-
-def _shown(text: str) -> str:
-    """A name read from a shard, fit for a one-line error: control characters (a newline, or \\x1e, which
-    str.splitlines() also splits on) are written as escapes."""
-    return text if text.isprintable() else repr(text)[1:-1]
-
-
-def read_shard(label: str) -> Shard:
-    """One shard's directory; MergeError (one located line) when it is not a session's report directory."""
-    path = Path(label)
-    doc_path = path / SESSION
-    if not path.is_dir():
-        raise MergeError([_located(label, "no such directory" if not path.exists() else "not a directory")])
-    if not doc_path.is_file():
-        below = sorted(p.parent.name for p in path.glob(f"*/{SESSION}"))
-        hint = f"; its subdirectories {', '.join(below[:4])}{' ...' if len(below) > 4 else ''} are: give them" \
-            if below else ""
-        raise MergeError([_located(label, f"not a lastcall session's report directory (no {SESSION}, which a "
-                                          f"session with reports on writes beside its {SUMMARY}){hint}")])
-    try:
-        doc = json.loads(doc_path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError) as exc:
-        raise MergeError([_located(doc_path, f"unreadable: {exc}")]) from None
-    if not isinstance(doc, dict) or not isinstance(doc.get("runs"), list):
-        raise MergeError([_located(doc_path, "not a lastcall session.json (no list of runs)")])
-    if doc.get("format") != SESSION_FORMAT:
-        raise MergeError([_located(doc_path, f"format {doc.get('format')!r}, this lastcall reads {SESSION_FORMAT}: "
-                                             "merge with the lastcall that wrote it")])
-    meta = {k: v for k, v in doc.items() if k != "runs"}
-    splits, group = meta.get("splits"), meta.get("group")
-    if (splits, group) != (None, None) and not (
-            type(splits) is int and type(group) is int and 1 <= group <= splits):  # type(): True is no group
-        raise MergeError([_located(doc_path, f"group {group!r} of splits {splits!r}: not a pytest-split group "
-                                             "(1 <= group <= splits)")])
-    shard = Shard(label.rstrip("/") or label, path, meta)
-    problems = []
-    for n, entry in enumerate(doc["runs"]):
-        run = _run(entry, shard)
-        if isinstance(run, str):
-            problems.append(_located(doc_path, f"runs[{n}]: {run}"))
-        else:
-            shard.runs.append(run)
-    if problems:
-        raise MergeError(problems)
-    return shard
-
-
-def _run(entry: Any, shard: Shard) -> SessionRun | str:
-    """A SessionRun of one session.json entry, its verdicts.json read from beside its page; or what is wrong."""
-    if not isinstance(entry, dict) or not isinstance(entry.get("nodeid"), str) or not entry["nodeid"]:
-        return "not a run (no nodeid)"
-    nodeid = entry["nodeid"]
-    shown = _shown(nodeid)
-    outcome, seconds = entry.get("outcome"), entry.get("seconds") or 0.0
-    if outcome not in ("passed", "failed", "skipped", "interrupted"):
-        return f"{shown}: outcome {outcome!r} is none of passed, failed, skipped, interrupted"
-    if not isinstance(seconds, (int, float)) or isinstance(seconds, bool):
-        return f"{shown}: seconds {seconds!r} is not a number"
-    run = SessionRun(nodeid, outcome, float(seconds), str(entry.get("run_id") or ""),
-                     longrepr=str(entry.get("longrepr") or ""), scenario_sha256=str(entry.get("scenario_sha256") or ""),
-                     shard=f"{shard.label}/{entry['shard']}" if entry.get("shard") else shard.label)
-    if entry.get("page"):
-        page = shard.path / str(entry["page"])
-        if not page.parent.is_dir():
-            return (f"{shown}: its report {_shown(str(page.parent))} is not there (an incomplete download of the "
-                    "shard?)")
-        run.page = str(page)
-        try:
-            doc = json.loads((page.parent / VERDICTS).read_text(encoding="utf-8"))
-            run.doc = doc if isinstance(doc, dict) else {}
-        except (OSError, UnicodeDecodeError, ValueError):
-            run.doc = {}  # as in the session's own page: the row shows what session.json says
-    return run
+    return f"{shown(where)}: {message}"
 
 
 def _key(shard: Shard, run: SessionRun) -> tuple[str, str]:
@@ -192,8 +88,8 @@ def _check(shards: list[Shard]) -> list[str]:
                 continue
             first = files.setdefault(name, (run.scenario_sha256, shard))
             if first[0] != run.scenario_sha256:
-                problems.append(_located(shard.path / SESSION, f"{_shown(run.nodeid)} ran under other contents "
-                                         f"of {_shown(name)} than in {first[1].label} (sha256 "
+                problems.append(_located(shard.path / SESSION, f"{shown(run.nodeid)} ran under other contents "
+                                         f"of {shown(name)} than in {first[1].label} (sha256 "
                                          f"{run.scenario_sha256[:SHORT]} vs {first[0][:SHORT]}): the shards ran "
                                          "different trees"))
                 files[name] = (run.scenario_sha256, shard)  # one line per disagreeing shard, not per item
@@ -226,14 +122,15 @@ def merge(labels: Sequence[str]) -> Merged:
     problems: list[str] = []
     shards: list[Shard] = []
     seen: dict[Path, str] = {}
+    reads = Reads()
     for label in labels:
-        resolved = Path(label).resolve()
-        if resolved in seen:
-            problems.append(_located(label, f"given twice (also as {seen[resolved]})"))
+        real = resolved(label)
+        if real in seen:
+            problems.append(_located(label, f"given twice (also as {shown(seen[real])})"))
             continue
-        seen[resolved] = label
+        seen[real] = label
         try:
-            shards.append(read_shard(label))
+            shards.append(read_shard(label, reads))
         except MergeError as exc:
             problems.extend(exc.problems)
     if problems:
@@ -279,6 +176,15 @@ def _totals_line(merged: Merged) -> str:
     return f"{_totals(merged.runs)}{flaky}, from {len(merged.shards)} shard{'' if len(merged.shards) == 1 else 's'}"
 
 
+def _out_refused(dirs: Sequence[str], target: Path) -> str | None:
+    """Why the merge may not write into ``target``: it is one of the shards, or no reports directory of lastcall's
+    (harness.report.reportsdir; it may hold the shards it merges, as the example workflow lays them)."""
+    clash = [d for d in dirs if resolved(d) == resolved(target)]
+    if clash:
+        return f"is the shard {shown(clash[0])}: its own page would be replaced; give another directory"
+    return unfit(target, {resolved(d) for d in dirs})
+
+
 def merge_command(dirs: Sequence[str] | None, history: str | None, out: str | None, checks: Sequence[str]) -> int:
     """``lastcall report --merge DIR... [--out OUT]``: print the failures, FLAKY items and totals, write the
     page; returns the exit status (0 passed, 1 failed or flaky, 2 bad input)."""
@@ -289,10 +195,9 @@ def merge_command(dirs: Sequence[str] | None, history: str | None, out: str | No
         print(f"{PROG}: error: {why} (see {PROG} --help)", file=sys.stderr)
         return 2
     target = Path(out or DEFAULT_OUT)
-    clash = [d for d in dirs if Path(d).resolve() == target.resolve()]
-    if clash:
-        print(_located(f"{PROG} --out {target}", f"is the shard {clash[0]}: its own page would be replaced; "
-                       "give another directory"), file=sys.stderr)
+    refused = _out_refused(dirs, target)
+    if refused is not None:
+        print(_located(f"{PROG} --out {target}", refused), file=sys.stderr)
         return 2
     try:
         merged = merge(dirs)
@@ -306,26 +211,31 @@ def merge_command(dirs: Sequence[str] | None, history: str | None, out: str | No
         page = write_summary(target, merged.runs, meta, title="lastcall session merged from shards",
                              totals=_totals_line(merged), notes=_notes(merged))
     if page is None:
-        print(f"{PROG}: --out {target}: " + "; ".join(str(w.message) for w in caught), file=sys.stderr)
+        print(f"{PROG}: --out {shown(target)}: " + "; ".join(str(w.message) for w in caught), file=sys.stderr)
         return 2
-    for shard in merged.shards:
-        print(f"shard {shard.describe()}")
-    for run in merged.runs:
-        if run.outcome == "failed":
-            print(_failed_line(run))
-    for shard in merged.bad_shards:
-        print(f"FAILED shard {shard.label}: pytest exited {shard.exitstatus}")
-    for item, repeats in merged.flaky.items():
-        print(_flaky_line(item, repeats))
+    _print_lines(merged)
     if merged.junit is not None:
         try:
             junit = write_junit(merged.junit, target)
         except OSError as exc:
-            print(f"{PROG}: --out {target}: cannot write the merged JUnit: {exc}", file=sys.stderr)
+            print(f"{PROG}: --out {shown(target)}: cannot write the merged JUnit: {exc}", file=sys.stderr)
             return 2
         n = len(merged.junit.files)
-        print(f"junit: {junit}, {merged.junit.cases} testcase{'' if merged.junit.cases == 1 else 's'} of {n} "
-              f"file{'' if n == 1 else 's'}" + (f", {len(merged.junit.flaky)} flaky item(s) marked failed"
-                                                if merged.junit.flaky else ""))
-    print(f"{_totals_line(merged)}; summary: {page}")
+        print(shown(f"junit: {junit}, {merged.junit.cases} testcase{'' if merged.junit.cases == 1 else 's'} of {n} "
+                    f"file{'' if n == 1 else 's'}" + (f", {len(merged.junit.flaky)} flaky item(s) marked failed"
+                                                      if merged.junit.flaky else "")))
+    print(shown(f"{_totals_line(merged)}; summary: {page}"))
     return merged.exit_code
+
+
+def _print_lines(merged: Merged) -> None:
+    """The shards, then a line per failed run, failed shard and FLAKY item: terminal-safe (harness.artifacts)."""
+    for shard in merged.shards:
+        print(shown(f"shard {shard.describe()}"))
+    for run in merged.runs:
+        if run.outcome == "failed":
+            print(_failed_line(run))
+    for shard in merged.bad_shards:
+        print(shown(f"FAILED shard {shard.label}: pytest exited {shard.exitstatus}"))
+    for item, repeats in merged.flaky.items():
+        print(shown(_flaky_line(item, repeats)))
