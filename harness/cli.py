@@ -293,7 +293,7 @@ def _cmd_fetch(args: argparse.Namespace) -> int:
 
 
 def _cmd_replay(args: argparse.Namespace) -> int:
-    from harness.scenario.replay import replay
+    from harness.report.replay import replay
 
     return replay(args.report)
 

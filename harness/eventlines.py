@@ -77,7 +77,7 @@ def _problem(doc: Any) -> str | None:
     spec = vocabulary.KINDS.get(kind)
     if spec is not None:
         upgraded = vocabulary.upgrade(kind, data, v)
-        wrong = [p for p in spec.problems(upgraded) if p.startswith("key ")]  # mistyped: missing keys are read as absent
+        wrong = [p for p in spec.problems(upgraded) if p.startswith("key ")]  # mistyped; a missing key reads as absent
         if wrong:
             return f"{kind}: {wrong[0]}"
     return None

@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 
 from harness.cli import main
+from harness.report.replay import REPORTS_MARKER
 from harness.scenario import commands
-from harness.scenario.replay import REPORTS_MARKER
 
 ITEM = "scenarios/mine.yaml::mine[tp1-pp1-cpu]"
 SCENARIO = """name: mine

@@ -22,7 +22,6 @@ range, scaled to the repeat's size.  A checker of the run the file does not name
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -32,6 +31,7 @@ from typing import Any
 import yaml
 
 from harness.errors import ConfigError
+from harness.verdicts_file import read_meta
 
 __all__ = ["Expected", "Rate", "load_expected", "differences", "rate_differences", "tally", "STATUSES", "OUTCOMES"]
 
@@ -152,8 +152,10 @@ def tally(dirs: Sequence[Path], variant: str = "vllm_engine") -> dict[str, dict[
     out: dict[str, dict[str, Any]] = {}
     for d in dirs:
         for f in sorted([d / "verdicts.json"] if (d / "verdicts.json").is_file() else d.glob("*/verdicts.json")):
-            doc = json.loads(f.read_text())
-            if doc.get("variant") != variant:
+            doc, problems = read_meta(f)  # a stored run is data: every field used checked for its shape
+            if problems:
+                raise ConfigError("; ".join(problems))
+            if doc.get("variant") != variant or not {"scenario", "outcome", "verdicts"} <= doc.keys():
                 continue
             t = out.setdefault(doc["scenario"], {"runs": 0, "outcomes": {}, "checkers": {}, "seconds": [],
                                                   "step_errors": []})

@@ -25,9 +25,9 @@ from harness.checkers import CHECKERS, RunRecord, Verdict, judge
 from harness.errors import ConfigError
 from harness.history import Event, read_jsonl
 from harness.probes.model import Snapshot
-from harness.report.meta import read_meta
 from harness.report.write import HISTORY, SNAPSHOTS, VERDICTS, verdicts_doc, write_page
 from harness.targets.names import target_names
+from harness.verdicts_file import read_meta
 
 __all__ = ["report_history", "load_history", "EXIT_OK", "EXIT_VIOLATED"]
 
@@ -75,7 +75,7 @@ Expect = list[tuple[str, dict[str, Any], str | None]]  # checker, params, allow_
 def _expect(meta: dict[str, Any], checks: Sequence[str]) -> tuple[Expect, str]:
     if checks:
         return [(c, {}, None) for c in checks], "the checkers named with --check, with their defaults"
-    listed = meta.get("expect")  # shape checked by harness.report.meta
+    listed = meta.get("expect")  # shape checked by harness.verdicts_file
     if listed is not None:
         return [(x["checker"], dict(x.get("params") or {}), x.get("allow_unknown") or None)
                 for x in listed], f"the expect list of {VERDICTS}"

@@ -24,8 +24,8 @@ import sys
 from pathlib import Path
 
 from harness.artifacts import shown
-from harness.report.meta import read_meta
 from harness.report.summary import MARKER as REPORTS_MARKER  # the file a reports directory lastcall owns holds
+from harness.verdicts_file import read_meta
 
 __all__ = ["replay", "parse_nodeid", "NODEID", "REPORTS_MARKER"]
 
@@ -102,7 +102,7 @@ def _target(meta: dict[str, object], nodeid: str, path: str) -> str | None:
             target = variant if variant != scenario.target else None
     if target is None:
         return None
-    assert isinstance(target, str)  # harness.report.meta checked it
+    assert isinstance(target, str)  # harness.verdicts_file checked it
     if not trusted_by_name(target):
         command = f"lastcall run {shlex.quote(nodeid)} --target {shlex.quote(target)}"
         raise _Refused(f"its target {shown(target, 200)!r} is not a built-in name or an installed entry point: "
