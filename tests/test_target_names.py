@@ -28,7 +28,8 @@ def test_the_static_lists_are_the_registries() -> None:
 
 @pytest.mark.parametrize(("spec", "says"), [
     ("refrence", "unknown target 'refrence' (did you mean 'reference'?); known: reference, "),
-    ("kvcached==latest", "target 'kvcached==latest': only kvcached takes a pinned version, as kvcached==0.1.6"),
+    ("kvcached==latest", "target 'kvcached==latest': 'latest' is not a PEP 440 version in its normal form, as "
+                         "kvcached==0.1.6"),
     ("vllm==0.11", "target 'vllm==0.11': only kvcached takes a pinned version"),
     ("no_such_module_xyz:T", "target 'no_such_module_xyz:T': no module named 'no_such_module_xyz' (not installed, "
                              "and not under "),
