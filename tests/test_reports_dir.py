@@ -184,6 +184,7 @@ def _scenario_session(pytester: pytest.Pytester, *args: str, keyword: str = "not
     return pytester.runpytest_subprocess("s.yaml", "-k", keyword, *args, *QUIET)
 
 
+@pytest.mark.slow  # real runs, seconds each: the refusals above are the quick suite's
 def test_a_new_directory_is_made_with_its_marker_once_a_report_is_written(pytester: pytest.Pytester) -> None:
     new = pytester.path / "out" / "reports"
     pytester.makepyfile(test_plain="def test_plain():\n    pass\n")
@@ -199,6 +200,7 @@ def test_a_new_directory_is_made_with_its_marker_once_a_report_is_written(pytest
     assert len([p for p in new.iterdir() if p.is_dir()]) == 2 and (new / MARKER).read_text() == MARKER_TEXT
 
 
+@pytest.mark.slow  # real runs, seconds each: the refusals above are the quick suite's
 def test_xdist_workers_write_into_one_marked_directory(pytester: pytest.Pytester) -> None:
     """The controller checks, each worker makes the directory as its first run writes: the marker is created
     exclusively, once, whoever comes first; an empty directory holding .gitkeep is taken as empty."""

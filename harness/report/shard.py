@@ -44,6 +44,7 @@ from harness.report.summary import (
     SUMMARY,
     VERDICTS,
     SessionRun,
+    encodable,
     row_doc,
 )
 
@@ -188,8 +189,9 @@ def _meta(doc: Any) -> dict[str, Any] | str:
     if status is not None and not (type(status) is int and 0 <= status <= 255):
         return f"exitstatus {_value(status)} is not a process's exit status (0 to 255)"
     for key in ("target", "lastcall"):
-        if doc.get(key) is not None and not (isinstance(doc[key], str) and len(doc[key]) <= MAX_NAME):
-            return f"{key} {_value(doc[key])} is not a name (a string of at most {MAX_NAME} characters)"
+        if doc.get(key) is not None and not (isinstance(doc[key], str) and len(doc[key]) <= MAX_NAME
+                                             and encodable(doc[key])):
+            return f"{key} {_value(doc[key])} is not a name (text of at most {MAX_NAME} characters)"
     if doc.get("merged") is not None and not isinstance(doc["merged"], list):
         return f"merged {_value(doc['merged'])} is not a list of shards"
     return {k: doc.get(k) for k in ("lastcall", "target", "exitstatus", "splits", "group", "merged") if k in doc}
@@ -228,7 +230,7 @@ def _text(entry: dict[str, Any], key: str, limit: int = MAX_NAME) -> str | None:
     value = entry.get(key)
     if value is None:
         return ""
-    return value if isinstance(value, str) and len(value) <= limit else None
+    return value if isinstance(value, str) and len(value) <= limit and encodable(value) else None
 
 
 def _run(entry: Any, shard: Shard, real: Path) -> SessionRun | str:
@@ -238,6 +240,8 @@ def _run(entry: Any, shard: Shard, real: Path) -> SessionRun | str:
     nodeid = entry["nodeid"]
     if len(nodeid) > MAX_NODEID:
         return f"nodeid {_value(nodeid)}: lastcall reads node ids of at most {MAX_NODEID} characters"
+    if not encodable(nodeid):
+        return f"nodeid {_value(nodeid)} is not text: a lone surrogate has no UTF-8 form"
     name = shown(nodeid, 200)
     outcome, seconds = entry.get("outcome"), entry.get("seconds")
     seconds = 0.0 if seconds is None else seconds
@@ -249,11 +253,12 @@ def _run(entry: Any, shard: Shard, real: Path) -> SessionRun | str:
         return f"{name}: seconds {_value(seconds)} is not a run's duration (0 to {MAX_SECONDS:.0f})"
     texts = {k: _text(entry, k) for k in ("run_id", "shard", "scenario_sha256", "page")}
     longrepr = entry.get("longrepr")
-    texts["longrepr"] = "" if longrepr is None else longrepr[:MAX_LONGREPR] if isinstance(longrepr, str) else None
+    texts["longrepr"] = ("" if longrepr is None else longrepr[:MAX_LONGREPR]
+                         if isinstance(longrepr, str) and encodable(longrepr) else None)
     bad = next((k for k, v in texts.items() if v is None), None)
     if bad is not None:
         most = "" if bad == "longrepr" else f" of at most {MAX_NAME} characters"
-        return f"{name}: {bad} {_value(entry[bad])} is not a string{most}"
+        return f"{name}: {bad} {_value(entry[bad])} is not text{most}"
     sha = texts["scenario_sha256"] or ""
     if sha and not _SHA256.fullmatch(sha):
         return f"{name}: scenario_sha256 {_value(sha)} is not a sha256 (64 hex digits)"

@@ -42,8 +42,8 @@ import pytest
 from harness.artifacts import MIB, ArtifactError, read_json, shown
 
 __all__ = ["addoption", "reports_dir", "check_reports", "terminal_summary", "collect_runs", "write_summary",
-           "SessionRun", "session_meta", "row_doc", "read_row_doc", "href", "SESSION", "SESSION_FORMAT", "MARKER",
-           "MAX_VERDICTS_BYTES"]
+           "SessionRun", "session_meta", "row_doc", "read_row_doc", "href", "encodable", "SESSION", "SESSION_FORMAT",
+           "MARKER", "MAX_VERDICTS_BYTES"]
 
 INI_REPORTS = "lastcall_reports"
 OPTION = "--lastcall-reports"
@@ -144,8 +144,17 @@ class SessionRun:
         return str(outcome.get("status", "")) if isinstance(outcome, dict) else ""
 
 
+def encodable(text: str) -> bool:
+    """Whether ``text`` has a UTF-8 form: JSON's ``\\ud800`` escape reads as a lone surrogate, which has none."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def _name(value: Any) -> str | None:
-    return value[:MAX_FIELD] if isinstance(value, str) else None
+    return value[:MAX_FIELD] if isinstance(value, str) and encodable(value) else None
 
 
 def row_doc(doc: Any) -> dict[str, Any]:
@@ -155,13 +164,14 @@ def row_doc(doc: Any) -> dict[str, Any]:
     if not isinstance(doc, dict):
         return {}
     out: dict[str, Any] = {k: doc[k] for k in ("scenario", "matrix", "variant", "broken", "step_error")
-                           if isinstance(doc.get(k), str)}
+                           if isinstance(doc.get(k), str) and encodable(doc[k])}
     for key in ("scenario", "matrix", "variant"):
         if key in out:
             out[key] = out[key][:MAX_FIELD]
     outcome = doc.get("outcome")
-    if isinstance(outcome, dict) and isinstance(outcome.get("status"), str):
-        out["outcome"] = {"status": outcome["status"][:MAX_FIELD]}
+    status = _name(outcome.get("status")) if isinstance(outcome, dict) else None
+    if status is not None:
+        out["outcome"] = {"status": status}
     verdicts = doc.get("verdicts")
     if isinstance(verdicts, list):
         out["verdicts"] = [{"checker": c, "status": st} for v in verdicts[:MAX_ROW_VERDICTS] if isinstance(v, dict)
@@ -297,7 +307,7 @@ def _replace(path: Path, text: str) -> None:
     could be a link elsewhere), then renamed over it."""
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
+        with os.fdopen(fd, "w", encoding="utf-8", errors="backslashreplace") as f:  # a name of undecodable bytes
             f.write(text)
         os.chmod(tmp, 0o644)  # mkstemp's 0600 would hide the page from whoever else reads the reports
         os.replace(tmp, path)
