@@ -24,7 +24,7 @@ from harness.reference.paths import owner_path, socket_path
 from harness.reference.probe import process_umask, start_and_stop
 from harness.scenario.errors import ScenarioError
 from harness.scenario.loader import loads
-from harness.scenario.machine_steps import lowest_free_fd, runnable_ns
+from harness.scenario.machine_steps import cpu_ns, cpu_share, lowest_free_fd
 
 HEAD = "name: t\nabout: t\ncatches: [no_conn_tracking]\ntopology: {tp: 1, pp: 1}\n"
 
@@ -110,37 +110,83 @@ def _child(code: str) -> subprocess.Popen[str]:
     return proc
 
 
-def _window(pid: int, seconds: float) -> float:
-    r0 = runnable_ns(pid)
+def _window(pid: int, seconds: float) -> tuple[float, float]:
+    """The seconds ``pid``'s threads were on a CPU, and waited for one, over a window of ``seconds``."""
+    r0, w0 = cpu_ns(pid)
     threading.Event().wait(seconds)  # the window measured
-    return (runnable_ns(pid) - r0) / 1e9
+    r1, w1 = cpu_ns(pid)
+    return (r1 - r0) / 1e9, (w1 - w0) / 1e9
 
 
 @pytest.mark.parametrize("spins", [False, True])
-def test_runnable_time_is_none_for_a_blocked_process_and_the_window_for_a_spinning_one(spins: bool) -> None:
+def test_cpu_time_is_none_for_a_blocked_process_and_the_window_for_a_spinning_one(spins: bool) -> None:
     body = "while True: pass" if spins else "sys.stdin.read()"
     proc = _child(f"import sys\nprint('ready', flush=True)\n{body}")
     try:
-        share = _window(proc.pid, 0.3) / 0.3
+        run, wait = _window(proc.pid, 0.3)
     finally:
         proc.kill()
         proc.wait()
-    assert share > 0.8 if spins else share < 0.05
+    assert (run + wait) / 0.3 > 0.8 if spins else run + wait < 0.015
 
 
-def _measured(runnable: float, window: float = 0.3) -> Event:
+@pytest.fixture
+def busy_loops() -> Any:
+    """As many busy processes as this machine has CPUs, and one more: every CPU contended."""
+    procs = [_child("print('ready', flush=True)\nwhile True: pass") for _ in range((os.cpu_count() or 1) + 1)]
+    yield len(procs)
+    for proc in procs:
+        proc.kill()
+        proc.wait()
+
+
+@pytest.mark.parametrize("spins", [False, True])
+def test_idle_cost_tells_a_spinner_from_a_blocked_thread_on_a_contended_machine(busy_loops: int, spins: bool) -> None:
+    """Beside more busy loops than CPUs a spinner gets less than its whole window, and a blocked thread's wake-ups
+    wait for a CPU: judged on its own CPU time against what the calibration's spin got, the verdict is the one an
+    idle machine gives."""
+    body = "while True: pass" if spins else "sys.stdin.read()"
+    proc = _child(f"import sys\nprint('ready', flush=True)\n{body}")
+    try:
+        share = cpu_share()
+        run, wait = _window(proc.pid, 0.3)
+    finally:
+        proc.kill()
+        proc.wait()
+    assert share < 0.9, f"{busy_loops} busy loops beside it, the calibration still got {share:.0%} of a CPU"
+    v = judge("idle_cost", RunRecord((_measured(run, share=share, wait=wait),), {}))
+    assert v.status == ("violated" if spins else "ok"), v.message
+
+
+def _measured(run: float, window: float = 0.3, *, share: float = 1.0, wait: float = 0.0) -> Event:
     return _h("step_returned", 10, step="m1", kind="measure_idle", category="measure", ok=True,
-              value={"runnable_s": runnable, "window_s": window})
+              value={"run_s": run, "wait_s": wait, "runnable_s": run + wait, "window_s": window, "cpu_share": share})
 
 
 def test_idle_cost_ok() -> None:
     assert judge("idle_cost", RunRecord((_measured(0.01),), {})).status == "ok"
+    assert judge("idle_cost", RunRecord((_measured(0.01, wait=0.2),), {})).status == "ok"  # waiting is the host's
     assert judge("idle_cost", RunRecord((), {})).status == "unknown"
 
 
 def test_idle_cost_violated() -> None:
     fired = judge("idle_cost", RunRecord((_measured(0.29),), {}))
-    assert fired.status == "violated" and "97% of 0.30s" in fired.message
+    assert fired.status == "violated" and "on a CPU 97% of 0.30s, a spinning thread 100%" in fired.message
+    loaded = judge("idle_cost", RunRecord((_measured(0.06, share=0.2),), {}))  # a spinner given a fifth of a CPU
+    assert loaded.status == "violated", loaded.message
+
+
+def test_idle_cost_of_an_older_history_judges_the_runnable_time() -> None:
+    old = _h("step_returned", 10, step="m1", kind="measure_idle", category="measure", ok=True,
+             value={"runnable_s": 0.29, "window_s": 0.3})
+    assert judge("idle_cost", RunRecord((old,), {})).status == "violated"
+
+
+def test_idle_cost_is_not_judged_on_a_host_too_slow_to_tell() -> None:
+    v = judge("idle_cost", RunRecord((_measured(0.01, share=0.05),), {}))
+    assert (v.status, v.message) == ("not_judged", "not judged here: host too slow (m1: a thread that never blocks "
+                                     "got 5% of a CPU, under 10%)")
+    assert not v.message.startswith("ok") and v.passes  # neither a failure nor, as an item, a pass (collect.py)
 
 
 # ------------------------------------------------ dispatches_recorded, close_reasons
@@ -240,3 +286,20 @@ def test_again_and_keep_open_are_checked_at_load_time() -> None:
         loads(ok.replace("again: true, ", ""), "t.yaml")
     with pytest.raises(ScenarioError, match="keep_open: only a plain request"):
         loads(ok.replace("keep_open: true", "keep_open: true, fault: never_read"), "t.yaml")
+
+
+def test_an_item_resting_on_a_checker_the_host_was_too_slow_for_is_skipped_with_the_reason() -> None:
+    from types import SimpleNamespace
+
+    from harness.checkers.base import Verdict
+    from harness.scenario.collect import _skip_if_host_too_slow
+
+    slow = judge("idle_cost", RunRecord((_measured(0.01, share=0.05),), {}))
+    other = Verdict("private_paths", "not_judged", "not judged: the target declares no listener events")
+    result = SimpleNamespace(verdicts=[slow, other])
+    with pytest.raises(pytest.skip.Exception, match="idle_cost: not judged here: host too slow"):
+        _skip_if_host_too_slow(result)  # a reference item: neither its pass nor its failure
+    with pytest.raises(pytest.skip.Exception):
+        _skip_if_host_too_slow(result, ["idle_cost"])  # a catches item whose catcher could not be judged
+    _skip_if_host_too_slow(result, ["requests_served"])  # another checker's catch: judged as ever
+    _skip_if_host_too_slow(SimpleNamespace(verdicts=[other]))  # not judged for a capability: no skip

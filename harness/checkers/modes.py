@@ -8,11 +8,11 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from harness.checkers.base import RunRecord, Verdict, checker, ok, unknown, violated
+from harness.checkers.base import NOT_JUDGED, RunRecord, Verdict, checker, ok, unknown, violated
 from harness.checkers.params import Params
 from harness.history import Event
 
-__all__ = ["IdleCost", "SOCKET_MODE", "DIR_MODE"]
+__all__ = ["IdleCost", "SOCKET_MODE", "DIR_MODE", "MIN_SHARE", "HOST_TOO_SLOW"]
 
 SOCKET_MODE = 0o600  # the stop contract's socket: its owner's only (harness.reference.listener.start)
 DIR_MODE = 0o700  # and the directory made for it
@@ -50,28 +50,53 @@ def _oct(mode: object) -> str:
 
 class IdleCost(Params):
     """idle_cost: while it has nothing to do (its clients idle, or a connection it cannot accept yet waits), a
-    worker process runs (or waits for a CPU) at most ``most`` of a ``measure_idle`` window."""
+    worker process's threads are on a CPU at most ``most`` of what a thread that never blocks got over a
+    ``measure_idle`` window."""
 
     most: float = Field(0.25, gt=0, lt=1, description="the fraction of the window, e.g. 0.25")
 
 
+# below this share of a CPU for a thread that never blocks (measure_idle's calibration) a window's CPU time tells
+# a spinning thread from a blocked one by too little: beside 9 busy threads on 2 CPUs a spinner gets 0.2
+MIN_SHARE = 0.1
+HOST_TOO_SLOW = "not judged here: host too slow"  # neither a pass nor a failure: the item is skipped
+
+
 @checker("idle_cost", "a listener with nothing to do costs nothing (its clients idle, or a connection waits that it "
-         "cannot accept yet): its process's threads block instead of spinning (measure_idle: on a CPU or waiting for "
-         "one at most a quarter of the window)",
+         "cannot accept yet): its process's threads block instead of spinning (measure_idle: on a CPU at most a "
+         "quarter of what a thread that never blocks got over the window)",
          params=IdleCost, judges=("step_returned",))
 def idle_cost(run: RunRecord, p: IdleCost) -> Verdict:
+    """A window's own CPU time (schedstat's run time: time spent waiting for a CPU is the machine's, not the
+    listener's) against what a spinning thread got in the same step (``cpu_share``, measured by the harness's
+    calibration spin): a spinner is on a CPU for about that share of the window however loaded the machine, a
+    blocked thread for none of it.  A history of an older lastcall (``runnable_s`` only) is judged on that sum
+    against the whole window."""
     rets = [e for e in _steps(run, "measure_idle") if isinstance(e.data.get("value"), dict)]
     if not rets:
         return unknown("idle_cost", "no measure_idle step returned")
     bad: list[Event] = []
     seen: list[str] = []
+    slow: list[str] = []
     for e in rets:
         v = e.data["value"]
-        share = float(v["runnable_s"]) / max(float(v["window_s"]), 1e-9)
-        seen.append(f"{e.data.get('step')}: {share:.0%} of {float(v['window_s']):.2f}s")
-        if share > p.most:
+        window = max(float(v["window_s"]), 1e-9)
+        share = float(v.get("cpu_share", 1.0))
+        if share < MIN_SHARE:
+            slow.append(f"{e.data.get('step')}: a thread that never blocks got {share:.0%} of a CPU")
+            continue
+        cost = float(v["run_s"] if "run_s" in v else v["runnable_s"]) / window
+        seen.append(f"{e.data.get('step')}: on a CPU {cost:.0%} of {window:.2f}s, a spinning thread {share:.0%}")
+        if cost > p.most * share:
             bad.append(e)
     if bad:
-        return violated("idle_cost", f"a process with nothing to do ran (or waited for a CPU) more than "
-                        f"{p.most:.0%} of the window: " + ", ".join(seen), bad)
+        return violated("idle_cost", f"a process with nothing to do was on a CPU more than {p.most:.0%} of what "
+                        "a thread that never blocks got: " + ", ".join(seen), bad)
+    if slow:
+        return not_judged("idle_cost", f"{HOST_TOO_SLOW} (" + "; ".join(slow) + f", under "
+                          f"{MIN_SHARE:.0%})")
     return ok("idle_cost", ", ".join(seen))
+
+
+def not_judged(name: str, why: str) -> Verdict:
+    return Verdict(name, NOT_JUDGED, why)

@@ -261,6 +261,17 @@ class ScenarioFailed(Exception):
     """A scenario run failed; the message is the report pytest prints."""
 
 
+def _skip_if_host_too_slow(result: Any, checkers: Any = None) -> None:
+    """Skip the item, with the measured reason, when a checker it rests on (``checkers``, else any) could not be
+    judged on a machine this slow (harness.checkers.modes.HOST_TOO_SLOW): neither a pass nor a failure."""
+    from harness.checkers.modes import HOST_TOO_SLOW
+
+    slow = [v for v in result.verdicts if v.status == "not_judged" and v.message.startswith(HOST_TOO_SLOW)
+            and (checkers is None or v.checker in checkers)]
+    if slow:
+        pytest.skip("; ".join(f"{v.checker}: {v.message}" for v in slow))
+
+
 class ScenarioItem(pytest.Item):
     def __init__(self, *, matrix: MatrixItem, variant: str | None, catch: tuple[str, tuple[str, ...]] | None,
                  **kw: Any) -> None:
@@ -291,6 +302,7 @@ class ScenarioItem(pytest.Item):
             verdict = judge_catch(result, checkers)
             self.user_properties.append(("lastcall_catch", verdict.why))
             if not verdict.counted:
+                _skip_if_host_too_slow(result, checkers)
                 on = "" if self.variant == bug else f" (as {self.variant})"
                 raise ScenarioFailed(
                     f"{self.matrix.scenario.name} did not catch {bug}{on}: {verdict.why} (a scenario that cannot "
@@ -298,6 +310,7 @@ class ScenarioItem(pytest.Item):
             return
         if not result.passed:
             raise ScenarioFailed(failure_text(result, self.nodeid, page, replay))
+        _skip_if_host_too_slow(result)
 
     def stash_result(self, result: Any) -> None:
         self.user_properties.append(("lastcall_run_id", result.run_id))

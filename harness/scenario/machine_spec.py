@@ -12,10 +12,12 @@ __all__ = ["MeasureIdle", "FdLimit"]
 
 
 class MeasureIdle(Strict):
-    """Watch a worker process while the harness sends it nothing: how long its threads were on a CPU or waiting
-    for one (/proc/PID/task/*/schedstat), over a window of ``window`` (a measurement, not a wait for something);
-    the value is that time and the window, in seconds, which idle_cost judges.  A thread that blocks in epoll
-    costs nothing; one that spins (an fd always ready) costs the whole window, however loaded the machine."""
+    """Watch a worker process while the harness sends it nothing: how long its threads were on a CPU, and how
+    long they waited for one (/proc/PID/task/*/schedstat), over a window of ``window`` (a measurement, not a
+    wait for something), after a calibration: the harness spins for 50 ms and reads the share of a CPU it got.
+    The value (``run_s``, ``wait_s``, ``window_s``, ``cpu_share``) is what idle_cost judges.  A thread that
+    blocks in epoll is on a CPU for none of the window; one that spins (an fd always ready) for about the share
+    the calibration got, however loaded the machine."""
 
     of: Worker = Field(WORKER_0, description="the worker process {rank, pp}")
     window: Duration = Field(0.3, gt=0, le=5, description="how long it is watched, e.g. 300ms")

@@ -15,19 +15,24 @@ from typing import Any
 
 from harness.scenario.player import Player, StepError, step_kind
 
-__all__ = ["runnable_ns", "lowest_free_fd"]
+__all__ = ["cpu_ns", "cpu_share", "lowest_free_fd", "CALIBRATION_S"]
+
+# how long measure_idle spins to measure the share of a CPU a busy thread gets (harness.checkers.modes judges a
+# window's CPU time against it): long enough to span several of the kernel's time slices (a few ms each)
+CALIBRATION_S = 0.05
 
 W = "worker"
 
 
-def runnable_ns(pid: int) -> int:
-    """How long the threads of ``pid`` have been on a CPU or waiting in a run queue for one, in ns (the first two
-    fields of /proc/PID/task/TID/schedstat, summed): a thread blocked in a system call adds nothing, a spinning
-    one adds the wall time however many threads share the CPUs.  A thread that ends meanwhile is not counted.
+def cpu_ns(pid: int) -> tuple[int, int]:
+    """How long the threads of ``pid`` have been on a CPU, and how long they waited in a run queue for one, in
+    ns (the first two fields of /proc/PID/task/TID/schedstat, summed over its threads).  A thread blocked in a
+    system call adds to neither; one that spins adds the wall time to their sum, split between the two by how
+    many threads share the CPUs.  A thread that ends meanwhile is not counted.
 
     Error handling: StepError when the process is gone or the kernel keeps no schedstat.
     """
-    total = 0
+    run = wait = 0
     try:
         tids = os.listdir(f"/proc/{pid}/task")
     except OSError as exc:
@@ -35,24 +40,45 @@ def runnable_ns(pid: int) -> int:
     for tid in tids:
         try:
             with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
-                run, wait = f.read().split()[:2]
+                ran, waited = f.read().split()[:2]
         except FileNotFoundError:
             continue  # the thread ended meanwhile
         except (OSError, ValueError) as exc:
             raise StepError(f"measure_idle: cannot read /proc/{pid}/task/{tid}/schedstat: {exc}") from None
-        total += int(run) + int(wait)
-    return total
+        run, wait = run + int(ran), wait + int(waited)
+    return run, wait
+
+
+def cpu_share(spin_s: float = CALIBRATION_S) -> float:
+    """The share of one CPU a thread that never blocks gets on this machine now: the calling thread spins for
+    ``spin_s`` of wall time and reads its own schedstat (on a CPU / on a CPU or waiting for one).  1.0 on an idle
+    machine; beside k other busy threads on n CPUs about n / (k + 1)."""
+    path = f"/proc/self/task/{threading.get_native_id()}/schedstat"
+
+    def read() -> tuple[int, int]:
+        with open(path) as f:
+            ran, waited = f.read().split()[:2]
+        return int(ran), int(waited)
+
+    r0, w0 = read()
+    end = time.monotonic() + spin_s
+    while time.monotonic() < end:
+        pass  # the calibration spins: what a thread that never blocks would get
+    r1, w1 = read()
+    return (r1 - r0) / max(1, (r1 - r0) + (w1 - w0))
 
 
 @step_kind("measure_idle", "measure", cast=W)
 def measure_idle(pl: Player, s: Any, name: str) -> None:
     proc = pl.proc(s.of)
     pl.started(name, "measure_idle", pid=proc.pid, window=s.window)
-    t0, r0 = time.monotonic_ns(), runnable_ns(proc.pid)
+    share = cpu_share()
+    t0, (r0, q0) = time.monotonic_ns(), cpu_ns(proc.pid)
     threading.Event().wait(s.window)  # the window measured: nothing is waited for
-    r1, t1 = runnable_ns(proc.pid), time.monotonic_ns()
-    pl.returned(name, "measure_idle", True, {"runnable_s": (r1 - r0) / 1e9, "window_s": (t1 - t0) / 1e9},
-                pid=proc.pid)
+    (r1, q1), t1 = cpu_ns(proc.pid), time.monotonic_ns()
+    pl.returned(name, "measure_idle", True, {
+        "run_s": (r1 - r0) / 1e9, "wait_s": (q1 - q0) / 1e9, "runnable_s": (r1 - r0 + q1 - q0) / 1e9,
+        "window_s": (t1 - t0) / 1e9, "cpu_share": share}, pid=proc.pid)
 
 
 def lowest_free_fd(pid: int) -> int:

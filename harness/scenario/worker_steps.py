@@ -14,7 +14,7 @@ from harness.faults import env
 from harness.launch.cluster import Proc
 from harness.reference import wire
 from harness.scenario.edge_steps import send_reader_fault  # also registers the edge step kinds
-from harness.scenario.machine_steps import runnable_ns  # noqa: F401  (registers measure_idle and fd_limit)
+from harness.scenario.machine_steps import cpu_ns  # noqa: F401  (registers measure_idle and fd_limit)
 from harness.scenario.player import Player, StepError, step_kind, wait
 from harness.scenario.steps import READER_FAULTS
 from harness.timeouts import scaled
