@@ -31,3 +31,15 @@ else:
     settings.register_profile("ci", derandomize=True, print_blob=True)
     _profile = os.environ.get("LASTCALL_HYPOTHESIS_PROFILE") or ("ci" if os.environ.get("CI") else "default")
     settings.load_profile(_profile)
+
+
+def pytest_unconfigure(config):
+    """An xdist worker of lastcall's own suite freezes its objects once its session is over (its reports sent,
+    every test's leak check done): the interpreter's finalization would walk every object for cycles, twice,
+    0.6 s of a worker that imported torch, waited for by the controller.  Frozen, they are still freed as modules
+    are torn down.  Only this suite's workers do it: the plugin leaves every user's session as pytest runs it,
+    and no run of a system under test is in this process by then."""
+    if hasattr(config, "workerinput"):
+        import gc
+
+        gc.freeze()

@@ -169,7 +169,8 @@ class Recorder:
 
     def abort(self) -> None:
         """End every wait on this history now, and every later one at once, as a timeout would: the run it
-        records is being interrupted (harness.scenario.overlap), so its player unwinds instead of waiting."""
+        records is being interrupted (a run played on a thread of its own, interrupted by its caller), so its
+        player unwinds instead of waiting."""
         with self._cond:
             self._aborted = True
             self._cond.notify_all()

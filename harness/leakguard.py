@@ -36,7 +36,7 @@ from harness.names import TMP, process_tag
 from harness.probes.procs import process_umask
 
 __all__ = ["Inventory", "take", "diff", "GRACE_S", "SUT_THREADS", "RUN_THREADS", "MODES", "INI", "mode", "applies",
-           "asked_by"]
+           "asked_by", "may_apply", "FIXTURES"]
 
 GRACE_S = 2.0  # a thread of the system under test may still be finishing: join it this long at most
 SUT_THREADS = ("lastcall-listener", "lastcall-handshake", "lastcall-hang", "lastcall-step-")
@@ -64,25 +64,36 @@ def _ours(obj: object) -> bool:
     return str(getattr(obj, "__module__", "") or "").partition(".")[0] == OWN_PACKAGE
 
 
-def asked_by(item: pytest.Item) -> str | None:
-    """Why ``item`` asked for the guard (a lastcall item, mark or fixture), or None."""
+# the plugin's fixtures that ask for the guard (harness.plugin; each marks the test it serves, so one of the same
+# name from a conftest.py, which pytest uses instead, asks for nothing); the deprecated aliases use two of them
+FIXTURES = frozenset({"lc_root", "lastcall_cluster", "lastcall_recorder", "lastcall_failpoints", "no_thread_leak"})
+
+
+def asked_by(item: pytest.Item, used: str | None = None) -> str | None:
+    """Why ``item`` asked for the guard (a lastcall item, mark, or ``used``: the lastcall fixture that served it),
+    or None."""
     if _ours(type(item)):
         return "a lastcall item"
     if item.get_closest_marker("lastcall") is not None:
         return "marked lastcall"
-    info = getattr(item, "_fixtureinfo", None)  # a Function's fixture closure, overrides resolved
-    for name, defs in (getattr(info, "name2fixturedefs", None) or {}).items():
-        active = defs[-1] if defs else None  # the definition that serves this test (a conftest may override ours)
-        if active is not None and not getattr(active, "_autouse", False) and _ours(getattr(active, "func", None)):
-            return f"uses the lastcall fixture {name}"
-    return None
+    return f"uses the lastcall fixture {used}" if used else None
 
 
-def applies(item: pytest.Item, how: str) -> bool:
-    """Whether the guard checks ``item`` under mode ``how``."""
+def may_apply(item: pytest.Item, how: str) -> bool:
+    """Whether the guard may check ``item`` under mode ``how``, known before its fixtures run: it asked, or it
+    uses a fixture of one of lastcall's names (whether lastcall's own served it is known after: :func:`applies`).
+    Only pytest's public ``fixturenames`` is read."""
     if how == "off" or item.get_closest_marker("leaks_ok") is not None:
         return False
-    return how == "all" or asked_by(item) is not None
+    return (how == "all" or asked_by(item) is not None
+            or not FIXTURES.isdisjoint(getattr(item, "fixturenames", ())))
+
+
+def applies(item: pytest.Item, how: str, used: str | None = None) -> bool:
+    """Whether the guard checks ``item`` under mode ``how``; ``used``: the lastcall fixture that served it."""
+    if how == "off" or item.get_closest_marker("leaks_ok") is not None:
+        return False
+    return how == "all" or asked_by(item, used) is not None
 
 
 @dataclass(frozen=True)

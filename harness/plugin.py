@@ -39,24 +39,18 @@ def pytest_addoption(parser: pytest.Parser, pluginmanager: pytest.PytestPluginMa
 
     from harness.scenario.chain_items import addoption as chain_option
     from harness.scenario.collect import addoption
-    from harness.scenario.overlap import addoption as overlap_option
     from harness.scenario.quick import addini as quick_ini
     from harness.scenario.repeat import addoption as repeat_option
 
     addoption(parser)
     repeat_option(parser)
     chain_option(parser)
-    overlap_option(parser)
     quick_ini(parser)
     for name in TARGET_PLUGINS:
         if not pluginmanager.has_plugin(name):
             pluginmanager.register(importlib.import_module(name), name)
     hook = pluginmanager.hook.pytest_lastcall_addoption
     hook.call_historic(kwargs={"parser": parser, "pluginmanager": pluginmanager})
-    parser.addini("lastcall_xdist_quick_exit", type="bool", default=False,
-                  help="an xdist worker freezes its objects (gc.freeze) once its session is over, so that its "
-                       "exit does not walk them for cycles again: about a second less for each worker that "
-                       "imported torch (default: off)")
     parser.addini("lastcall_leak_check", type="string", default="lastcall",
                   help="which tests fail when they leave a lastcall path, segment, thread, process or port "
                        "behind: lastcall (its own items, tests using its fixtures or marked lastcall; the "
@@ -91,6 +85,7 @@ def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Col
 _UNDO_SIGTERM = pytest.StashKey[Callable[[], None]]()
 _LEAK_MODE = pytest.StashKey[str]()
 _LEAK_BEFORE = pytest.StashKey[object]()
+_FIXTURE_USED = pytest.StashKey[str]()
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -110,9 +105,6 @@ def pytest_configure(config: pytest.Config) -> None:
     from harness.report.summary import check_reports
 
     check_reports(config)  # a reports directory lastcall did not make (/, a home directory): refused too
-    from harness.scenario.overlap import width
-
-    width(config)  # a bad lastcall_overlap too
     config.stash[_LEAK_MODE] = mode(config)  # a bad value stops the session here, located
     # SIGTERM (a CI job's timeout, a kill) unwinds the session like ^C, in the controller and in each
     # xdist worker, so every live run closes its cluster and removes what it owns; without it the fork
@@ -126,10 +118,6 @@ def pytest_configure(config: pytest.Config) -> None:
 
     config.addinivalue_line("markers", MARK_DOC)
     config.addinivalue_line("markers", "leaks_ok: this test may leave things behind on purpose (no leak check)")
-    config.addinivalue_line("markers", "lastcall_catches_run(scenario, target): this test takes the result of the "
-                            "run of the scenario file (relative to the rootdir, its first matrix point) against "
-                            "target from the lastcall_catches_run fixture, and asserts only what it catches: "
-                            "lastcall_overlap may play it beside catches items")
     config.addinivalue_line("markers", "lastcall: check this test with lastcall's leak guard "
                             "(ini lastcall_leak_check = lastcall, the default)")
 
@@ -149,7 +137,7 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, exitstatus: int, config: pytest.Config) -> None:
     from harness.report.summary import terminal_summary
 
-    terminal_summary(terminalreporter, config)
+    terminal_summary(terminalreporter, config, exitstatus)
     from harness.scenario.repeat import terminal_summary as flaky_summary
 
     flaky_summary(terminalreporter, config)
@@ -162,15 +150,24 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 
 
 def _leak_checked(item: pytest.Item) -> bool:
-    from harness.leakguard import applies
+    """Whether the guard takes ``item``'s inventory: it may have asked (:func:`harness.leakguard.may_apply`)."""
+    from harness.leakguard import may_apply
 
-    return applies(item, item.config.stash.get(_LEAK_MODE, "lastcall"))
+    return may_apply(item, item.config.stash.get(_LEAK_MODE, "lastcall"))
+
+
+def _used(request: pytest.FixtureRequest, name: str) -> None:
+    """A lastcall fixture marks the test that uses it: the leak guard checks that test (a fixture of the same name
+    from a conftest.py, which would be used instead, marks nothing)."""
+    request.node.stash[_FIXTURE_USED] = name
 
 
 def _fail_on_leaks(item: pytest.Item, before: object) -> None:
     from harness import leakguard
 
     assert isinstance(before, leakguard.Inventory)
+    if not leakguard.applies(item, item.config.stash.get(_LEAK_MODE, "lastcall"), item.stash.get(_FIXTURE_USED, None)):
+        return
     leaks = leakguard.diff(before)
     if leaks:
         pytest.fail(f"{item.nodeid} leaked: " + "; ".join(leaks), pytrace=False)
@@ -212,12 +209,13 @@ def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> 
 
 
 @pytest.fixture
-def lc_root() -> Iterator[Path]:
+def lc_root(request: pytest.FixtureRequest) -> Iterator[Path]:
     """A short, private root directory for socket paths (sun_path holds 107 bytes).
 
     Fails the test if anything is left in it afterwards: a leftover socket,
     owner record or directory is a bug of the listener under test.
     """
+    _used(request, "lc_root")
     root = temp_root()
     try:
         yield root
@@ -229,7 +227,7 @@ def lc_root() -> Iterator[Path]:
 
 
 @pytest.fixture
-def lastcall_cluster() -> Iterator[object]:
+def lastcall_cluster(request: pytest.FixtureRequest) -> Iterator[object]:
     """Start real engine and worker processes whose run any test can judge: ``c = lastcall_cluster(tp=2)``.
 
     Takes the Cluster's keyword arguments (tp, pp, variant, drain_timeout, ...) and returns it started.
@@ -238,6 +236,7 @@ def lastcall_cluster() -> Iterator[object]:
     """
     from harness.launch.judged import JudgedCluster
 
+    _used(request, "lastcall_cluster")
     made: list[JudgedCluster] = []
 
     def start(**kw: object) -> JudgedCluster:
@@ -251,17 +250,19 @@ def lastcall_cluster() -> Iterator[object]:
 
 
 @pytest.fixture
-def lastcall_recorder() -> Recorder:
+def lastcall_recorder(request: pytest.FixtureRequest) -> Recorder:
     """An in-process history recorder; ``lastcall_recorder.wait_for(kind)`` synchronises with the system under
     test."""
+    _used(request, "lastcall_recorder")
     return Recorder()
 
 
 @pytest.fixture
-def lastcall_failpoints() -> Iterator[object]:
+def lastcall_failpoints(request: pytest.FixtureRequest) -> Iterator[object]:
     """The failpoint module, reset (every parked thread released) after the test."""
     from harness import failpoints as fp
 
+    _used(request, "lastcall_failpoints")
     fp.reset()
     try:
         yield fp
@@ -272,16 +273,6 @@ def lastcall_failpoints() -> Iterator[object]:
 def _deprecated(old: str, new: str) -> None:
     warnings.warn(f"lastcall: the fixture {old!r} is deprecated and goes in the next release; use {new!r}",
                   DeprecationWarning, stacklevel=2)
-
-
-@pytest.fixture
-def lastcall_catches_run(request: pytest.FixtureRequest) -> object:
-    """The result (harness.scenario.runner.RunResult) of the run this test declares with
-    ``@pytest.mark.lastcall_catches_run(SCENARIO, target=T)``; with ``lastcall_overlap`` on it may have been
-    played beside catches items, each judged as alone (harness.scenario.overlap)."""
-    from harness.scenario.overlap import result_for
-
-    return result_for(request.node)
 
 
 @pytest.fixture
@@ -299,11 +290,12 @@ def failpoints(lastcall_failpoints: object) -> object:
 
 
 @pytest.fixture
-def no_thread_leak() -> Iterator[None]:
+def no_thread_leak(request: pytest.FixtureRequest) -> Iterator[None]:
     """Fails the test if a lastcall thread it started is still alive at its end (the process-wide fork
     server's reader and an engine zygote's, started on first use and stopped at exit, are not)."""
     from harness.launch.spawn import helper_threads
 
+    _used(request, "no_thread_leak")
     before = set(threading.enumerate())
     yield
     kept = helper_threads()
@@ -318,12 +310,3 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     undo = config.stash.get(_UNDO_SIGTERM, None)
     if undo is not None:
         undo()
-    if hasattr(config, "workerinput") and config.getini("lastcall_xdist_quick_exit"):
-        # The worker's session is over (its reports sent, every test's leak check done) and nothing judges how
-        # this process exits. The interpreter's finalization would walk every object for cycles, twice: 0.6 s
-        # of a worker that imported torch, waited for by the controller's teardown of its nodes. Frozen, the
-        # objects are still freed as modules are torn down and their counts fall; only a cycle that is garbage
-        # already is left to the process's end. A plain session, and the controller, exit as they always do.
-        import gc
-
-        gc.freeze()

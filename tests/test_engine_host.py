@@ -119,7 +119,7 @@ def test_an_engines_port_is_free_and_outside_the_ephemeral_range() -> None:
 
 def test_a_port_claimed_by_a_live_run_is_never_picked_for_another_until_released(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    """Runs played beside each other (harness.scenario.overlap) each pick their engine's port while the other's
+    """Runs played beside each other on threads each pick their engine's port while the other's
     engine may be down (before its launch, during a restart): the pick skips every port a live run claimed.
     A window of one port that was just free: claimed, it is skipped (bind(0)'s port instead); released, it is
     picked again."""

@@ -19,6 +19,8 @@ from harness.scenario.exitmode import fast_exit_for
 from harness.scenario.loader import MatrixItem, expand, load, loads
 from tests.lc_teardown_target import MARK, STALL_S
 
+ROOT = Path(__file__).resolve().parent.parent
+
 SCENARIOS = Path(__file__).resolve().parent.parent / "scenarios"
 MARKED = "reference@tests.lc_teardown_target:TeardownListener"
 STALLING = "reference@tests.lc_teardown_target:StallingTeardownListener"
@@ -171,25 +173,30 @@ def test_no_checker_judged_before_exit_reads_an_exit_event() -> None:
         assert set(CHECKERS[name].judges) == {"step_returned"}, (name, CHECKERS[name].judges)
 
 
-@pytest.mark.parametrize(("worker", "ini", "frozen"), [(True, True, True), (True, False, False),
-                                                       (False, True, False)],
-                         ids=["xdist-worker-on", "xdist-worker-off", "controller-or-plain-session-on"])
-def test_an_xdist_worker_freezes_its_objects_at_the_end_only_when_the_ini_asks(worker: bool, ini: bool,
-                                                                               frozen: bool) -> None:
-    """lastcall_xdist_quick_exit: the plugin's last pytest_unconfigure freezes the objects of an xdist worker
-    (its exit then does not walk them for cycles), never those of a controller or of a session without xdist,
-    and never when the ini is off (the default)."""
+@pytest.mark.parametrize("worker", [True, False], ids=["xdist-worker", "controller-or-plain-session"])
+def test_the_plugin_leaves_a_session_s_exit_as_pytest_runs_it_and_only_this_suite_s_workers_freeze(
+        worker: bool) -> None:
+    """The plugin's last pytest_unconfigure freezes nothing (a user's session exits as pytest's does); lastcall's
+    own conftest.py freezes an xdist worker's objects once its session is over, never a controller's or those of
+    a session without xdist."""
     import gc
+    import importlib.util
     from types import SimpleNamespace
 
     from harness import plugin
 
-    config = SimpleNamespace(stash={}, getini=lambda name: {"lastcall_xdist_quick_exit": ini}[name])
+    spec = importlib.util.spec_from_file_location("lastcall_root_conftest", ROOT / "conftest.py")
+    assert spec is not None and spec.loader is not None
+    conftest = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(conftest)
+    config = SimpleNamespace(stash={})
     if worker:
         config.workerinput = {"workerid": "gw9"}
     gc.unfreeze()
     try:
         plugin.pytest_unconfigure(config)  # type: ignore[arg-type]
-        assert (gc.get_freeze_count() > 0) is frozen
+        assert gc.get_freeze_count() == 0
+        conftest.pytest_unconfigure(config)
+        assert (gc.get_freeze_count() > 0) is worker
     finally:
         gc.unfreeze()

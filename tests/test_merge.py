@@ -348,9 +348,9 @@ def test_a_session_writes_session_json_with_its_shard_target_exit_status_and_fil
     rep = SimpleNamespace(nodeid=A, when="call", passed=True, failed=False, skipped=False, duration=2.0,
                           user_properties=[])
     lines: list[str] = []
-    reporter = SimpleNamespace(stats={"passed": [rep]}, _session=SimpleNamespace(exitstatus=0),
-                               write_sep=lambda *a: None, write_line=lines.append)
-    terminal_summary(reporter, _Config(tmp_path, splits=3, group=2, lastcall_target="no_conn_tracking"))  # type: ignore[arg-type]
+    reporter = SimpleNamespace(stats={"passed": [rep]}, write_sep=lambda *a: None, write_line=lines.append)
+    terminal_summary(reporter, _Config(tmp_path, splits=3, group=2, lastcall_target="no_conn_tracking"),  # type: ignore[arg-type]
+                     0)
     doc = json.loads((tmp_path / "reports" / SESSION).read_text())
     assert (doc["splits"], doc["group"], doc["exitstatus"], doc["target"]) == (3, 2, 0, "no_conn_tracking")
     assert doc["runs"] == [{"nodeid": A, "outcome": "passed", "seconds": 2.0, "run_id": "", "page": "", "longrepr": "",

@@ -140,7 +140,7 @@ def test_a_session_that_collects_no_scenario_file_never_imports_the_scenario_loa
     plain = subprocess.run(args, cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert plain.returncode == 0, plain.stdout + plain.stderr
     imported = {line.rsplit("|", 1)[-1].strip() for line in plain.stderr.splitlines() if "|" in line}
-    assert {"harness.scenario.collect", "harness.scenario.overlap"} <= imported  # the plugin: its options
+    assert {"harness.scenario.collect", "harness.scenario.repeat"} <= imported  # the plugin: its options
     assert "harness.scenario.loader" not in imported
     scenario = tmp_path / "one.yaml"  # a scenario file given on the command line is collected: the loader comes
     scenario.write_text((Path(__file__).resolve().parent.parent / "scenarios" / "stalled-read-is-cancelled.yaml")

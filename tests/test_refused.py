@@ -14,7 +14,7 @@ import pytest
 from harness.checkers.base import VIOLATED
 from harness.scenario import runner
 from harness.scenario.errors import ScenarioError
-from harness.scenario.loader import expand, loads
+from harness.scenario.loader import expand, load, loads
 
 SCENARIOS = Path(__file__).resolve().parent.parent / "scenarios"
 PLANTED = "reference@tests.lc_refusal_target:RefusalUnanswered"
@@ -64,12 +64,12 @@ def test_refused_is_checked_at_load_time(line: str, says: str) -> None:
         loads(text, "<bad>")
 
 
-@pytest.mark.lastcall_catches_run("scenarios/malformed-frames-of-every-kind.yaml", target=PLANTED)
-def test_the_library_catches_a_listener_that_leaves_a_refusal_unanswered(lastcall_catches_run: Any) -> None:
+def test_the_library_catches_a_listener_that_leaves_a_refusal_unanswered() -> None:
     """The mutant's bug, planted: malformed-frames-of-every-kind's refused request gets no reply, the serving
     thread dies, and the requests after it go unanswered (survives_bad_input and requests_served).  Its
     reference run is the library's own item."""
-    result = lastcall_catches_run
+    result: Any = runner.run_item(expand(load(str(SCENARIOS / "malformed-frames-of-every-kind.yaml")))[0],
+                                  variant=PLANTED)
     assert _returned(result)["r1"]["ok"] is False
     verdicts = {v.checker: v.status for v in result.verdicts}
     assert verdicts["survives_bad_input"] == VIOLATED and verdicts["requests_served"] == VIOLATED, result.verdicts

@@ -116,11 +116,9 @@ def _run(name: str, target: str) -> object:
     return run_item(item, variant=target)
 
 
-@pytest.mark.lastcall_catches_run("scenarios/stalled-read-is-cancelled.yaml",
-                                   target="reference@harness.reference.variants:NoConnTracking")
-def test_a_swapped_listener_runs_in_the_worker_processes(lastcall_catches_run: Any) -> None:
+def test_a_swapped_listener_runs_in_the_worker_processes() -> None:
     """reference@module:attribute reaches the forked workers: the swapped-in listener's bug is caught."""
-    result = lastcall_catches_run
+    result: Any = _run("stalled-read-is-cancelled", "reference@harness.reference.variants:NoConnTracking")
     assert result.variant == "reference@harness.reference.variants:NoConnTracking"
     assert not result.passed
 
@@ -142,11 +140,10 @@ def test_kvcached_016_loses_the_reply_of_the_handler_its_stop_drains() -> None:
 
 @pytest.mark.kvcached
 @needs_kvcached
-@pytest.mark.lastcall_catches_run("scenarios/socket-file-removed-while-live.yaml", target=KVCACHED)
-def test_kvcached_016_cannot_stop_once_its_socket_file_is_removed(lastcall_catches_run: Any) -> None:
-    """Its run waits out kvcached's own 5 s drain at exit: a run that catches, it may be played beside the
-    catches items (lastcall_overlap)."""
-    assert "stop_result" in [v.checker for v in lastcall_catches_run.violated]
+def test_kvcached_016_cannot_stop_once_its_socket_file_is_removed() -> None:
+    """Its run waits out kvcached's own 5 s drain at exit."""
+    result: Any = _run("socket-file-removed-while-live", KVCACHED)
+    assert "stop_result" in [v.checker for v in result.violated]
 
 
 @pytest.mark.kvcached

@@ -66,7 +66,7 @@ def free_port(claim: bool = False) -> int:
     is handed it in the moment an engine is down (``engine_restart`` binds the port again after a SIGKILL released
     it, and ``engine_port_released`` blames the engine for a port found taken); bind(0)'s port where the range
     leaves no room below it.  Never a port claimed by a live run of this process: with ``claim``, the port is
-    that run's until :func:`release_port` (runs played beside each other, harness.scenario.overlap, each launch
+    that run's until :func:`release_port` (runs played beside each other on threads of one process, each launch
     on a port of their own, free or not at the moment of the pick)."""
     with _CLAIMED_LOCK:
         port = _pick(_CLAIMED)

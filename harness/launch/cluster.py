@@ -47,7 +47,7 @@ from harness.timeouts import scaled
 __all__ = ["Cluster", "Proc", "RemoteError", "RunOutcome", "LaunchError", "run_id_for", "exit_mode", "SPAWN_LOCK",
            "others_live", "Others"]
 
-# Runs that share this process (harness.scenario.overlap plays several at once on threads) are told apart by
+# Runs that share this process (played at once on threads of their own) are told apart by
 # their process groups: each run's processes are forked into a group of their own, and each engine tree a hosted
 # run launches (harness.engine.tree) into a session of its own.  SPAWN_LOCK is held from a run's fork (or a
 # tree's launch) to the moment its group (or session) is claimed, and by every snapshot while it reads /proc, so

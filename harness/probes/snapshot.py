@@ -98,11 +98,11 @@ def for_cluster(cluster: Cluster, label: str, *, ports: Iterable[int] = (), gpu:
     Safe before ``start`` and after ``close`` (gone processes are left out).
     Never starts a fork server.
 
-    Runs that share this process (harness.scenario.overlap) are told apart by process group and session:
+    Runs that share this process (played on threads of their own) are told apart by process group and session:
     the descendants leave out every other live run's group, its engine trees' sessions and its pids, and what
     is below them, and the processes of this process's own group (a step's short-lived helper, such as a dead
-    owner's predecessor); this run's own group and pids are always in.  Alone (every run but an overlapped
-    one), nothing is left out.
+    owner's predecessor); this run's own group and pids are always in.  Alone (no other run live in this
+    process), nothing is left out.
     The snapshot holds the launcher's SPAWN_LOCK, so no run forks unclaimed processes while it reads.
     """
     from harness.launch.cluster import SPAWN_LOCK, others_live

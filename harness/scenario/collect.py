@@ -287,10 +287,11 @@ class ScenarioItem(pytest.Item):
         return self.catch is not None
 
     def runtest(self) -> None:
-        from harness.scenario.overlap import result_for
         from harness.scenario.report import failure_text
+        from harness.scenario.runner import run_item
 
-        result = self.chain.result(self) if self.chain is not None else result_for(self)
+        result = (self.chain.result(self) if self.chain is not None
+                  else run_item(self.matrix, variant=self.variant, run_id=None))
         self.result = result
         self.stash_result(result)
         page = self.write_report(result)

@@ -1,5 +1,5 @@
 """pytest-split's committed durations (``.test_durations`` at the rootdir), read by the quick loop's choice of
-a cover (harness.scenario.quick) and by the overlap's choice of the longest runs (harness.scenario.overlap)."""
+a cover (harness.scenario.quick)."""
 
 from __future__ import annotations
 

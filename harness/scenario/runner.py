@@ -45,8 +45,8 @@ def run_item(item: MatrixItem, *, variant: str | None = None, run_id: str | None
     scenario's expectations, plus fault_fired when a fault was armed.  A failed step or launch (an unknown
     variant, a target lacking a part) is the run's outcome, recorded as ``step_failed``.
 
-    ``on_cluster`` is given the run's cluster once it exists, before anything starts (an overlapped run's
-    interrupt, harness.scenario.overlap).
+    ``on_cluster`` is given the run's cluster once it exists, before anything starts (a caller that plays the run
+    on a thread of its own can interrupt it).
 
     Returns: the RunResult; never raises for a failing system under test.
     """

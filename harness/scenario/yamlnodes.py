@@ -284,7 +284,7 @@ def parse(text: str) -> Document:
 
     The same text parses to the same document, so a process keeps each one it parsed (a text of at most
     64 KiB, under the limits of the moment), pickled, and gives a fresh copy of it the next time: pytest's
-    collection, the overlap's declared runs, ``lastcall run``'s preflight and lastcall's own tests load the
+    collection, ``lastcall run``'s preflight and lastcall's own tests load the
     same files again and again, and PyYAML's pure-Python parser (kept for its messages and its limits,
     counted as it composes) is most of a load.  A text that fails is parsed again each time."""
     key = (text, MAX_DEPTH, MAX_NODES, MAX_EXPANDED, MAX_DIGITS)
