@@ -49,7 +49,7 @@ NUMERIC: dict[str, Bounds] = {  # every numeric LASTCALL_* variable; a module th
     "LASTCALL_IPC_TIMEOUT": Bounds(60.0, 0.0, 3600.0, False, "60", " seconds"),  # the client's request timeout
     "LASTCALL_EXIT_BUDGET": Bounds(1.0, 0.0, 3600.0, True, "1", " seconds"),  # the exit hook's drain budget
     "LASTCALL_ENGINE_LAUNCH_S": Bounds(60.0, 0.0, 3600.0, False, "180", " seconds"),  # one real vLLM launch's bound
-    "LASTCALL_ENGINE_PRELOAD": Bounds(1.0, 0.0, 1.0, True, "0"),  # 1: real vLLM launches fork from a zygote; 0: exec
+    "LASTCALL_ENGINE_PRELOAD": Bounds(0.0, 0.0, 1.0, True, "1"),  # 0: real vLLM launches exec; 1: fork a zygote
     "LASTCALL_ENGINE_CHAIN": Bounds(1.0, 0.0, 1.0, True, "0"),  # 1: ./dev vllm-engine-test chains scenarios; 0: alone
 }
 

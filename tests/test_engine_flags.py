@@ -69,13 +69,15 @@ def test_flags_are_given_by_vllms_names_to_the_standin_and_to_vllm_serve(monkeyp
     assert "VLLM_CPU_OMP_THREADS_BIND" not in TARGET.engine_command(8000, EngineFlags()).env
 
 
-def test_real_vllm_launches_from_a_zygote_unless_the_environment_says_exec(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_real_vllm_execs_unless_the_environment_asks_for_the_zygote(monkeypatch: pytest.MonkeyPatch) -> None:
     import harness.targets.vllm_model as vm
     from harness.errors import ConfigError
     from harness.targets.vllm_engine import VLLM_ENV, VLLM_PRELOAD
 
     monkeypatch.setattr(vm, "tiny_model", lambda: Path("/models/tiny"))
     monkeypatch.delenv("LASTCALL_ENGINE_PRELOAD", raising=False)
+    assert TARGET.engine_command(8000).preload == ()  # `vllm serve` exec'd, as a user runs it
+    monkeypatch.setenv("LASTCALL_ENGINE_PRELOAD", "1")
     serve = TARGET.engine_command(8000)
     assert serve.preload == VLLM_PRELOAD and "vllm.entrypoints.cli.serve" in serve.preload
     assert serve.preload_env == VLLM_ENV  # the zygote imports under the launch's constant variables
