@@ -192,6 +192,9 @@ _BUILTIN: tuple[EventKind, ...] = (
        {"category": "str", "value": "any", "error": "str|null", "error_class": "str|null"},
        open=True),
     _k("step_failed", "harness", "a step could not be performed; the run stops", {"error": "str"}),
+    _k("host_measured", "harness", "how slow the machine was for the harness while it launched the run: the share "
+       "of a CPU its thread got while it could run, and the factor that stretches the steps' safety-net timeouts",
+       {"cpu_share": "float", "slowness": "float"}),
     _k("armed", "harness", "a failpoint was armed by a step",
        {**_STEP, "site": "str", "pid": "int", "action": "str"}, {"since_ns": "int"}),
     _k("peer_stalled", "harness", "a client-side fault left a request unfinished", {**_STEP, "fault": "str"}),

@@ -6,12 +6,14 @@ synchronise.  ``LASTCALL_TIMEOUT_SCALE`` (default 1) multiplies them all.
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 from harness import envvars
 from harness.errors import ConfigError
 
-__all__ = ["scale", "scaled", "run_scale", "bound_scale", "is_bound_scale", "SAFETY_S", "AT_ONCE_S"]
+__all__ = ["scale", "scaled", "run_scale", "bound_scale", "is_bound_scale", "SAFETY_S", "AT_ONCE_S", "thread_cpu",
+           "Slowness", "MAX_SLOWNESS"]
 
 SAFETY_S = 10.0  # default safety net for one wait, before scaling
 # "At once", before scaling: how long the in-process reference may take for what the stop contract says happens
@@ -58,3 +60,39 @@ def run_scale(target: Any) -> float:
     """The scale of one run against ``target``: LASTCALL_TIMEOUT_SCALE times its :func:`bound_scale` (the run's
     ``RunRecord.scale``, recorded in verdicts.json)."""
     return scale() * bound_scale(target)
+
+
+# the most a measured slowness stretches a safety net: a machine slower than this is one to say so about
+# (LASTCALL_TIMEOUT_SCALE), not to wait out
+MAX_SLOWNESS = 10.0
+MIN_MEASURED_NS = 2_000_000  # below 2 ms of the thread's own CPU the share says nothing: slowness 1
+
+
+def thread_cpu() -> tuple[int, int]:
+    """The calling thread's time on a CPU and waiting in a run queue for one, in ns (its
+    /proc/self/task/TID/schedstat); (0, 0) where the kernel keeps none."""
+    try:
+        with open(f"/proc/self/task/{threading.get_native_id()}/schedstat") as f:
+            ran, waited = f.read().split()[:2]
+        return int(ran), int(waited)
+    except (OSError, ValueError):
+        return 0, 0
+
+
+class Slowness:
+    """How slow the machine is for this thread over some work it does anyway (a run's launch): of the time it
+    could run, the share it ran.  ``factor`` is 1 / that share (1 on an idle machine, about 3 beside two busy
+    loops per CPU), at most MAX_SLOWNESS: what a step's safety net is stretched by.  No CPU is spent to measure
+    it: the harness's launch of a run (its snapshot, its forks) is the work watched."""
+
+    def __init__(self) -> None:
+        self.r0, self.w0 = thread_cpu()
+        self.share, self.factor = 1.0, 1.0
+
+    def measure(self) -> Slowness:
+        r1, w1 = thread_cpu()
+        ran, waited = r1 - self.r0, w1 - self.w0
+        if ran >= MIN_MEASURED_NS:
+            self.share = ran / (ran + waited)
+            self.factor = min(MAX_SLOWNESS, max(1.0, 1.0 / self.share))
+        return self

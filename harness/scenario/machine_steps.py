@@ -14,6 +14,7 @@ import time
 from typing import Any
 
 from harness.scenario.player import Player, StepError, step_kind
+from harness.timeouts import thread_cpu
 
 __all__ = ["cpu_ns", "cpu_share", "lowest_free_fd", "CALIBRATION_S"]
 
@@ -53,18 +54,11 @@ def cpu_share(spin_s: float = CALIBRATION_S) -> float:
     """The share of one CPU a thread that never blocks gets on this machine now: the calling thread spins for
     ``spin_s`` of wall time and reads its own schedstat (on a CPU / on a CPU or waiting for one).  1.0 on an idle
     machine; beside k other busy threads on n CPUs about n / (k + 1)."""
-    path = f"/proc/self/task/{threading.get_native_id()}/schedstat"
-
-    def read() -> tuple[int, int]:
-        with open(path) as f:
-            ran, waited = f.read().split()[:2]
-        return int(ran), int(waited)
-
-    r0, w0 = read()
+    r0, w0 = thread_cpu()
     end = time.monotonic() + spin_s
     while time.monotonic() < end:
         pass  # the calibration spins: what a thread that never blocks would get
-    r1, w1 = read()
+    r1, w1 = thread_cpu()
     return (r1 - r0) / max(1, (r1 - r0) + (w1 - w0))
 
 

@@ -125,6 +125,7 @@ class Player:
         self.mark = 0
         self._scratch: dict[type, Any] = {}
         self._played = 0  # steps already played (play_prelude)
+        self.slowness = 1.0  # the run's measured slowness (harness.timeouts.Slowness): stretches the safety nets
         self.codec = codec_of(load_target(cluster.variant))  # client-side faults speak the target's framing
 
     # ----------------------------------------------------------- addressing
@@ -154,7 +155,13 @@ class Player:
         return self._scratch[cls]  # type: ignore[no-any-return]
 
     def timeout(self, t: float | None = None) -> float:
-        return scaled(t if t is not None else self.cfg.ipc_timeout)
+        """A wait's safety net (``t``, default the config's ipc_timeout): scaled, and stretched by the run's
+        measured slowness; never a bound a checker judges."""
+        return scaled(t if t is not None else self.cfg.ipc_timeout) * self.slowness
+
+    def deadline(self) -> float:
+        """The safety net of a background step's join (the config's deadline), as :meth:`timeout` stretches."""
+        return scaled(self.cfg.deadline) * self.slowness
 
     def used_ports(self) -> list[int]:
         """Every port of the run: held by a step, or bound by a listener (from its own events)."""
@@ -213,7 +220,7 @@ class Player:
         :meth:`finish_up` joins it within ``join`` seconds (default the run's deadline)."""
         t = threading.Thread(target=body, name=f"lastcall-step-{name}", daemon=True)
         t.start()
-        self.pending.append((t, scaled(self.cfg.deadline) if join is None else join))
+        self.pending.append((t, self.deadline() if join is None else join))
 
     def commands(self, name: str, kind: str, calls: list[tuple[Proc, str, dict[str, Any]]],
                  combine: Callable[[list[Any]], Any], *, timeout: float | None = None, probe: bool = False,
@@ -223,7 +230,7 @@ class Player:
         ``stuck`` as for :meth:`returned` and :meth:`failed`."""
         self.started(name, kind, **data)
         cids = [(p, p.send(op, **args)) for p, op, args in calls]
-        limit = scaled(self.cfg.deadline) if timeout is None else timeout
+        limit = self.deadline() if timeout is None else timeout
 
         def collect() -> None:
             values, errors = [], []

@@ -30,7 +30,7 @@ from harness.result import RunResult
 from harness.scenario.exitmode import fast_exit_for
 from harness.scenario.loader import MatrixItem
 from harness.scenario.player import STEP_KINDS, Player, Snap, StepError, cast_for
-from harness.timeouts import scale
+from harness.timeouts import Slowness, scale
 
 __all__ = ["RunResult", "run_item", "StepError", "STEP_KINDS"]  # STEP_KINDS here: every built-in kind registered
 
@@ -69,6 +69,7 @@ def run_item(item: MatrixItem, *, variant: str | None = None, run_id: str | None
         return for_cluster(cl, label, ports=player.used_ports() if player is not None else ())
 
     snap = snapshot or probe
+    slowness = Slowness()  # over the before snapshot and the launch: work this thread does anyway
     snaps["before"] = snap(c, "before")
     step_error = broken = ""
     started = False
@@ -79,6 +80,9 @@ def run_item(item: MatrixItem, *, variant: str | None = None, run_id: str | None
         player.play_prelude()  # the steps before start (hold_port): the processes start with them in place
         c.start()
         started = True
+        slowness.measure()
+        c.rec.emit("host_measured", cpu_share=round(slowness.share, 4), slowness=round(slowness.factor, 3))
+        player.slowness = slowness.factor
         player.play()
     except Exception as exc:  # a failed step or launch is the run's outcome, not a crash of the session
         step_error, broken = failed(c, exc, started)
