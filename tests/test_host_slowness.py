@@ -97,5 +97,5 @@ def test_a_run_records_its_slowness_and_its_player_stretches_only_safety_nets(mo
     (measured,) = [e for e in result.events if e.kind == "host_measured"]
     assert 0 < measured.data["cpu_share"] <= 1 and measured.data["slowness"] == round(seen[0], 3)
     assert seen[1] == pytest.approx(2.0 * timeouts.scale() * seen[0])  # the config's ipc_timeout, stretched
-    assert seen[2] == pytest.approx(timeouts.scale() * seen[0])
+    assert seen[2] == pytest.approx(timeouts.scale())  # a step's own timeout: the author's, not stretched
     assert result.scale == timeouts.scale()  # a checker's bounds are not stretched by it

@@ -155,9 +155,13 @@ class Player:
         return self._scratch[cls]  # type: ignore[no-any-return]
 
     def timeout(self, t: float | None = None) -> float:
-        """A wait's safety net (``t``, default the config's ipc_timeout): scaled, and stretched by the run's
-        measured slowness; never a bound a checker judges."""
-        return scaled(t if t is not None else self.cfg.ipc_timeout) * self.slowness
+        """A wait's safety net: ``t``, the step's own ``timeout`` (scaled); by default the config's ipc_timeout,
+        scaled and stretched by the run's measured slowness.  A timeout the scenario gives is its author's: on a
+        planted bug's path the run ends when it expires, and what the cleanup then finds (a drain still within
+        its bound, or not) would move with the machine if it were stretched."""
+        if t is not None:
+            return scaled(t)
+        return scaled(self.cfg.ipc_timeout) * self.slowness
 
     def deadline(self) -> float:
         """The safety net of a background step's join (the config's deadline), as :meth:`timeout` stretches."""
