@@ -112,6 +112,12 @@ class Checker:
     judges: tuple[str, ...] = ()  # the event kinds it reads
     evidence: Evidence | Callable[[Any], Evidence] = field(default_factory=dict)  # may depend on the params
     params: type[Params] = Params  # its parameter model (a scenario's expect entry is validated against it)
+    # whether its verdict can depend on how the run's processes exit (their module teardown, C exit handlers):
+    # False lets a run of the built-in reference skip that teardown (harness.scenario.exitmode); None, not
+    # declared (a plug-in's), counts as True
+    observes_exit: bool | None = None
+    # for a checker with a time bound: what it times and how a loaded machine changes that (docs/checkers.md)
+    timing: str = ""
 
     def evidence_for(self, params: Any) -> Evidence:
         return self.evidence(params) if callable(self.evidence) else self.evidence
@@ -126,14 +132,19 @@ CHECKERS: dict[str, Checker] = {}
 
 
 def checker(name: str, about: str, *, params: type[Params] | None = None, judges: tuple[str, ...] = (),
-            evidence: Evidence | Callable[[Any], Evidence] | None = None) -> Callable[[CheckFn], CheckFn]:
+            evidence: Evidence | Callable[[Any], Evidence] | None = None,
+            observes_exit: bool | None = None, timing: str = "") -> Callable[[CheckFn], CheckFn]:
     """Register ``fn`` as the checker ``name``, with its parameter model: both halves of the registry at once.
 
     ``params``: the pydantic model (a :class:`~harness.checkers.params.Params`) its expect entry takes; left
     out, the annotation of ``fn``'s second argument (``def mine(run: RunRecord, p: MyParams)``), else
     :class:`Params` (no parameters).  ``judges``: the event kinds it reads; ``evidence``: per party, the
     kinds that prove the party was observed (:func:`observed`), or a function of the parameters giving
-    them.  Every kind named must be one of harness.events.  A name registered twice is an error.
+    them.  Every kind named must be one of harness.events.  ``observes_exit``: whether its verdict can depend on
+    how the run's processes exit past their main and atexit hooks (module teardown, C-level exit handlers);
+    declare False only for a checker that reads nothing recorded then, and leave it out (or True) otherwise.
+    ``timing``, for a checker with a time bound: what it times and how load on the machine changes it.
+    A name registered twice is an error.
     """
     if not _NAME.fullmatch(name):
         raise ConfigError(f"checker name {name!r} is not a lower_snake_case identifier")
@@ -150,7 +161,8 @@ def checker(name: str, about: str, *, params: type[Params] | None = None, judges
         old = CHECKERS.get(name)
         if old is not None and old.fn is not fn:
             raise ConfigError(f"checker {name!r} is registered twice ({_where(old.fn)} and {_where(fn)})")
-        CHECKERS[name] = Checker(name, fn, about, tuple(judges), evidence if evidence is not None else {}, model)
+        CHECKERS[name] = Checker(name, fn, about, tuple(judges), evidence if evidence is not None else {}, model,
+                                 observes_exit, timing)
         CHECKER_PARAMS[name] = model
         return fn
 

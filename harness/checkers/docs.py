@@ -61,7 +61,21 @@ def render_markdown() -> str:
            "never relied on: without it the checker still judges from the harness's view (a port named in its",
            "parameters, the replies the harness got, the exit the launcher saw).", "",
            "| checker | judges |", "|---|---|",
-           *(f"| `{n}` | {_reads(CHECKERS[n])} |" for n in black),
+           *(f"| `{n}` | {_reads(CHECKERS[n])} |" for n in black), "",
+           "## Time bounds, and what load does to them", "",
+           "A checker with a time bound says what it times and how a loaded machine changes that.  Every bound",
+           "is stretched by `LASTCALL_TIMEOUT_SCALE` (and an engine target's `bound_scale`), never by the run's",
+           "measured slowness (`host_measured`, which stretches only the steps' safety nets).", "",
+           "| checker | what it times, and load |", "|---|---|",
+           *(f"| `{n}` | {CHECKERS[n].timing} |" for n in sorted(CHECKERS) if CHECKERS[n].timing), "",
+           "## Which checkers observe the exit", "",
+           "Each checker declares whether its verdict can depend on how the run's processes exit past their",
+           "main and atexit hooks (module teardown, C-level exit handlers).  A run of the built-in reference or",
+           "one of its planted bugs, judged only by checkers that do not, and with no step that watches an",
+           "exit, skips its processes' module teardown (harness/scenario/exitmode.py); every other run exits",
+           "faithfully.", "",
+           "- observe the exit: " + ", ".join(f"`{n}`" for n in sorted(CHECKERS) if CHECKERS[n].observes_exit),
+           "- do not: " + ", ".join(f"`{n}`" for n in sorted(CHECKERS) if CHECKERS[n].observes_exit is False),
            ""]
     return "\n".join(out)
 

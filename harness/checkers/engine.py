@@ -54,7 +54,9 @@ def _who(ps: list[dict[str, Any]]) -> str:
 
 
 @checker("engine_tree_exits", "every process of the engine's tree exits within a bound of the signal; none "
-         "survives, none is left orphaned", judges=_STEPS, evidence={})
+         "survives, none is left orphaned", judges=_STEPS, evidence={}, observes_exit=True,
+         timing=("wall time from the signal to the last process of the engine's tree gone. Load and the tree's "
+                 "size lengthen it; the bound is the engine scenario's, stretched by the target's bound_scale"))
 def engine_tree_exits(run: RunRecord, p: Within) -> Verdict:
     name = "engine_tree_exits"
     waits = _returns(run, "wait_gone")
@@ -86,7 +88,7 @@ def engine_tree_exits(run: RunRecord, p: Within) -> Verdict:
 
 
 @checker("engine_nothing_left", "nothing the engine's tree created is left once it exited: no file or socket "
-         "file under its TMPDIR, no /dev/shm segment it held", judges=_STEPS, evidence={})
+         "file under its TMPDIR, no /dev/shm segment it held", judges=_STEPS, evidence={}, observes_exit=True)
 def engine_nothing_left(run: RunRecord, p: Params) -> Verdict:
     name = "engine_nothing_left"
     waits = _returns(run, "wait_gone")
@@ -108,7 +110,7 @@ def engine_nothing_left(run: RunRecord, p: Params) -> Verdict:
 
 
 @checker("engine_port_released", "every port of the engine is released: a restart on the same port binds and "
-         "becomes ready", judges=_STEPS, evidence={})
+         "becomes ready", judges=_STEPS, evidence={}, observes_exit=True)
 def engine_port_released(run: RunRecord, p: Params) -> Verdict:
     name = "engine_port_released"
     restarts = _returns(run, "engine_restart")
@@ -124,7 +126,7 @@ def engine_port_released(run: RunRecord, p: Params) -> Verdict:
 
 
 @checker("engine_exit_status", "the API server's exit status tells the truth: not 0 when its engine died under "
-         "it, 0 when a stop was asked of it", judges=_STEPS, evidence={})
+         "it, 0 when a stop was asked of it", judges=_STEPS, evidence={}, observes_exit=True)
 def engine_exit_status(run: RunRecord, p: Params) -> Verdict:
     name = "engine_exit_status"
     judged, bad, why_not = 0, [], []
@@ -161,7 +163,9 @@ def engine_exit_status(run: RunRecord, p: Params) -> Verdict:
 
 
 @checker("engine_requests_end", "every request to the engine ends (complete, aborted, refused or cut), none "
-         "hangs", judges=_STEPS, evidence={})
+         "hangs", judges=_STEPS, evidence={}, observes_exit=True,
+         timing=("whether each request ended within the step's bound (complete, aborted, refused or cut). Load "
+                 "lengthens a generation; the bound is the step's timeout, stretched by the target's bound_scale"))
 def engine_requests_end(run: RunRecord, p: Params) -> Verdict:
     name = "engine_requests_end"
     started = [e for e in run.of("step_started") if e.data.get("kind") == "engine_request"]
@@ -204,7 +208,9 @@ def _launches(run: RunRecord) -> list[tuple[Event, Event | None]]:
 
 @checker("engine_start_ends", "a start either becomes ready or fails with a clear error within a bound (never "
          "waits forever); a start that was sent a stop signal does not become ready", params=StartBound,
-         judges=("engine_launched", "engine_ready", "engine_start_failed", *_STEPS), evidence={})
+         judges=("engine_launched", "engine_ready", "engine_start_failed", *_STEPS), evidence={}, observes_exit=True,
+         timing=("wall time from the launch to the ready line or the failure's exit. Load lengthens a real "
+                 "engine's start by tens of seconds: the bound is minutes (120 s by default)"))
 def engine_start_ends(run: RunRecord, p: StartBound) -> Verdict:
     name = "engine_start_ends"
     launches = _launches(run)
@@ -255,7 +261,8 @@ def _late(run: RunRecord) -> list[Event]:
 
 
 @checker("engine_refuses_late_requests", "a request sent after the engine's shutdown began is refused, never "
-         "generated (the engine-level late dispatch)", judges=("engine_shutdown_began", *_STEPS), evidence={})
+         "generated (the engine-level late dispatch)", judges=("engine_shutdown_began", *_STEPS), evidence={},
+         observes_exit=True)
 def engine_refuses_late_requests(run: RunRecord, p: Params) -> Verdict:
     name = "engine_refuses_late_requests"
     late = _late(run)

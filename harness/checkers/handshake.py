@@ -18,7 +18,7 @@ START_KINDS = ("handshake_start", "cycle")  # the steps that start a handshake l
 @checker("failed_start_never_serves", "a handshake listener whose start failed (a held port, a thread not ready "
          "within start_timeout) never binds or serves afterwards: its thread leaves without serving",
          judges=("step_started", "step_returned", "handshake_listener_started", "thread_exited"),
-         evidence=observed("listener"))
+         evidence=observed("listener"), observes_exit=True)
 def failed_start_never_serves(run: RunRecord, p: Params) -> Verdict:
     evs = run.ordered
     started = {e.data.get("step"): e for e in evs if e.kind == "step_started" and e.data.get("kind") in START_KINDS}
@@ -51,7 +51,7 @@ def failed_start_never_serves(run: RunRecord, p: Params) -> Verdict:
 
 @checker("bad_handshake_refused", "every malformed handshake is refused with an error reply (never served as if "
          "well-formed), whose text holds what the step says: the peer learns what was wrong",
-         judges=("step_returned",))
+         judges=("step_returned",), observes_exit=False)
 def bad_handshake_refused(run: RunRecord, p: Params) -> Verdict:
     bad_steps = [e for e in run.ordered if e.kind == "step_returned" and e.data.get("kind") == "malformed_handshake"
                  and category_of(e.data) == "request"]

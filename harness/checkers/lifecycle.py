@@ -53,7 +53,7 @@ def _dispatches_unrecorded(run: RunRecord) -> str | None:
 
 @checker("no_late_dispatch", "nothing is dispatched once stop has begun (frames completing later, queued ones)",
          judges=("stop_started", "listener_started", "dispatch_started", "dispatch_finished", "step_returned"),
-         evidence=observed("listener"))
+         evidence=observed("listener"), observes_exit=False)
 def no_late_dispatch(run: RunRecord, p: Params) -> Verdict:
     unrecorded = _dispatches_unrecorded(run)
     if unrecorded:
@@ -74,7 +74,7 @@ def no_late_dispatch(run: RunRecord, p: Params) -> Verdict:
 
 @checker("no_dispatch_after_teardown", "no backend call starts, or is still running, once the allocator is torn down",
          judges=("allocator_torn_down", "dispatch_started", "dispatch_finished", "step_returned"),
-         evidence=observed("listener", "worker"))
+         evidence=observed("listener", "worker"), observes_exit=False)
 def no_dispatch_after_teardown(run: RunRecord, p: Params) -> Verdict:
     evs = run.ordered
     torn = {e.pid: e for e in evs if e.kind == "allocator_torn_down"}
@@ -106,7 +106,11 @@ def no_dispatch_after_teardown(run: RunRecord, p: Params) -> Verdict:
 @checker("reads_cancelled", "reads in progress when stop begins are cancelled at once, not after the drain",
          judges=("stop_started", "accepted", "frame_started", "frame_completed", "dispatch_finished",
                  "dispatch_refused", "reads_cancelled", "connection_closed", "peer_stalled", "peer_closed"),
-         evidence=observed("listener"))
+         evidence=observed("listener"), observes_exit=False,
+         timing=("wall time (monotonic, the listener's own events) from stop_started to each live read's cancel or "
+                 "close. Load adds the scheduling of the listener's thread, milliseconds; the bound (500 ms in the "
+                 "library) is the drain's, and a listener that leaves reads to the drain misses it by the drain's "
+                 "seconds"))
 def reads_cancelled(run: RunRecord, p: Within) -> Verdict:
     evs = run.ordered
     stops = _stops(evs)
@@ -150,7 +154,7 @@ def reads_cancelled(run: RunRecord, p: Within) -> Verdict:
 
 @checker("handler_drained", "a handler inside the backend when stop begins finishes before stop returns True",
          judges=("stop_returned", "dispatch_started", "dispatch_finished", "step_returned"),
-         evidence=observed("listener"))
+         evidence=observed("listener"), observes_exit=False)
 def handler_drained(run: RunRecord, p: Params) -> Verdict:
     evs = run.ordered
     bad: list[Event] = []
@@ -184,7 +188,7 @@ def handler_drained(run: RunRecord, p: Params) -> Verdict:
 
 
 @checker("retained_for_retry", "a stop that returns False tears nothing down; the listener stays for a retry",
-         judges=("stop_started", "stop_returned", "teardown_step"), evidence=observed("listener"))
+         judges=("stop_started", "stop_returned", "teardown_step"), evidence=observed("listener"), observes_exit=False)
 def retained_for_retry(run: RunRecord, p: Params) -> Verdict:
     evs = run.ordered
     bad: list[Event] = []
@@ -201,7 +205,8 @@ def retained_for_retry(run: RunRecord, p: Params) -> Verdict:
 
 
 @checker("teardown_deferred", "the allocator is torn down only after every listener of its process has stopped",
-         judges=("allocator_torn_down", "listener_started", "stop_returned"), evidence=observed("listener", "worker"))
+         judges=("allocator_torn_down", "listener_started", "stop_returned"), evidence=observed("listener", "worker"),
+         observes_exit=False)
 def teardown_deferred(run: RunRecord, p: Params) -> Verdict:
     evs = run.ordered
     bad: list[Event] = []
@@ -245,7 +250,11 @@ def _phases(evs: list[Event], stop: Event) -> dict[str, float]:
 @checker("stop_latency", "stop (or one phase of it) completes within a generous bound",
          judges=("step_started", "step_returned", "stop_started", "reads_cancelled", "drain_started",
                  "drain_finished", "stop_returned"),
-         evidence=lambda p: {} if p.step is not None else observed("listener"))  # a named step: black-box
+         evidence=lambda p: {} if p.step is not None else observed("listener"),
+         observes_exit=False,
+         timing=("wall time from stop_started (or the named step's start) to the phase's end or stop_returned. "
+                 "Load lengthens it, never shortens it; the bound is generous (2 s by default against milliseconds "
+                 "on the reference)"))  # a named step: black-box
 def stop_latency(run: RunRecord, p: StopLatency) -> Verdict:
     evs = run.ordered
     if p.step is not None:
@@ -291,7 +300,7 @@ def _lives(evs: list[Event]) -> dict[Key, list[list[Event]]]:
 @checker("registration_kept", "a listener leaves its registry only once a stop of it returned True: a failed stop "
          "(False, or a cleanup error) keeps it registered for a retry",
          judges=("listener_registered", "listener_unregistered", "stop_returned"),
-         evidence={**observed("listener"), "worker": ("listener_registered",)})
+         evidence={**observed("listener"), "worker": ("listener_registered",)}, observes_exit=False)
 def registration_kept(run: RunRecord, p: Params) -> Verdict:
     bad: list[tuple[Event, Event | None]] = []  # (the unregistration, the stop before it, if any)
     gone = 0
@@ -313,7 +322,8 @@ def registration_kept(run: RunRecord, p: Params) -> Verdict:
 
 
 @checker("failed_stop_retried", "a listener whose stop returned False is stopped later: a retry, or the exit hook, "
-         "returns True for it", judges=("listener_started", "stop_returned"), evidence=observed("listener"))
+         "returns True for it", judges=("listener_started", "stop_returned"), evidence=observed("listener"),
+         observes_exit=True)
 def failed_stop_retried(run: RunRecord, p: Params) -> Verdict:
     failed, open_ = 0, []
     for life in (x for lives in _lives(run.ordered).values() for x in lives):
@@ -345,7 +355,7 @@ def _hook_end(run: RunRecord, start: Event) -> Event | None:
          "hook has ended, and only listeners with a handler in flight are left registered",
          judges=("exit_hook_started", "exit_hook_finished", "stop_started", "drain_finished", "dispatch_started",
                  "dispatch_finished"),
-         evidence={"worker": ("exit_hook_started",)})
+         evidence={"worker": ("exit_hook_started",)}, observes_exit=True)
 def exit_hook_stops_the_rest(run: RunRecord, p: Params) -> Verdict:
     """For each worker's exit hook: every listener's ``stop_started`` inside the hook comes before the first
     ``drain_finished`` inside it (the hook tells them all to stop, then waits), and at most as many listeners
@@ -385,7 +395,10 @@ def exit_hook_stops_the_rest(run: RunRecord, p: Params) -> Verdict:
 
 @checker("exit_hook_within", "the exit hook stops what is left within a bound (seconds, however many listeners "
          "cannot drain): interpreter exit is never stalled for long",
-         judges=("exit_hook_started", "exit_hook_finished"), evidence={"worker": ("exit_hook_started",)})
+         judges=("exit_hook_started", "exit_hook_finished"), evidence={"worker": ("exit_hook_started",)},
+         observes_exit=True,
+         timing=("wall time from exit_hook_started to exit_hook_finished in the worker. Load lengthens it; the "
+                 "bound is seconds against the hook's milliseconds when every listener drains"))
 def exit_hook_within(run: RunRecord, p: Within) -> Verdict:
     bad: list[Event] = []
     took: list[str] = []
@@ -408,7 +421,7 @@ def exit_hook_within(run: RunRecord, p: Within) -> Verdict:
 
 @checker("exit_hook_once", "a process runs its exit hook once at exit, however many listeners it started (the hook "
          "is registered once, not at every start)", judges=("exit_hook_started",),
-         evidence={"worker": ("exit_hook_started",)})
+         evidence={"worker": ("exit_hook_started",)}, observes_exit=True)
 def exit_hook_once(run: RunRecord, p: Params) -> Verdict:
     runs: dict[int, list[Event]] = {}
     for e in run.of("exit_hook_started"):

@@ -34,7 +34,7 @@ def _replacements(run: RunRecord) -> list[tuple[Event, str, int]]:
 
 
 @checker("no_leftover_paths", "no socket file, owner record or directory of the run is left under its root",
-         judges=("path_replaced",))
+         judges=("path_replaced",), observes_exit=False)
 def no_leftover_paths(run: RunRecord, p: Params) -> Verdict:
     snaps = _pair(run)
     if snaps is None:
@@ -56,7 +56,7 @@ def no_leftover_paths(run: RunRecord, p: Params) -> Verdict:
 
 @checker("unlinks_only_own_socket", "a file that replaced the listener's socket at its path is still there after "
          "the run: teardown unlinks only the socket the listener bound (same inode)",
-         judges=("path_replaced", "stale_socket_removed"))
+         judges=("path_replaced", "stale_socket_removed"), observes_exit=False)
 def unlinks_only_own_socket(run: RunRecord, p: Params) -> Verdict:
     replaced = _replacements(run)
     if not replaced:
@@ -99,7 +99,7 @@ def _covers(snap: Snapshot, path: str) -> bool:
     return root is not None and path.startswith(str(root).rstrip("/") + "/")
 
 
-@checker("no_leftover_shm", "no /dev/shm segment of the run is left")
+@checker("no_leftover_shm", "no /dev/shm segment of the run is left", observes_exit=False)
 def no_leftover_shm(run: RunRecord, p: Params) -> Verdict:
     snaps = _pair(run)
     if snaps is None:
@@ -111,7 +111,7 @@ def no_leftover_shm(run: RunRecord, p: Params) -> Verdict:
 
 
 @checker("port_released", "nothing LISTENs on the run's ports and a bind with the server's options succeeds",
-         judges=("handshake_listener_started",))
+         judges=("handshake_listener_started",), observes_exit=False)
 def port_released(run: RunRecord, p: PortReleased) -> Verdict:
     # every snapshot labelled after*: "after" (all reaped) and any taken mid-run once a stop returned
     afters = [snap for label, snap in sorted(run.snapshots.items()) if label.startswith("after")]
@@ -143,7 +143,7 @@ def _resources(run: RunRecord, when: str) -> dict[int, dict[str, object]]:
 
 
 @checker("no_leaked_threads", "after a clean shutdown a process runs no thread it did not run before it started",
-         judges=("process_resources",))
+         judges=("process_resources",), observes_exit=False)
 def no_leaked_threads(run: RunRecord, p: Params) -> Verdict:
     before, after = _resources(run, "before_start"), _resources(run, "after_shutdown")
     pairs = [(pid, before[pid], after[pid]) for pid in after if pid in before]
@@ -162,7 +162,7 @@ def no_leaked_threads(run: RunRecord, p: Params) -> Verdict:
 
 
 @checker("no_leaked_fds", "after a clean shutdown a process holds no socket, pipe or epoll it did not hold before",
-         judges=("process_resources",))
+         judges=("process_resources",), observes_exit=False)
 def no_leaked_fds(run: RunRecord, p: Params) -> Verdict:
     before, after = _resources(run, "before_start"), _resources(run, "after_shutdown")
     pairs = [(pid, before[pid], after[pid]) for pid in after if pid in before]
@@ -182,7 +182,8 @@ def no_leaked_fds(run: RunRecord, p: Params) -> Verdict:
     return ok("no_leaked_fds", f"{len(pairs)} process(es) hold no new socket, pipe or epoll")
 
 
-@checker("no_orphan_processes", "every process of the run is gone: no survivor, no zombie, none reparented away")
+@checker("no_orphan_processes", "every process of the run is gone: no survivor, no zombie, none reparented away",
+         observes_exit=False)
 def no_orphan_processes(run: RunRecord, p: Params) -> Verdict:
     after = run.snapshots.get("after")
     if after is None:
@@ -196,7 +197,7 @@ def no_orphan_processes(run: RunRecord, p: Params) -> Verdict:
 
 
 @checker("gpu_memory_released", "no process of the run holds GPU memory; per-device use is back to the baseline",
-         judges=("process_spawned",))
+         judges=("process_spawned",), observes_exit=True)
 def gpu_memory_released(run: RunRecord, p: Params) -> Verdict:
     snaps = _pair(run)
     if snaps is None or snaps[1].gpu is None:

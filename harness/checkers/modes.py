@@ -23,7 +23,7 @@ def _steps(run: RunRecord, kind: str) -> list[Event]:
 
 
 @checker("private_paths", "what a listener's start creates is its owner's only (socket 0600, directory 0700) and "
-         "the start leaves the process umask as it found it", judges=("step_returned",))
+         "the start leaves the process umask as it found it", judges=("step_returned",), observes_exit=False)
 def private_paths(run: RunRecord, p: Params) -> Verdict:
     starts = [e for e in _steps(run, "start_listener") if isinstance(e.data.get("modes"), dict)]
     if not starts:
@@ -65,7 +65,10 @@ HOST_TOO_SLOW = "not judged here: host too slow"  # neither a pass nor a failure
 @checker("idle_cost", "a listener with nothing to do costs nothing (its clients idle, or a connection waits that it "
          "cannot accept yet): its process's threads block instead of spinning (measure_idle: on a CPU at most a "
          "quarter of what a thread that never blocks got over the window)",
-         params=IdleCost, judges=("step_returned",))
+         params=IdleCost, judges=("step_returned",), observes_exit=False,
+         timing=("the worker's own CPU time over a measure_idle window (schedstat's run time, not time waiting for "
+                 "a CPU), against what the harness's 50 ms calibration spin got in the same step. Load lowers both "
+                 "alike; below a tenth of a CPU the verdict is 'not judged here: host too slow'"))
 def idle_cost(run: RunRecord, p: IdleCost) -> Verdict:
     """A window's own CPU time (schedstat's run time: time spent waiting for a CPU is the machine's, not the
     listener's) against what a spinning thread got in the same step (``cpu_share``, measured by the harness's

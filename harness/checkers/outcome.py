@@ -23,7 +23,8 @@ def _returned(run: RunRecord, *categories: str) -> list[Event]:
             and (not categories or category_of(e.data) in categories)]
 
 
-@checker("stop_result", "a named stop (or every stop) returned what the contract says", judges=("step_returned",))
+@checker("stop_result", "a named stop (or every stop) returned what the contract says", judges=("step_returned",),
+         observes_exit=False)
 def stop_result(run: RunRecord, p: StopResult) -> Verdict:
     rets = [e for e in _returned(run, *LIFECYCLE) if p.step is None or e.data.get("step") == p.step]
     if not rets:
@@ -40,7 +41,7 @@ def stop_result(run: RunRecord, p: StopResult) -> Verdict:
 
 
 @checker("restart_refused", "a restart over a listener that cannot stop is refused (with the error class named): "
-         "the old listener is left as it was", judges=("step_returned",))
+         "the old listener is left as it was", judges=("step_returned",), observes_exit=False)
 def restart_refused(run: RunRecord, p: RestartRefused) -> Verdict:
     rets = [e for e in _returned(run, "start") if p.step is None or e.data.get("step") == p.step]
     if not rets:
@@ -59,7 +60,8 @@ def restart_refused(run: RunRecord, p: RestartRefused) -> Verdict:
 
 
 @checker("fault_fired", "every armed fault reached its site: a scenario whose fault never fired proves nothing",
-         judges=("armed", "fault_reached", "peer_stalled", "peer_idle", "peer_flood", "step_returned"))
+         judges=("armed", "fault_reached", "peer_stalled", "peer_idle", "peer_flood", "step_returned"),
+         observes_exit=False)
 def fault_fired(run: RunRecord, p: FaultFired) -> Verdict:
     armed = [e for e in run.ordered if e.kind == "armed" and (p.faults is None or e.data.get("step") in p.faults)]
     if not armed and not p.faults:
@@ -83,7 +85,8 @@ def _stalled_windows(run: RunRecord) -> list[tuple[int, int]]:
 
 
 @checker("served_while_stalled", "while one client stalls or idles, every other request is still served",
-         judges=("peer_stalled", "peer_idle", "peer_closed", "peer_finished", "step_started", "step_returned"))
+         judges=("peer_stalled", "peer_idle", "peer_closed", "peer_finished", "step_started", "step_returned"),
+         observes_exit=False)
 def served_while_stalled(run: RunRecord, p: Params) -> Verdict:
     windows = _stalled_windows(run)
     if not windows:
@@ -101,7 +104,7 @@ def served_while_stalled(run: RunRecord, p: Params) -> Verdict:
 
 
 @checker("requests_served", "every well-formed request the harness sent got a reply that is not an error",
-         judges=("step_returned",))
+         judges=("step_returned",), observes_exit=False)
 def requests_served(run: RunRecord, p: Params) -> Verdict:
     plain = [e for e in _returned(run, "request") if e.data.get("fault") in (None, "none")]
     if not plain:
@@ -113,7 +116,7 @@ def requests_served(run: RunRecord, p: Params) -> Verdict:
 
 
 @checker("calls_answered", "each engine call got its answer: a request drained by stop still gets its reply",
-         judges=("step_returned",))
+         judges=("step_returned",), observes_exit=False)
 def calls_answered(run: RunRecord, p: CallsAnswered) -> Verdict:
     calls = [e for e in _returned(run, "call") if p.calls is None or e.data.get("step") in p.calls]
     missing = sorted(set(p.calls or ()) - {e.data.get("step") for e in calls})
@@ -128,7 +131,7 @@ def calls_answered(run: RunRecord, p: CallsAnswered) -> Verdict:
 
 
 @checker("ctl_cleans", "`lastcall ctl list` finds what a killed process left behind, and `ctl delete` removes it",
-         judges=("step_returned",))
+         judges=("step_returned",), observes_exit=False)
 def ctl_cleans(run: RunRecord, p: CtlCleans) -> Verdict:
     steps = {e.data.get("step"): e for e in _returned(run, "control")}
     found, deleted = steps.get(p.found), steps.get(p.deleted)
@@ -150,7 +153,7 @@ def ctl_cleans(run: RunRecord, p: CtlCleans) -> Verdict:
 
 
 @checker("survives_bad_input", "malformed frames get bad_request or a close, are never dispatched, kill nothing",
-         judges=("step_returned", "thread_crashed", "thread_exception"))
+         judges=("step_returned", "thread_crashed", "thread_exception"), observes_exit=False)
 def survives_bad_input(run: RunRecord, p: Params) -> Verdict:
     sends = _returned(run, "request")
     bad_sends = [e for e in sends if e.data.get("fault") in BAD_FAULTS]
@@ -170,7 +173,11 @@ def survives_bad_input(run: RunRecord, p: Params) -> Verdict:
 
 
 @checker("exit_without_stall", "every process exits within a bound of being asked to; exit hooks are timed",
-         judges=("exit_requested", "engine_died", "process_exited", "exit_hook_started", "exit_hook_finished"))
+         judges=("exit_requested", "engine_died", "process_exited", "exit_hook_started", "exit_hook_finished"),
+         observes_exit=True,
+         timing=("wall time from the harness's request to exit (or its signal) to the process's exit, as the "
+                 "launcher saw it. Load and a cold page cache lengthen it; the bound is seconds, and the fast exit "
+                 "is never taken where it is judged"))
 def exit_without_stall(run: RunRecord, p: Within) -> Verdict:
     evs = run.ordered
     exited = {e.pid: e for e in evs if e.kind == "process_exited"}
@@ -200,7 +207,7 @@ def exit_without_stall(run: RunRecord, p: Within) -> Verdict:
 
 
 @checker("kv_state_consistent", "each rank's pages match what the client was told, or the client said unknown",
-         judges=("step_returned", "allocator_state"), evidence=observed("worker"))
+         judges=("step_returned", "allocator_state"), evidence=observed("worker"), observes_exit=False)
 def kv_state_consistent(run: RunRecord, p: Params) -> Verdict:
     told: set[int] = set()
     unsure = False

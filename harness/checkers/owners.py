@@ -18,7 +18,7 @@ ENDS = ("stop", "signal", "exit")  # step categories after which a worker may no
 
 @checker("ctl_sees_live_owners", "`lastcall ctl list` taken while the workers serve finds each of their sockets "
          "alive, its owner record naming a live pid: what ctl relies on to never delete a live instance",
-         judges=("step_returned", "step_started", "stop_started"))
+         judges=("step_returned", "step_started", "stop_started"), observes_exit=False)
 def ctl_sees_live_owners(run: RunRecord, p: Params) -> Verdict:
     ends = [e.t_ns for e in run.ordered if e.kind == "stop_started"
             or (e.kind == "step_started" and category_of(e.data) in ENDS)]

@@ -39,7 +39,7 @@ def lives(events: list[Event]) -> list[list[Event]]:
 @checker("stop_snapshot_exact",
          "once stop has begun no connection joins the listener, and none whose read it cancelled is answered",
          judges=("listener_started", "stop_started", "accepted", "reads_cancelled", "dispatch_started",
-                 "dispatch_refused"), evidence=observed("listener"))
+                 "dispatch_refused"), evidence=observed("listener"), observes_exit=False)
 def stop_snapshot_exact(run: RunRecord, p: Params) -> Verdict:
     bad: list[Event] = []
     judged = 0
@@ -68,7 +68,8 @@ def stop_snapshot_exact(run: RunRecord, p: Params) -> Verdict:
 
 @checker("teardown_once",
          "a listener is torn down once: concurrent stops never both tear down, nothing is torn down after True",
-         judges=("listener_started", "teardown_step", "stop_returned"), evidence=observed("listener"))
+         judges=("listener_started", "teardown_step", "stop_returned"), evidence=observed("listener"),
+         observes_exit=False)
 def teardown_once(run: RunRecord, p: Params) -> Verdict:
     bad: list[Event] = []
     for life in lives(run.ordered):

@@ -24,7 +24,7 @@ def _conn_key(e: Event) -> tuple[int, str, object]:
 
 @checker("dispatches_recorded", "every backend call the listener reports finished it reported started, on the same "
          "connection (the checkers of late dispatches read the starts)",
-         judges=("dispatch_started", "dispatch_finished"), evidence=observed("listener"))
+         judges=("dispatch_started", "dispatch_finished"), evidence=observed("listener"), observes_exit=True)
 def dispatches_recorded(run: RunRecord, p: Params) -> Verdict:
     started: dict[tuple[int, str, object], int] = {}
     finished = 0
@@ -48,7 +48,8 @@ def dispatches_recorded(run: RunRecord, p: Params) -> Verdict:
 
 @checker("close_reasons", "a connection the listener says a stop cancelled was cancelled by a stop before it closed, "
          "and none is recorded closed twice",
-         judges=("listener_started", "reads_cancelled", "connection_closed"), evidence=observed("listener"))
+         judges=("listener_started", "reads_cancelled", "connection_closed"), evidence=observed("listener"),
+         observes_exit=True)
 def close_reasons(run: RunRecord, p: Params) -> Verdict:
     cancelled: set[tuple[int, str, object]] = set()
     said = 0
