@@ -64,7 +64,7 @@ def table(suite: dict[str, Any] | None = None, ipc: dict[str, Any] | None = None
         rows.append(f"| real vLLM: the engine library (`./dev vllm-engine-test`), exec'd, <= "
                     f"{_mmss(ENGINE_LIBRARY_TARGET_S)} | {_mmss(lib['wall_s'])} ({lib['tests']} tests, "
                     f"{lib.get('date', '?')}) | {met} | "
-                    "[benchmarks.md](docs/benchmarks.md#engine-launch-to-ready-issue-15-item-7) |")
+                    "[benchmarks.md](docs/benchmarks.md) |")
     return "\n".join(rows)
 
 
