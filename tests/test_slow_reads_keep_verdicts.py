@@ -2,9 +2,10 @@
 
 `reply-larger-than-the-socket-buffer` once stopped the listener after the first `dispatch_finished`, while the
 second request's 256 KiB frame could still be arriving: on a loaded machine the stop rightly cancelled that
-read and the reference failed (`reads_cancelled n=1`, then "no reply"). Each frame read delayed by 20 ms (a
-failpoint, as a loaded machine delays it) made that failure happen every time; the scenario now stops only
-once both requests are inside the backend.
+read and the reference failed (`reads_cancelled n=1`, then "no reply"). With each frame read delayed by 20 ms
+(a failpoint, as a loaded machine delays it) the old scenario failed so in 1 of 5 runs.  It now stops only once
+both requests are inside the backend, so no read can be in progress when the stop begins: what this test holds,
+with the reads slowed.
 """
 
 from __future__ import annotations
