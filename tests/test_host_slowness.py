@@ -88,7 +88,7 @@ def test_a_run_records_its_slowness_and_its_player_stretches_only_safety_nets(mo
     real = runner.Player.play
 
     def play(self: runner.Player) -> None:
-        seen.extend([self.slowness, self.timeout(), self.timeout(1.0)])
+        seen.extend([self.slowness, self.deadline(), self.timeout(), self.timeout(1.0)])
         real(self)
 
     monkeypatch.setattr(runner.Player, "play", play)
@@ -96,6 +96,8 @@ def test_a_run_records_its_slowness_and_its_player_stretches_only_safety_nets(mo
     assert result.passed, result.verdicts
     (measured,) = [e for e in result.events if e.kind == "host_measured"]
     assert 0 < measured.data["cpu_share"] <= 1 and measured.data["slowness"] == round(seen[0], 3)
-    assert seen[1] == pytest.approx(2.0 * timeouts.scale() * seen[0])  # the config's ipc_timeout, stretched
-    assert seen[2] == pytest.approx(timeouts.scale())  # a step's own timeout: the author's, not stretched
+    deadline = expand(loads(SCENARIO, "<slowness>"))[0].scenario.config.deadline
+    assert seen[1] == pytest.approx(deadline * timeouts.scale() * seen[0])  # the join's safety net, stretched
+    assert seen[2] == pytest.approx(2.0 * timeouts.scale())  # ipc_timeout: a scenario may judge by it
+    assert seen[3] == pytest.approx(timeouts.scale())  # a step's own timeout: the author's
     assert result.scale == timeouts.scale()  # a checker's bounds are not stretched by it

@@ -155,16 +155,15 @@ class Player:
         return self._scratch[cls]  # type: ignore[no-any-return]
 
     def timeout(self, t: float | None = None) -> float:
-        """A wait's safety net: ``t``, the step's own ``timeout`` (scaled); by default the config's ipc_timeout,
-        scaled and stretched by the run's measured slowness.  A timeout the scenario gives is its author's: on a
-        planted bug's path the run ends when it expires, and what the cleanup then finds (a drain still within
-        its bound, or not) would move with the machine if it were stretched."""
-        if t is not None:
-            return scaled(t)
-        return scaled(self.cfg.ipc_timeout) * self.slowness
+        """A wait's or a request's timeout: ``t``, the step's own, else the config's ipc_timeout, scaled.  Never
+        stretched by the run's measured slowness: a scenario may rest a verdict on it (a reply that does not
+        come within ipc_timeout fails requests_served; on a planted bug's path the run ends when a wait's
+        expires, and what the cleanup then finds, a drain within its bound or not, is judged)."""
+        return scaled(t if t is not None else self.cfg.ipc_timeout)
 
     def deadline(self) -> float:
-        """The safety net of a background step's join (the config's deadline), as :meth:`timeout` stretches."""
+        """The safety net of a background step's join, the config's deadline: scaled and stretched by the run's
+        measured slowness.  Reaching it ends the run as hung, so a slow machine only reaches it later."""
         return scaled(self.cfg.deadline) * self.slowness
 
     def used_ports(self) -> list[int]:
