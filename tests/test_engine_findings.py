@@ -8,6 +8,7 @@ expected.yaml holds: a checker change that loses a finding on real vLLM's eviden
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -48,11 +49,15 @@ def test_a_stored_chained_run_rejudged_alone_gives_the_expected_outcome(scenario
 
 @pytest.mark.parametrize(("text", "message"), [
     ("engine-sigterm-idle:\n  checkers: {engine_tree_exits: fine}\n", "engine_tree_exits: give ok | violated"),
-    ("engine-sigterm-idle:\n  runs: 3\n  checkers: {engine_tree_exits: {violated: [2, 4]}}\n",
-     r"0 <= LO <= HI <= runs \(3\)"),
-    ("engine-sigterm-idle:\n  runs: 2\n  checkers: {engine_tree_exits: {violated: [1, 1], else: violated}}\n",
+    ("engine-sigterm-idle:\n  runs: 3\n  checkers: {engine_tree_exits: {violated: 4}}\n",
+     r"STATUS in K of the runs \(3\), 0 < K < runs"),
+    ("engine-sigterm-idle:\n  runs: 3\n  checkers: {engine_tree_exits: {violated: 3}}\n",
+     r"0 < K < runs"),  # in every run: a status, not a rate
+    ("engine-sigterm-idle:\n  runs: 3\n  checkers: {engine_tree_exits: {violated: [1, 2]}}\n",
+     r"a rate \{STATUS: K\}"),
+    ("engine-sigterm-idle:\n  runs: 2\n  checkers: {engine_tree_exits: {violated: 1, else: violated}}\n",
      "optionally else: ANOTHER_STATUS"),
-    ("engine-sigterm-idle:\n  runs: 2\n  checkers: {engine_tree_exits: {violated: [1, 1], else: fine}}\n",
+    ("engine-sigterm-idle:\n  runs: 2\n  checkers: {engine_tree_exits: {violated: 1, else: fine}}\n",
      "optionally else: ANOTHER_STATUS"),
     ("engine-sigterm-idle:\n  runs: 0\n  checkers: {}\n", "runs is a count of runs"),
     ("engine-sigterm-idle:\n  outcome: slow\n  checkers: {}\n", "outcome is ok or hung"),
@@ -65,32 +70,57 @@ def test_expected_outcomes_are_checked_for_their_form(tmp_path: Path, text: str,
         load_expected(bad)
 
 
-def test_a_status_must_match_and_a_rate_allows_what_its_range_allows() -> None:
+def test_a_status_must_match_and_a_rate_allows_either_status() -> None:
     assert differences({"a": "ok"}, {"a": "violated", "b": "ok"}) == [
         "a: expected violated, got ok", "b: expected ok, got no verdict"]
-    some = Expected(5, "ok", {"a": Rate("violated", 1, 3, 5)})
+    some = Expected(5, "ok", {"a": Rate("violated", 2, 5)})
     assert differences({"a": "ok"}, some) == differences({"a": "violated"}, some) == []
-    assert differences({"a": "unknown"}, some) == ["a: expected violated in 1-3 of 5 runs, got unknown"]
-    always = Expected(5, "hung", {"a": Rate("violated", 5, 5, 5)})
-    assert differences({"a": "ok"}, always) == ["a: expected violated in 5-5 of 5 runs, got ok"]
+    assert differences({"a": "unknown"}, some) == ["a: expected violated in 2 of 5 runs, got unknown"]
+    always = Expected(5, "hung", {"a": "violated"})
+    assert differences({"a": "ok"}, always) == ["a: expected violated, got ok"]
     assert differences({"a": "violated"}, always, "ok") == ["outcome: expected hung, got ok"]
     # a rate whose other runs gave another status than ok: the API server exits 0 (violated) or not at all
-    either = Expected(2, "ok", {"a": Rate("unknown", 1, 1, 2, "violated")})
+    either = Expected(2, "ok", {"a": Rate("unknown", 1, 2, "violated")})
     assert differences({"a": "unknown"}, either) == differences({"a": "violated"}, either) == []
-    assert differences({"a": "ok"}, either) == ["a: expected unknown in 1-1 of 2 runs, else violated, got ok"]
+    assert differences({"a": "ok"}, either) == ["a: expected unknown in 1 of 2 runs, else violated, got ok"]
     assert rate_differences([{"a": "violated"}, {"a": "unknown"}], either) == []
     assert rate_differences([{"a": "violated"}, {"a": "ok"}], either) == [
-        "a: expected unknown in 1-1 of 2 runs, else violated (here 1-1 of 2), got unknown in 0 of 2 and ok"]
+        "a: expected unknown in 1 of 2 runs, else violated, got unknown in 0 of 2 and ok"]
 
 
-def test_a_repeat_is_judged_against_the_rate_scaled_to_its_size() -> None:
-    want = Expected(5, "ok", {"a": Rate("violated", 1, 3, 5), "b": "ok"})
-    runs = [{"a": "violated", "b": "ok"}, {"a": "ok", "b": "ok"}, {"a": "ok", "b": "ok"}]
-    assert rate_differences(runs, want) == []  # 1 of 3 within 0-2 (1-3 of 5, rounded outwards)
-    all_violated = [{"a": "violated", "b": "ok"}] * 3
-    assert rate_differences(all_violated, want) == ["a: expected violated in 1-3 of 5 runs (here 0-2 of 3), got "
-                                                    "violated in 3 of 3"]
+def test_fishers_exact_test_against_known_values() -> None:
+    from harness.engine.expected import fisher_p
+
+    assert fisher_p(3, 3, 0, 3) == pytest.approx(0.1)  # 3/3 against 0/3: 2 * (1 / 20)
+    # the dieting example of Fisher's exact test (1 of 12 men, 9 of 12 women): two-sided p = 0.002759
+    assert fisher_p(1, 12, 9, 12) == pytest.approx(0.002759, rel=1e-3)
+    assert fisher_p(6, 14, 2, 5) == pytest.approx(1.0)  # as like as any split of 8 in 19
+    assert fisher_p(0, 10, 0, 10) == 1.0  # nothing seen either side
+
+
+def test_a_repeat_is_judged_as_a_rate_at_the_false_alarm_rate() -> None:
+    """A rate of 6 in 14 does not fail a repeat of 5 that gave it 4 times (p about 0.32); 5 in 5 against 1 in 14
+    does (p about 0.0002); fixed statuses are held in every run of the repeat."""
+    want = Expected(14, "ok", {"a": Rate("violated", 6, 14), "b": "ok"})
+    four = [{"a": "violated", "b": "ok"}] * 4 + [{"a": "ok", "b": "ok"}]
+    assert rate_differences(four, want) == []
+    rare = Expected(14, "ok", {"a": Rate("violated", 1, 14)})
+    (line,) = rate_differences([{"a": "violated"}] * 5, rare)
+    assert line.startswith("a: expected violated in 1 of 14 runs, got violated in 5 of 5 (Fisher's exact test: p = ")
+    assert line.endswith(" < 0.01)")
     assert rate_differences([{"a": "ok", "b": "violated"}], want) == ["run 1: b: expected ok, got violated"]
+
+
+def test_the_rule_s_false_alarm_rate_is_at_most_alpha_for_the_stored_rate() -> None:
+    """Drawn from the stored rate itself (k / N), a repeat of n fails at most ALPHA of the time: summed exactly
+    over every count the repeat can give."""
+    from harness.engine.expected import ALPHA, fisher_p
+
+    for k, n_stored, n in ((6, 14, 5), (1, 8, 5), (2, 4, 10), (7, 13, 3)):
+        q = k / n_stored
+        alarm = sum(math.comb(n, x) * q ** x * (1 - q) ** (n - x) for x in range(n + 1)
+                    if fisher_p(k, n_stored, x, n) < ALPHA)
+        assert alarm <= ALPHA, (k, n_stored, n, alarm)
 
 
 def test_tally_counts_each_checkers_statuses_over_the_stored_runs(tmp_path: Path,

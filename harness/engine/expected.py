@@ -9,15 +9,16 @@ on that engine, from the runs the findings page reports::
       checkers:
         engine_tree_exits: ok       # the same status on every run
         engine_nothing_left: violated
-        engine_port_released: {violated: [1, 3]}   # a rate: violated in 1 to 3 runs of 5 (else ok)
-        engine_exit_status: {unknown: [1, 3], else: violated}   # unknown in 1 to 3, violated in the others
+        engine_port_released: {violated: 2}   # a rate: violated in 2 of the 5 runs (ok in the others)
+        engine_exit_status: {unknown: 2, else: violated}   # unknown in 2 of 5, violated in the others
 
-A status (``ok``, ``violated``, ``unknown``) is what every run gave.  A rate ``{STATUS: [LO, HI]}`` (of
-``runs``) is a nondeterministic finding: STATUS was given in LO to HI of the runs, ``ok`` in the others
-(or the status ``else:`` names).
-:func:`differences` compares one run's verdicts with it: a rated checker may give either status the range
-allows (STATUS when HI > 0, the other one when LO < runs); :func:`rate_differences` compares a repeat's counts with the
-range, scaled to the repeat's size.  A checker of the run the file does not name is not judged by it.
+A status (``ok``, ``violated``, ``unknown``) is what every run gave.  A rate ``{STATUS: K}`` (of ``runs``) is a
+nondeterministic finding: STATUS was given in K of the runs, ``ok`` in the others (or the status ``else:``
+names).  :func:`differences` compares one run's verdicts with it: a rated checker may give either status.
+:func:`rate_differences` judges a repeat of n runs as a rate: its count of STATUS against K of ``runs`` by
+Fisher's exact test (two-sided), accepted unless the two rates differ at the false-alarm rate ALPHA (1 %); a
+rate of 6 in 14 does not fail a run of 5 four times in ten.  A checker of the run the file does not name is
+not judged by it.
 """
 
 from __future__ import annotations
@@ -33,28 +34,43 @@ import yaml
 from harness.errors import ConfigError
 from harness.verdicts_file import read_meta
 
-__all__ = ["Expected", "Rate", "load_expected", "differences", "rate_differences", "tally", "STATUSES", "OUTCOMES"]
+__all__ = ["Expected", "Rate", "load_expected", "differences", "rate_differences", "fisher_p", "tally", "STATUSES",
+           "OUTCOMES", "ALPHA"]
 
 STATUSES = ("ok", "violated", "unknown")
 OUTCOMES = ("ok", "hung")
+ALPHA = 0.01  # the false-alarm rate of a repeat judged against a stored rate: one run of a hundred that is fine fails
 
 
 @dataclass(frozen=True)
 class Rate:
-    """``status`` in ``lo`` to ``hi`` of ``of`` runs, ``otherwise`` (ok unless given) in the others."""
+    """``status`` in ``k`` of ``of`` runs, ``otherwise`` (ok unless given) in the others."""
 
     status: str
-    lo: int
-    hi: int
+    k: int
     of: int
     otherwise: str = "ok"
 
     def allows(self) -> set[str]:
-        return ({self.status} if self.hi > 0 else set()) | ({self.otherwise} if self.lo < self.of else set())
+        return ({self.status} if self.k > 0 else set()) | ({self.otherwise} if self.k < self.of else set())
 
     def __str__(self) -> str:
         rest = "" if self.otherwise == "ok" else f", else {self.otherwise}"
-        return f"{self.status} in {self.lo}-{self.hi} of {self.of} runs{rest}"
+        return f"{self.status} in {self.k} of {self.of} runs{rest}"
+
+
+def fisher_p(k: int, n: int, x: int, m: int) -> float:
+    """The two-sided p-value of Fisher's exact test that ``k`` in ``n`` and ``x`` in ``m`` come from one rate:
+    the probability, given k + x successes in n + m trials, of a split at most as likely as this one.  Written
+    with math.comb (hypergeometric terms) rather than scipy, which lastcall does not otherwise need."""
+    total, hits = n + m, k + x
+
+    def p(i: int) -> float:  # i of the hits fall in the first sample
+        return math.comb(n, i) * math.comb(m, hits - i) / math.comb(total, hits)
+
+    seen = p(k)
+    lo, hi = max(0, hits - m), min(n, hits)
+    return min(1.0, sum(q for i in range(lo, hi + 1) if (q := p(i)) <= seen * (1 + 1e-9)))
 
 
 @dataclass(frozen=True)
@@ -77,12 +93,11 @@ def _want(path: Path, name: str, chk: str, value: Any, runs: int) -> str | Rate:
         rated = {k: v for k, v in value.items() if k != "else"}
         otherwise = value.get("else", "ok")
         if (len(rated) == 1 and (status := next(iter(rated))) in STATUSES and otherwise in STATUSES
-                and otherwise != status and isinstance(rng := rated[status], list) and len(rng) == 2
-                and all(isinstance(x, int) and not isinstance(x, bool) for x in rng)
-                and 0 <= rng[0] <= rng[1] <= runs):
-            return Rate(str(status), rng[0], rng[1], runs, str(otherwise))
-    raise ConfigError(f"{path}: {name}: {chk}: give {' | '.join(STATUSES)}, or a rate {{STATUS: [LO, HI]}} with "
-                      f"0 <= LO <= HI <= runs ({runs}) and optionally else: ANOTHER_STATUS (default ok); "
+                and otherwise != status and isinstance(k := rated[status], int) and not isinstance(k, bool)
+                and 0 < k < runs):
+            return Rate(str(status), k, runs, str(otherwise))
+    raise ConfigError(f"{path}: {name}: {chk}: give {' | '.join(STATUSES)}, or a rate {{STATUS: K}}: STATUS in K "
+                      f"of the runs ({runs}), 0 < K < runs, and optionally else: ANOTHER_STATUS (default ok); "
                       f"found {value!r}")
 
 
@@ -126,9 +141,10 @@ def differences(got: Mapping[str, str], want: Expected | Mapping[str, str], outc
     return out
 
 
-def rate_differences(runs: Sequence[Mapping[str, str]], want: Expected) -> list[str]:
+def rate_differences(runs: Sequence[Mapping[str, str]], want: Expected, alpha: float = ALPHA) -> list[str]:
     """A repeat's verdicts (one mapping per run) against ``want``: every run's fixed statuses, and each rated
-    checker's count of its status within the range scaled to ``len(runs)`` (rounded outwards)."""
+    checker's count of its status against the stored rate by Fisher's exact test (:func:`fisher_p`): a
+    difference only where the two rates differ at the false-alarm rate ``alpha``."""
     out = []
     for i, got in enumerate(runs):
         fixed: dict[str, str | Rate] = dict(want.statuses())
@@ -137,12 +153,13 @@ def rate_differences(runs: Sequence[Mapping[str, str]], want: Expected) -> list[
     for chk, w in want.checkers.items():
         if not isinstance(w, Rate):
             continue
-        k = sum(1 for got in runs if got.get(chk) == w.status)
-        lo, hi = math.floor(w.lo * n / w.of), math.ceil(w.hi * n / w.of)
+        x = sum(1 for got in runs if got.get(chk) == w.status)
         others = [got.get(chk) for got in runs if got.get(chk) not in (w.status, w.otherwise)]
-        if not lo <= k <= hi or others:
-            out.append(f"{chk}: expected {w} (here {lo}-{hi} of {n}), got {w.status} in {k} of {n}"
-                       + (f" and {', '.join(map(str, others))}" if others else ""))
+        p = fisher_p(w.k, w.of, x, n)
+        if p < alpha or others:
+            out.append(f"{chk}: expected {w}, got {w.status} in {x} of {n}"
+                       + (f" and {', '.join(map(str, others))}" if others else "")
+                       + (f" (Fisher's exact test: p = {p:.4f} < {alpha:g})" if p < alpha else ""))
     return out
 
 
