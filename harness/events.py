@@ -191,7 +191,8 @@ _BUILTIN: tuple[EventKind, ...] = (
        {**_STEP, "kind": "str", "ok": "bool"},
        {"category": "str", "value": "any", "error": "str|null", "error_class": "str|null"},
        open=True),
-    _k("step_failed", "harness", "a step could not be performed; the run stops", {"error": "str"}),
+    _k("step_failed", "harness", "a step could not be performed; the run stops; waited_for: the event kind a wait "
+       "that timed out waited for", {"error": "str"}, {"waited_for": "str"}),
     _k("host_measured", "harness", "how slow the machine was for the harness while it launched the run: the share "
        "of a CPU its thread got while it could run, and the factor that stretches the steps' safety-net timeouts",
        {"cpu_share": "float", "slowness": "float"}),

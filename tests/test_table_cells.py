@@ -82,8 +82,12 @@ REACHED = _event("fault_reached", 2, site="listener.frame_read")
 
 
 def _run(*fired: str, step_error: str = "", events: tuple[Event, ...] = (ARMED, REACHED), status: str = "ok",
-         broken: str = "") -> RunResult:
+         broken: str = "", waited: str | None = None) -> RunResult:
+    """A run whose checkers ``fired``; a ``step_error`` is recorded as its step_failed event (with ``waited``, the
+    kind a timed-out wait waited for), as the runner records it."""
     scn = loads(SCENARIO, "rule.yaml")
+    if step_error:
+        events = (*events, _event("step_failed", 9, error=step_error, **({"waited_for": waited} if waited else {})))
     verdicts = [violated(n, f"{n} saw the bug") if n in fired else ok(n) for n in ("stop_result", "reads_cancelled")]
     return RunResult(expand(scn)[0], "no_conn_tracking", "r", verdicts, RunOutcome(status=status), list(events), {},
                      step_error, broken=broken)
@@ -129,13 +133,17 @@ def test_a_run_cut_short_before_its_fault_fired_does_not_catch() -> None:
 
 def test_a_wait_that_timed_out_on_what_the_bug_prevents_still_catches() -> None:
     # reads_cancelled judges peer_closed: the bug is the listener never closing r1
-    r = _run("reads_cancelled", step_error="StepError: wait: the listener did not close r1 in 1.0s", events=(ARMED,))
+    r = _run("reads_cancelled", step_error="StepError: wait: the listener did not close r1 in 1.0s", events=(ARMED,),
+             waited="peer_closed")
     c = judge_catch(r, ("reads_cancelled",))
     assert (c.counted, c.why) == (True, "caught by reads_cancelled (the wait timed out on peer_closed, which the "
                                         "bug prevents)")
     # a wait for the fault itself: fault_reached is judged by no catching checker, so the run is cut short
     r = _run("reads_cancelled", step_error="StepError: wait: f1 (listener.frame_read on pp0/rank0) was not "
-             "reached 1x in 1.0s", events=(ARMED,))
+             "reached 1x in 1.0s", events=(ARMED,), waited="fault_reached")
+    assert not judge_catch(r, ("reads_cancelled",)).counted
+    # the words alone carry nothing: a wait's error without the recorded kind is a run cut short
+    r = _run("reads_cancelled", step_error="StepError: wait: the listener did not close r1 in 1.0s", events=(ARMED,))
     assert not judge_catch(r, ("reads_cancelled",)).counted
 
 
@@ -152,8 +160,9 @@ class _Peer:
         return False
 
 
-def test_waited_for_reads_the_players_own_wait_errors() -> None:
-    """Each form of wait, timed out by the Player's own wait step, names the kind it waited for."""
+def test_each_wait_that_times_out_carries_the_kind_it_waited_for() -> None:
+    """Each form of wait, timed out by the Player's own wait step, names the kind it waited for as a field of its
+    StepError; the run's step_failed event records it, which a catch is judged on."""
     scn = loads(SCENARIO, "rule.yaml")
     proc = SimpleNamespace(pid=7, label="pp0/rank0")
     pl = SimpleNamespace(timeout=lambda _t=None: 0.01, c=SimpleNamespace(rec=_Rec()), mark=None,
@@ -164,9 +173,12 @@ def test_waited_for_reads_the_players_own_wait_errors() -> None:
     for step in waits:
         with pytest.raises(StepError) as info:
             wait(pl, step.spec, "w")  # type: ignore[arg-type]
-        kinds.append(waited_for(f"StepError: {info.value}"))
+        kinds.append(info.value.waited_for)
     assert kinds == ["fault_reached", "stop_started", "step_returned", "peer_closed"]
-    assert waited_for("StepError: no worker pp0/rank3") is None and waited_for("") is None
+    failed = Event(1, 1, "harness", "", "", "step_failed", {"error": "StepError: ...", "waited_for": "peer_closed"})
+    assert waited_for(SimpleNamespace(events=[failed])) == "peer_closed"  # type: ignore[arg-type]
+    other = Event(1, 1, "harness", "", "", "step_failed", {"error": "StepError: no worker pp0/rank3"})
+    assert waited_for(SimpleNamespace(events=[other])) is None and waited_for(SimpleNamespace(events=[])) is None  # type: ignore[arg-type]
 
 
 def test_a_catches_name_resolves_to_the_targets_variant() -> None:

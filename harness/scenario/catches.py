@@ -24,12 +24,11 @@ is violated, unless
   timed out on exactly what the bug prevents (``wait: {closed: r1}`` waits for ``peer_closed``, which
   reads_cancelled judges; ``wait: {returned: s1}`` for ``step_returned``, which stop_result judges; ``wait:
   {event: K}`` for K; ``wait: {reached: f1}`` for ``fault_reached``, which no checker but fault_fired
-  judges).  The kind waited for is read from the wait's error (:func:`waited_for`), which the Player words.
+  judges).  The kind waited for is the one the wait's ``step_failed`` event records (:func:`waited_for`).
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -37,15 +36,6 @@ from typing import Any
 from harness.result import RunResult
 
 __all__ = ["Catch", "judge_catch", "waited_for", "resolve", "declared_variants"]
-
-# the errors of the Player's wait step (harness.scenario.player.wait), and the kind each waited for
-_WAITS: tuple[tuple[re.Pattern[str], str | None], ...] = (
-    (re.compile(r"StepError: wait: no (\w+) event\b"), None),  # None: the kind is the match
-    (re.compile(r"StepError: wait: step \S+ did not return\b"), "step_returned"),
-    (re.compile(r"StepError: wait: the listener did not close\b"), "peer_closed"),
-    (re.compile(r"StepError: wait: .* was not reached\b"), "fault_reached"),
-)
-
 
 @dataclass(frozen=True)
 class Catch:
@@ -56,13 +46,12 @@ class Catch:
     why: str  # one line: what caught it, or why it does not count
 
 
-def waited_for(step_error: str) -> str | None:
-    """The event kind a timed-out wait step waited for, from its error; None when the error is no wait's."""
-    for pattern, kind in _WAITS:
-        m = pattern.match(step_error)
-        if m:
-            return kind or m.group(1)
-    return None
+def waited_for(r: RunResult) -> str | None:
+    """The event kind a timed-out wait of run ``r`` waited for, as its ``step_failed`` event records it (the
+    Player's StepError carries it); None when the run's failure was no wait's."""
+    failed = [e for e in r.events if e.kind == "step_failed"]
+    kind = failed[-1].data.get("waited_for") if failed else None
+    return kind if isinstance(kind, str) else None
 
 
 def _judges(checker: str) -> tuple[str, ...]:
@@ -93,7 +82,7 @@ def judge_catch(r: RunResult, checkers: Sequence[str]) -> Catch:
                                if r.outcome.status == "hung" else "")
     unfired = _unfired(r) if stopped else None
     if unfired is not None:
-        kind = waited_for(r.step_error)
+        kind = waited_for(r)
         if kind is None or not any(kind in _judges(c) for c in by):
             return Catch(False, by, f"the run stopped before every armed fault fired ({stopped}; {unfired}): "
                          f"{', '.join(by)} fired on a run cut short")

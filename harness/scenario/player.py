@@ -61,7 +61,12 @@ T = TypeVar("T")
 
 
 class StepError(Exception):
-    """A step could not be performed (its wait timed out, its target was gone)."""
+    """A step could not be performed (its wait timed out, its target was gone).  ``waited_for``: the event kind
+    a wait that timed out waited for (recorded in ``step_failed``; a catch is judged on it, not on the words)."""
+
+    def __init__(self, message: str, *, waited_for: str | None = None) -> None:
+        super().__init__(message)
+        self.waited_for = waited_for
 
 
 class HistoryBudgetReached(StepError):
@@ -334,20 +339,22 @@ def wait(pl: Player, s: Any, name: str) -> None:
         proc, site, t = pl.armed[s.reached]
         if rec.wait_for(counting(s.hits, lambda e: e.kind == "fault_reached" and e.pid == proc.pid
                                  and e.data.get("site") == site and e.t_ns >= t), limit) is None:
-            raise StepError(f"wait: {s.reached} ({site} on {proc.label}) was not reached {s.hits}x in {limit}s")
+            raise StepError(f"wait: {s.reached} ({site} on {proc.label}) was not reached {s.hits}x in {limit}s",
+                            waited_for="fault_reached")
     elif what == "event":
         pid = None if s.on is None else pl.proc(s.on).pid
         if rec.wait_for(lambda e: e.kind == s.event and (pid is None or e.pid == pid), limit, after=pl.mark) is None:
-            raise StepError(f"wait: no {s.event} event{'' if s.on is None else ' on ' + str(s.on)} in {limit}s")
+            raise StepError(f"wait: no {s.event} event{'' if s.on is None else ' on ' + str(s.on)} in {limit}s",
+                            waited_for=s.event)
     elif what == "returned":
         if rec.wait_for(lambda e: e.kind == "step_returned" and e.data.get("step") == s.returned, limit) is None:
-            raise StepError(f"wait: step {s.returned} did not return in {limit}s")
+            raise StepError(f"wait: step {s.returned} did not return in {limit}s", waited_for="step_returned")
     else:
         peers = pl.peers.get(s.closed, [])
         if all(p.closed_by_listener(limit) for p in peers):
             pl.emit("peer_closed", step=s.closed)
         else:
-            raise StepError(f"wait: the listener did not close {s.closed} in {limit}s")
+            raise StepError(f"wait: the listener did not close {s.closed} in {limit}s", waited_for="peer_closed")
 
 
 def counting(n: int, match: Callable[[Event], bool]) -> Callable[[Event], bool]:

@@ -160,7 +160,8 @@ def failed(c: Cluster, exc: Exception, started: bool) -> tuple[str, str]:
     """A run's failed step or launch ``exc``, recorded (``step_failed``): its step error, and why the run is
     broken (:func:`_broken`)."""
     step_error = f"{type(exc).__name__}: {exc}"
-    c.rec.emit("step_failed", error=step_error)
+    waited = getattr(exc, "waited_for", None)
+    c.rec.emit("step_failed", error=step_error, **({"waited_for": waited} if waited else {}))
     return step_error, _broken(exc, started, step_error)
 
 
