@@ -194,6 +194,10 @@ def test_engine_killed_every_worker_exits(make: Make) -> None:
     for w in c.workers:
         assert w.wait_exited(), f"{w.label} outlived its engine"
         assert w.exit_code == 0
+        # its last events reach the recorder through its pipe, read on the harness's own thread: an exit seen
+        # first does not mean they have been read yet
+        assert c.rec.wait_for(lambda e, label=w.label: e.kind == "main_returned" and e.rank == label,
+                              scaled(5)) is not None, f"{w.label}: no main_returned"
     reasons = {e.rank: e.data["reason"] for e in c.rec.events("main_returned")}
     assert reasons == {w.label: "engine_died" for w in c.workers}
     assert all(not os.path.exists(w.path) for w in c.workers), "workers shut down in order before exiting"
