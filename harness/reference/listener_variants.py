@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import select
+import socket
 from typing import Any
 
 from harness import failpoints
@@ -16,7 +17,8 @@ from harness.reference import wire
 from harness.reference.listener import WorkerListener, _Conn, _State
 
 __all__ = ["CancelLeftToThread", "StartsTwice", "LeavesUmask", "SocketModeOpen", "BusyPollsAfterReply",
-           "DiesOnAcceptFailure", "SpinsOnAcceptFailure", "UnrecordedDispatch", "MisreportsClose", "QueuesPartialReads"]
+           "DiesOnAcceptFailure", "SpinsOnAcceptFailure", "UnrecordedDispatch", "MisreportsClose", "QueuesPartialReads",
+           "FailedStartNotUndone"]
 
 
 class CancelLeftToThread(WorkerListener):
@@ -199,3 +201,14 @@ class QueuesPartialReads(WorkerListener):
                 conn.state = _State.QUEUED
                 self._ready.append(conn)
         failpoints.hit("listener.frame_read")
+
+
+class FailedStartNotUndone(WorkerListener):
+    """listener.py:172 (the failed start's ``self._undo_start(server)`` removed): a start whose bind fails raises
+    ListenerError without undoing what it did, so the directories it made stay behind (its socket's fd is closed
+    only when the socket object is collected, as the mutant's is).  A later start and stop at the same path
+    removes them, which hid the mutant: failed-start-leaves-nothing-behind now also fails a start where nothing
+    starts afterwards.  (The call's only effect is _undo_start's body: a no-op in its place is the mutant.)"""
+
+    def _undo_start(self, server: socket.socket) -> None:
+        pass  # the mutant: nothing is undone

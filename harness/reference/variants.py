@@ -23,6 +23,7 @@ from harness.reference.listener_variants import (
     BusyPollsAfterReply,
     CancelLeftToThread,
     DiesOnAcceptFailure,
+    FailedStartNotUndone,
     LeavesUmask,
     MisreportsClose,
     QueuesPartialReads,
@@ -522,6 +523,8 @@ VARIANTS: dict[str, Variant] = _variants(
             listener=MisreportsClose),
     Variant("queues_partial_reads", "a read that completes no frame queues its connection: a stop in between "
             "does not shut that reading client down", listener=QueuesPartialReads),
+    Variant("failed_start_not_undone", "a start whose bind fails does not undo what it did: the directories it "
+            "made stay", listener=FailedStartNotUndone),
 )
 
 

@@ -35,7 +35,7 @@ WORKER_VARIANTS: tuple[str, ...] = (
     "takes_over_live_socket", "refuses_stale_socket", "no_owner_record", "stop_unstarted_unlinks", "no_keep_alive",
     "hook_per_start", "exit_hook_waits_a_second", "cancel_left_to_thread", "starts_twice", "leaves_umask",
     "socket_mode_open", "busy_polls_after_reply", "dies_on_accept_failure", "spins_on_accept_failure",
-    "unrecorded_dispatch", "misreports_close", "queues_partial_reads",
+    "unrecorded_dispatch", "misreports_close", "queues_partial_reads", "failed_start_not_undone",
 )
 # harness.reference.handshake_variants.HANDSHAKE_VARIANTS, in its order (the handshake listener's)
 HANDSHAKE_VARIANTS: tuple[str, ...] = (
