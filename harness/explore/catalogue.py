@@ -91,6 +91,8 @@ UNREACHABLE: dict[str, str] = {
                              "thread closes what stop left it on its way out, before any step the explorer takes next",
     "queues_partial_reads": "needs the serving thread slowed between two partial reads of one frame (a failpoint "
                             "delay); the explorer takes each step only once it has completed",
+    "accepts_after_stop": "needs the serving thread held between an accept and its decision (a failpoint delay) "
+                          "when stop lands; the explorer takes each step only once it has completed",
     "dies_on_accept_failure": "needs an accept that fails (EMFILE under a lowered fd limit); the explorer's accepts "
                               "succeed",
     "spins_on_accept_failure": "needs an accept that fails (EMFILE under a lowered fd limit), and is a cost, not an "

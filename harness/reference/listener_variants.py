@@ -14,11 +14,11 @@ from typing import Any
 from harness import failpoints
 from harness.errors import ListenerError, WireError
 from harness.reference import wire
-from harness.reference.listener import WorkerListener, _Conn, _State
+from harness.reference.listener import _PEERCRED, WorkerListener, _Conn, _State
 
 __all__ = ["CancelLeftToThread", "StartsTwice", "LeavesUmask", "SocketModeOpen", "BusyPollsAfterReply",
            "DiesOnAcceptFailure", "SpinsOnAcceptFailure", "UnrecordedDispatch", "MisreportsClose", "QueuesPartialReads",
-           "FailedStartNotUndone"]
+           "FailedStartNotUndone", "AcceptsAfterStop"]
 
 
 class CancelLeftToThread(WorkerListener):
@@ -212,3 +212,41 @@ class FailedStartNotUndone(WorkerListener):
 
     def _undo_start(self, server: socket.socket) -> None:
         pass  # the mutant: nothing is undone
+
+
+class AcceptsAfterStop(WorkerListener):
+    """listener.py:433-436 (the accept decision's ``if self._stopping:`` block removed): a connection the serving
+    thread accepts while a stop is under way (it was held between the accept and the decision) is kept, read and
+    answered by the stopping listener instead of being closed unread: stop's snapshot missed it.  (The
+    reference's _accept with that block removed.)"""
+
+    def _accept(self) -> None:
+        assert self._server is not None
+        try:
+            fd, _addr = self._server._accept()  # type: ignore[attr-defined]
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError as exc:
+            self._accept_failed(exc)
+            return
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM, 0, fd)
+        failpoints.hit("listener.accepted")
+        if self.config.check_peer_uid:
+            pid, uid, _gid = _PEERCRED.unpack(
+                sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _PEERCRED.size))
+            if uid != self._uid:
+                self.rec.emit("peer_rejected", listener=self.label, peer_pid=pid, peer_uid=uid)
+                sock.close()
+                return
+        sock.setblocking(False)
+        with self._lock:
+            self._next_cid += 1
+            cid = self._next_cid
+            # the mutant: no `if self._stopping:` closing it unread
+            failpoints.hit("listener.accept_decided")
+            conn = _Conn(sock, cid, self.config.max_frame)
+            self._conns[sock.fileno()] = conn
+            if self._on:
+                self.rec.emit("accepted", listener=self.label, conn=cid)
+        self._ep.register(sock.fileno(), select.EPOLLIN)
+        self._on_readable(conn)

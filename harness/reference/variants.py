@@ -20,6 +20,7 @@ from harness.reference import wire
 from harness.reference.handshake import HandshakeListener
 from harness.reference.listener import WorkerListener, _Conn, _State
 from harness.reference.listener_variants import (
+    AcceptsAfterStop,
     BusyPollsAfterReply,
     CancelLeftToThread,
     DiesOnAcceptFailure,
@@ -525,6 +526,8 @@ VARIANTS: dict[str, Variant] = _variants(
             "does not shut that reading client down", listener=QueuesPartialReads),
     Variant("failed_start_not_undone", "a start whose bind fails does not undo what it did: the directories it "
             "made stay", listener=FailedStartNotUndone),
+    Variant("accepts_after_stop", "a connection accepted while a stop is under way is kept and answered, not "
+            "closed unread", listener=AcceptsAfterStop),
 )
 
 
