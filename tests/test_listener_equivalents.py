@@ -23,6 +23,11 @@ the only other thread that reads or writes a connection's state or the stop flag
 holds the serving thread before each statement of the block in turn (a line tracer on that thread only), runs
 the stop's part there, and lets it go on: each outcome (the reply, the connections the stop cancelled, the
 closes, what stop returned) is one the locked block has too, with the stop before the block or after it.
+
+``listener.py:473:16:unlock`` (``_on_readable``'s promotion of an IDLE connection mid-frame to READING without the
+lock) is held the same way, before the block's test and before its store; ``listener.py:582:12:remove``
+(``_deliver_unread`` without its close of a connection whose reply was not read) is closed by the thread's exit
+that follows at once, only its recorded reason differing.
 """
 
 from __future__ import annotations
@@ -395,3 +400,159 @@ def test_the_last_dispatch_pass_always_finds_nothing_waiting(lc_root: Path, last
     assert seen["mutant.found"] == [], seen  # the mutant makes no such pass
     assert seen["reference"] == seen["mutant"] and seen["reference.stop"] == seen["mutant.stop"] == [("ok", True)]
     assert seen["reference"][:3] == [("a", None), ("b", "shutting_down"), ("c", "shutting_down")], seen
+
+
+# ------------------------------------------- 473: the READING promotion unlocked
+READING_UNLOCK = "harness/reference/listener.py:473:16:unlock"
+
+
+def _held_in_read(cls: type, lc_root: Path, line: int) -> tuple[Any, ...]:
+    """A client sends half a frame (its header); hold the serving thread before ``line`` of _on_readable (the
+    first time there), run a stop's _begin_stop meanwhile, let the thread go on, stop; what anyone can observe,
+    and the connection's state at the end (the listener's own, which nothing reads once the stop began)."""
+    at, go = threading.Event(), threading.Event()
+    hits = 0
+
+    def local(frame: Any, event: str, arg: Any) -> Any:
+        nonlocal hits
+        if event == "line" and frame.f_lineno == line:
+            hits += 1
+            if hits == 1:
+                at.set()
+                go.wait(SAFETY)
+        return local
+
+    def tracer(frame: Any, event: str, arg: Any) -> Any:
+        return local if frame.f_code.co_name == "_on_readable" else None
+
+    rec = Recorder()
+    listener = cls(socket_path("r", 0, 0, lc_root), NoopBackend(), ipc="r", recorder=rec)
+    threading.settrace(tracer)  # only the serving thread, started now, is traced
+    try:
+        listener.start()
+    finally:
+        threading.settrace(None)  # type: ignore[arg-type]
+    client = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        client.connect(str(listener.path))
+        client.sendall(_frame(rid="h")[:wire.HEADER.size])  # a read that completes no frame
+        assert at.wait(SAFETY), f"the serving thread never reached line {line}"
+        conn = next(iter(listener._conns.values()))
+        stopper = threading.Thread(target=listener._begin_stop)
+        stopper.start()
+        stopper.join(SAFETY)
+        assert not stopper.is_alive(), "the stop's part waited for the serving thread"
+        poller = select.poll()
+        poller.register(client, select.POLLIN | select.POLLRDHUP)
+        told = bool(poller.poll(0))  # the stop shut the connection down at once (before the thread goes on)
+        go.set()
+        stopped = listener.stop()
+        closed = cf.closed(client, SAFETY)
+    finally:
+        go.set()
+        client.close()
+        listener.stop()
+    cancelled = tuple(tuple(e.data["conns"]) for e in rec.events("reads_cancelled"))
+    whys = tuple(e.data.get("why") for e in rec.events("connection_closed"))
+    dispatched = len(rec.events("dispatch_started")) + len(rec.events("dispatch_refused"))
+    return (told, cancelled, whys, dispatched, stopped, closed), conn.state
+
+
+def test_the_reading_promotion_without_its_lock_ends_as_the_locked_one_does(lc_root: Path,
+                                                                           no_thread_leak: None) -> None:
+    """``listener.py:473:16:unlock`` (``_on_readable``'s promotion of an IDLE connection mid-frame to READING
+    without the listener lock).  The only other thread that writes a connection's state is a stop's
+    _begin_stop, under the lock; so the unlocked block differs from the locked one only when the stop falls
+    between its test (IDLE) and its store: the stop sees the connection IDLE, cancels it (shuts it down: its
+    client is told at once) and the block then labels it READING over the stop's CANCELLED.  Nothing reads that
+    label again: the block returns (no frame completed, so the connection is not queued), the serving loop ends
+    at its next test (the stop flag is set), and what follows the loop reads no state of a connection that is
+    not queued (_dispatch_ready takes only _ready's, _deliver_unread only those with reply bytes pending, the
+    exit closes every one).  The test holds the real mutant's serving thread before the test and before the
+    store (a line tracer on that thread only), runs _begin_stop there and lets it go on: every outcome (the
+    client told at once, the connections the stop cancelled, the closes, no dispatch, what stop returned, the
+    client's EOF) is one of the reference's, with the stop before its locked block or after it; only the
+    mutant held before its store ends with the connection labelled READING."""
+    src = LISTENER_PY.read_text().splitlines()
+    assert [s.strip() for s in src[471:476]] == [
+        "if conn.state is _State.IDLE and conn.reader.in_frame:", "with self._lock:",
+        "if conn.state is _State.IDLE:", "conn.state = _State.READING", 'failpoints.hit("listener.frame_read")']
+    assert src[476].strip() == "return"
+    assert _mutants("\n".join(src) + "\n")[READING_UNLOCK].line == 473
+    reference = {}
+    for line in (473, 476):  # the stop before the locked block, and after it
+        got, state = _held_in_read(WorkerListener, lc_root, line)
+        assert state == "cancelled", (line, state)
+        reference[got] = line
+    mutant = _mutated(READING_UNLOCK).WorkerListener
+    for line in (474, 475):  # before the unlocked block's test, and between it and its store
+        got, state = _held_in_read(mutant, lc_root, line)
+        assert got in reference, (line, got, reference)
+        assert state == ("reading" if line == 475 else "cancelled"), (line, state)  # 475: the race did happen
+    for told, cancelled, whys, dispatched, stopped, closed in reference:
+        assert told and cancelled == ((1,),) and whys == ("listener stopping",) and dispatched == 0, reference
+        assert stopped and closed, reference
+
+
+# ------------------------------------- 582: the close of a reply not read
+UNREAD_CLOSE = "harness/reference/listener.py:582:12:remove"
+
+
+def _unread_reply_given_up(cls: type, lc_root: Path, name: str) -> tuple[Any, ...]:
+    """A client sends a request whose reply is larger than the socket buffer and never reads it; a stop with a
+    short drain gives up on it.  What anyone can observe, and the reasons the listener recorded for its closes."""
+    rec = Recorder()
+    listener = cls(socket_path(name, 0, 0, lc_root), NoopBackend(), ipc=name, recorder=rec)
+    listener.start()
+    client = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        client.connect(str(listener.path))
+        client.sendall(_frame(rid="big", size=900_000))
+        assert rec.wait_for("dispatch_finished", SAFETY) is not None
+        stopped = listener.stop(timeout=0.2)  # the drain times out on the unread reply: stop gives up on it
+        poller = select.poll()
+        poller.register(client, select.POLLIN | select.POLLRDHUP)
+        hung_up = any(ev & (select.POLLHUP | select.POLLRDHUP) for _, ev in poller.poll(0))  # when stop returned
+        closed = cf.closed(client, SAFETY, skip_data=True)
+        left = dict(listener._conns)
+    finally:
+        client.close()
+        listener.stop()
+    closes = tuple(e.data.get("conn") for e in rec.events("connection_closed"))
+    kinds = tuple(e.kind for e in rec.events())
+    whys = tuple(e.data.get("why") for e in rec.events("connection_closed"))
+    return (stopped, hung_up, closed, left, closes, kinds), whys
+
+
+def test_the_close_of_an_unread_reply_is_the_exits_close_too(lc_root: Path, no_thread_leak: None) -> None:
+    """``listener.py:582:12:remove`` (``_deliver_unread`` without its close of each connection whose reply was
+    not read before the drain timeout): the serving thread's exit closes them anyway, at once.  _deliver_unread
+    is called only as the last statement of _serve's try, so what follows it is the finally, which takes every
+    connection still tracked (those _deliver_unread did not close) and closes it, recording connection_closed,
+    before the thread sets _exited (what a stop waits for): the same connections are closed once each, before
+    stop returns, in both.  _close's other effects (unregistering is implied by the close; clearing the
+    connection's queued frames and reply bytes) leave nothing anyone reads: the connection objects are dropped
+    with _conns.  What differs is only the reason the listener records for the close, "listener stopping"
+    instead of "reply not read before the drain timeout": the history's wording, which no checker judges (as a
+    removed recorder event, which the mutator leaves alone, would differ).  The test checks that premise on the
+    source, then gives up on an unread reply larger than the socket buffer: stop returns True, the client is
+    hung up on when it does, the same events in the same order, one close of the same connection."""
+    src = LISTENER_PY.read_text()
+    assert src.splitlines()[_mutants(src)[UNREAD_CLOSE].line - 1].strip() == \
+        'self._close(conn, why="reply not read before the drain timeout")'
+    tree = ast.parse(src)
+    cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "WorkerListener")
+    methods = {f.name: f for f in cls.body if isinstance(f, ast.FunctionDef)}
+    assert {m for m, fn in methods.items() if "_deliver_unread" in _calls(fn)} == {"_serve"}
+    try_ = next(n for n in methods["_serve"].body if isinstance(n, ast.Try))
+    assert ast.unparse(try_.body[-1]) == "self._deliver_unread(ep, server_fd)"  # nothing after it but finally
+    final = "\n".join(ast.unparse(s) for s in try_.finalbody)
+    assert "left = list(self._conns.values())" in final and "for conn in left:\n    conn.sock.close()" in final
+    assert final.rstrip().endswith("self._exited.set()")
+    got = {name: _unread_reply_given_up(c, lc_root, name)
+           for name, c in (("reference", WorkerListener), ("mutant", _mutated(UNREAD_CLOSE).WorkerListener))}
+    (ref, ref_whys), (mut, mut_whys) = got["reference"], got["mutant"]
+    assert ref == mut, got
+    stopped, hung_up, closed, left, closes, _kinds = ref
+    assert stopped and hung_up and closed and not left and closes == (1,), ref
+    assert ref_whys == ("reply not read before the drain timeout",) and mut_whys == ("listener stopping",), got
