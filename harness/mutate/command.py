@@ -51,7 +51,8 @@ def _seconds(text: str) -> float:
 
 def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--sample", type=_count, metavar="N", help="run a seeded sample of N mutants (default: all)")
-    p.add_argument("--seed", type=int, default=1, metavar="S", help="the sample's seed (default 1)")
+    p.add_argument("--seed", type=int, default=None, metavar="S",
+                   help="the sample's seed (default: drawn at run time, and printed: a fresh sample)")
     p.add_argument("--only", action="append", default=[], metavar="ID",
                    help="run only this mutant (FILE:LINE:COL:OP as a run prints it; repeatable)")
     p.add_argument("--timeout", type=_seconds, metavar="SECONDS", help="per mutant (default: 3x the unmutated "
@@ -140,11 +141,24 @@ def _progress(args: argparse.Namespace, command: str) -> Callable[[Any], None] |
     return write
 
 
+def _seed(args: argparse.Namespace) -> bool:
+    """Draw the sample's seed unless one was given; whether it was drawn (a fresh sample)."""
+    if args.seed is not None:
+        return False
+    from harness.mutate.samples import draw_seed
+
+    args.seed = draw_seed()
+    if args.sample:
+        print(f"mutate: seed {args.seed} (drawn; --seed {args.seed} runs this sample again)", file=sys.stderr)
+    return True
+
+
 def cmd_mutate(args: argparse.Namespace) -> int:
     from harness.mutate.analysis import analyse
     from harness.mutate.plan import read_entries
     from harness.mutate.run import resolve, scenarios_for
 
+    _seed(args)
     command = " ".join(["lastcall mutate", args.spec, "--target", args.target, *args.paths,
                         *([f"--sample {args.sample} --seed {args.seed}"] if args.sample else [])])
     subject = resolve(args.spec)
@@ -179,7 +193,9 @@ def dev_main(argv: Sequence[str] | None = None) -> int:
         from harness.mutate.table import DATA
 
         args.json = args.json or str(DATA)
-    command = ("./dev mutate " + " ".join(argv if argv is not None else sys.argv[1:])).strip()
+    given = list(argv if argv is not None else sys.argv[1:])
+    drawn = _seed(args)
+    command = ("./dev mutate " + " ".join(given + ([f"--seed {args.seed}"] if drawn and args.sample else []))).strip()
     from harness.interrupts import sigterm_interrupts
 
     restore = sigterm_interrupts()  # SIGTERM as ^C: the mutant's run is stopped and cleaned up too
@@ -205,7 +221,12 @@ def dev_main(argv: Sequence[str] | None = None) -> int:
         restore()
     code = _finish(a, args, command)
     if args.record:
+        from harness.mutate.analysis import to_json
+        from harness.mutate.samples import append, render
         from harness.mutate.table import render_doc
 
         render_doc()
+        if args.sample and not args.only:  # a sample: appended to the record of samples, never dropped
+            append(to_json(a, sample=args.sample, seed=args.seed, target=None, command=command), drawn=drawn)
+            render()
     return code
