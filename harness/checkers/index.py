@@ -1,10 +1,10 @@
 """What checkers look up in a run: its events per listener and per process, in time order, found by bisection.
 
-A checker that asked, for each stop (exit hook, stop return), which events of its listener fall in a window
-used to scan the whole history each time: quadratic in a history with many stops, which anyone may write and
-hand to ``lastcall report``.  These indexes are built once per run record (:meth:`RunRecord.derived`, shared by
-every checker judging it) in time order, a stable sort as ``run.ordered``: events of one time keep the
-history's order, so "the first such event at or after t" is the event a scan of ``run.ordered`` finds first.
+Asking, for each stop (exit hook, stop return), which events of its listener fall in a window by scanning the
+history is quadratic in a history of many stops, which anyone may write and hand to ``lastcall report``.  These
+indexes are built once per run record (:meth:`RunRecord.derived`, shared by every checker judging it) in time
+order, a stable sort as ``run.ordered``: events of one time keep the history's order, so "the first such event at
+or after t" is the event a scan of ``run.ordered`` finds first.
 """
 
 from __future__ import annotations
