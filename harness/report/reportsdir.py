@@ -21,10 +21,12 @@ from collections.abc import Collection
 from pathlib import Path
 
 from harness.artifacts import shown
-from harness.report.summary import MARKER
 
-__all__ = ["unfit", "make_reports", "resolved", "PLACEHOLDERS"]
+__all__ = ["unfit", "make_reports", "resolved", "PLACEHOLDERS", "MARKER", "MARKER_TEXT"]
 
+# In a reports directory, the file that says lastcall made it: what lastcall writes into a directory holding
+# other things than this marker would replace files it did not write (``--lastcall-reports ~``).
+MARKER = ".lastcall-reports"
 MARKER_TEXT = "lastcall writes its reports here: index.html, session.json and a directory per run\n"
 PLACEHOLDERS = frozenset({".gitkeep", ".keep"})  # what an empty directory committed to git holds
 _LISTED = 4  # names of a refused directory's entries shown

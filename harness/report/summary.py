@@ -40,6 +40,7 @@ from urllib.parse import quote
 import pytest
 
 from harness.artifacts import MIB, ArtifactError, read_json, shown
+from harness.report.reportsdir import MARKER, make_reports, unfit
 
 __all__ = ["addoption", "reports_dir", "check_reports", "terminal_summary", "collect_runs", "write_summary",
            "SessionRun", "session_meta", "row_doc", "read_row_doc", "href", "encodable", "SESSION", "SESSION_FORMAT",
@@ -51,9 +52,6 @@ SUMMARY = "index.html"  # the session page, in the reports directory
 SESSION = "session.json"  # the session's runs, beside it, for lastcall report --merge
 SESSION_FORMAT = 1  # session.json "format": bump when its keys change meaning
 SCENARIO_SUFFIXES = (".yaml", ".yml")  # a node id whose file has one of these is a scenario
-# In a reports directory, the file that says lastcall made it: what lastcall writes into a directory holding
-# other things than this marker would replace files it did not write (``--lastcall-reports ~``).
-MARKER = ".lastcall-reports"
 # a run's verdicts.json, read back for its row: tens of KiB as lastcall writes it
 MAX_VERDICTS_BYTES = 4 * MIB
 MAX_FIELD = 200  # characters of a name read from a verdicts.json (scenario, matrix, variant, checker) kept
@@ -87,7 +85,6 @@ def reports_dir(config: pytest.Config) -> Path | None:
 
     Made (with its marker) when first asked for, by the process about to write in it: a session that writes no
     report leaves none behind. :func:`check_reports` has refused a directory unfit for it before anything ran."""
-    from harness.report.reportsdir import make_reports
 
     path = _configured(config)
     if path is not None:
@@ -103,7 +100,6 @@ def check_reports(config: pytest.Config) -> None:
     the xdist controller (or the only process), before any worker or run starts."""
     if hasattr(config, "workerinput"):  # the controller checked it; a worker only makes it (reports_dir)
         return
-    from harness.report.reportsdir import unfit
 
     path = _configured(config)
     why = None if path is None else unfit(path)
@@ -280,7 +276,6 @@ def write_summary(root: Path, runs: list[SessionRun], meta: Mapping[str, Any] | 
                   title: str = "lastcall session", totals: str | None = None, notes: str = "") -> Path | None:
     """Write ``root/index.html`` and ``root/session.json`` for these runs; None (and a warning) when they
     cannot be written.  ``notes`` is HTML put between the totals and the table (a merge's shards, FLAKY)."""
-    from harness.report.reportsdir import make_reports
     from harness.report.write import warn
 
     stamp = time.strftime("%Y-%m-%d %H:%M:%S")  # wall clock, for the reader only
@@ -317,12 +312,11 @@ def _replace(path: Path, text: str) -> None:
         raise
 
 
-def session_meta(terminalreporter: Any, config: pytest.Config) -> dict[str, Any]:
-    """What session.json says of the session: its target override, pytest exit status, pytest-split group."""
+def session_meta(config: pytest.Config, status: int | None) -> dict[str, Any]:
+    """What session.json says of the session: its target override, pytest exit status (``status``, as the
+    terminal summary hook is given it), pytest-split group."""
     from harness import __version__
 
-    session = getattr(terminalreporter, "_session", None)  # pytest's own; its exitstatus is final by now
-    status = getattr(session, "exitstatus", None)
     # the override as given (harness.scenario.collect.chosen_target applies it; importing it here would be a cycle)
     given = [config.getoption(f"lastcall_{n}", None) or config.getoption(f"lastcall_{n}_alias", None)
              or os.environ.get(f"LASTCALL_{n.upper()}") for n in ("target", "listener")]
@@ -366,12 +360,12 @@ def _failed_line(run: SessionRun) -> str:
     return shown(f"FAILED {run.nodeid} on {doc.get('variant', '?')}: {'; '.join(parts)} -> {run.page}")
 
 
-def terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
+def terminal_summary(terminalreporter: Any, config: pytest.Config, exitstatus: int | None = None) -> None:
     """One line per failed scenario, the totals, where the session page is (controller only)."""
     if hasattr(config, "workerinput"):  # an xdist worker: the controller reports the session
         return
     runs = collect_runs(terminalreporter.stats)
-    meta = session_meta(terminalreporter, config)
+    meta = session_meta(config, exitstatus)
     if not runs and not meta["splits"]:  # a shard writes its (empty) session.json: the merge counts its groups
         return
     root = reports_dir(config)
