@@ -330,6 +330,24 @@ def test_failure_text_names_the_report_and_the_rejudge_command(written: tuple[Ru
     assert f"report: {page}\nre-judge: lastcall report {page.parent / 'history.jsonl'}\nreplay: pytest" in text
 
 
+def test_failure_text_marks_each_event_equal_to_evidence_on_its_timeline() -> None:
+    """The timeline marks (>>) the events equal to a violated verdict's evidence, copies read back included, a
+    value no dict can hold (a list) in their data too, and no other."""
+    from copy import deepcopy
+
+    from harness.checkers import Verdict
+
+    events = [ev(1, "accepted", conn=1), ev(2, "reads_cancelled", conns=[1, [2]], n=2), ev(3, "accepted", conn=2),
+              ev(3, "accepted", conn=3)]
+    evidence = tuple(deepcopy(events[:2]))  # equal, not the same objects
+    result = make_result()
+    result.events = events
+    result.verdicts = [Verdict("reads_cancelled", "violated", "missed", evidence)]
+    marked = [line.split()[4:] for line in failure_text(result).splitlines() if line.startswith(">> ")]
+    assert [(kind, sorted(data)) for kind, *data in marked] == [
+        ("accepted", ["conn=1", "listener=pp0/rank0"]), ("reads_cancelled", ["listener=pp0/rank0", "n=2"])]
+
+
 def test_the_replay_names_the_sessions_target_and_a_broken_run_says_so(tmp_path: Path) -> None:
     """A run under a target override replays with it (the node id alone runs the file's own target), and a
     broken run (nothing it shows counts) says why on the terminal, in verdicts.json, on its page and its row."""

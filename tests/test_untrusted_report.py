@@ -155,6 +155,84 @@ def test_many_lanes_and_long_values_build_a_bounded_page(tmp_path: Path) -> None
     assert "19801 other lanes (over 200)" in page and "(4194304 characters)" in page
 
 
+def _forged(stops: int, conns: int) -> list[dict[str, Any]]:
+    """A history whose every stop, stop return, exit hook, teardown, launch and failed start pairs with thousands
+    of others: one listener restarted ``stops`` times with ``conns`` connections live (and inside the backend) at
+    each stop, each stop's return False after a teardown, an exit hook and an allocator teardown per restart, and
+    the harness's steps (stalls, armed faults, failed handshake starts, launches) as many."""
+    out: list[dict[str, Any]] = []
+
+    def ev(kind: str, pid: int = 7, /, **data: Any) -> None:
+        out.append({"t_ns": T0 + 1000 * len(out), "pid": pid, "role": "worker", "rank": "pp0/rank0",
+                    "thread": "t", "kind": kind, "data": data, "v": 2})
+
+    lc = {"listener": "pp0/rank0"}
+    ev("listener_started", **lc, path="/x", rank=0, pp=0)
+    for c in range(conns):
+        ev("accepted", **lc, conn=c)
+        ev("dispatch_started", **lc, conn=c, cmd="x")
+    for i in range(stops):
+        ev("listener_started", **lc, path="/x", rank=0, pp=0)
+        ev("listener_registered", **lc, ipc="x")
+        ev("stop_started", **lc)
+        ev("reads_cancelled", **lc, n=0, conns=[])
+        ev("teardown_step", **lc, step="close")
+        ev("stop_returned", **lc, ok=False)
+        ev("listener_unregistered", **lc, ipc="x")
+        ev("stop_returned", **lc, ok=True)
+        ev("stop_returned", listener=f"other{i}", ok=False)
+        ev("allocator_torn_down", worker="w")
+        ev("exit_hook_started", listeners=1, budget=1.0)
+        ev("drain_finished", **lc, ok=True)
+        ev("stop_started", **lc)
+        ev("exit_hook_finished", ok=False, left=1)
+        ev("exit_requested", 7 + i, reason="x")
+        ev("fault_reached", site="y", action="pause", hit=1)
+        ev("step_started", 1, step=f"s{i}", kind="send", category="request")
+        ev("peer_stalled", 1, step=f"p{i}", fault="stall")
+        ev("step_returned", 1, step=f"s{i}", kind="send", category="request", ok=False, error="x")
+        ev("armed", 1, step=f"a{i}", site="x", pid=7, action="pause")
+        ev("step_started", 1, step=f"h{i}", kind="handshake_start", category="start")
+        ev("step_returned", 1, step=f"h{i}", kind="handshake_start", category="start", ok=False, error="x")
+        ev("engine_launched", 1, pid=100 + i, port=8000, launch=i)
+        ev("engine_ready", 1, pid=99, ready_s=1.0, members=[])
+        ev("step_started", 1, step=f"g{i}", kind="engine_signal", sig="SIGTERM", to="api_server")
+        ev("step_returned", 1, step=f"w{i}", kind="wait_gone", ok=True, value={
+            "gone": True, "seconds": 0.1, "after": f"g{i}", "survivors": [], "orphaned": [], "left": [], "status": 1})
+    for i in range(stops):
+        ev("handshake_listener_started", host="h", port=1)
+        ev("peer_closed", 1, step=f"p{i}")
+        ev("path_replaced", 1, step=f"r{i}", path=f"/r/{i}.sock", ino=i)
+    return out
+
+
+def test_a_history_of_thousands_of_stops_each_pairing_with_thousands_is_judged_in_bounded_time(
+        tmp_path: Path) -> None:
+    """Every checker's work is O(n log n) in the events (docs/trust.md): 1000 restarts of one listener with 1000
+    connections live at each stop (a million reads missed), a stop that returned False after a teardown, an exit
+    hook, an allocator teardown, an armed fault, a stall and a failed start at each, and snapshots of a thousand
+    directories beside them, all judged within the child's CPU limit (each pair looked at alone takes minutes)."""
+    n = 1000
+    hist = _write(tmp_path / "history.jsonl", _forged(n, n))
+    dirs = [{"path": f"/r/d{i}", "kind": "dir", "ino": i} for i in range(n)]
+    socks = [{"path": f"/r/{i}.sock", "kind": "socket", "ino": i} for i in range(n)]
+    snaps = {"before": {"label": "before", "t_ns": T0}, **{
+        label: {"label": label, "t_ns": T0 + 10**12, "paths": [*dirs, *socks[k:]]}
+        for k, label in enumerate(["after", *(f"after{k}" for k in range(1, 30))])}}
+    (tmp_path / "snapshots.json").write_text(json.dumps(snaps))
+    proc = _report(hist)
+    assert proc.returncode == 1, proc.stderr[-2000:]  # violations found, not a child killed at its limit
+    assert "VIOLATED reads_cancelled: 1000000 read(s) in progress at stop were not cancelled within 2.0s" in proc.stdout
+    for name in ("handler_drained", "retained_for_retry", "teardown_deferred", "registration_kept",
+                 "exit_hook_stops_the_rest", "fault_fired", "served_while_stalled", "failed_start_never_serves",
+                 "engine_exit_status", "engine_start_ends", "exit_without_stall", "no_leftover_paths",
+                 "unlinks_only_own_socket"):
+        assert f"VIOLATED {name}: " in proc.stdout, name
+    verdicts = json.loads((tmp_path / "out" / "verdicts.json").read_text())["verdicts"]
+    drained = next(v for v in verdicts if v["checker"] == "handler_drained")
+    assert len(drained["evidence"]) == 100 and any("collected up to 1000" in x for x in drained["notes"])
+
+
 def test_text_of_a_file_reaches_the_terminal_escaped(tmp_path: Path) -> None:
     evil = "\x1b]0;owned\x07\x1b[2J\u202e"
     hist = _write(tmp_path / "history.jsonl", [_event(0, thread=evil, rank=evil), "not json" + evil])

@@ -24,9 +24,10 @@ import inspect
 import re
 import traceback
 import typing
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any
+from functools import cached_property
+from typing import Any, TypeVar
 
 from pydantic import ValidationError
 
@@ -37,13 +38,19 @@ from harness.history import Event
 from harness.probes.model import Snapshot
 
 __all__ = ["Verdict", "RunRecord", "Checker", "CHECKERS", "checker", "judge", "judge_all", "key_of", "observed",
-           "NOT_JUDGED", "load_plugins", "PLUGIN_ERRORS", "cut_text", "MAX_EVIDENCE"]
+           "NOT_JUDGED", "load_plugins", "PLUGIN_ERRORS", "cut_text", "MAX_EVIDENCE", "MAX_COLLECTED"]
 
 OK, VIOLATED, UNKNOWN, NOT_JUDGED = "ok", "violated", "unknown", "not_judged"
 Evidence = Mapping[str, tuple[str, ...]]  # party -> the kinds that prove it was observed
 # evidence events a verdict keeps (each is copied into verdicts.json, for each of up to 1000 expect entries);
 # the page lists 50
 MAX_EVIDENCE = 100
+# evidence events a checker collects at most where its evidence grows with pairs of what the history names (a stop
+# and each connection live at it, a stop's return and each handler inside): a forged history makes those
+# quadratic.  Past it the verdict is certain (violated) and the checker stops looking, with a note saying so; far
+# above what a real run gives (at most a few stops) and above MAX_EVIDENCE, so what a verdict keeps is the same
+MAX_COLLECTED = 1000
+_T = TypeVar("_T")
 
 
 def observed(*parties: str) -> dict[str, tuple[str, ...]]:
@@ -79,24 +86,62 @@ class Verdict:
 
 @dataclass(frozen=True)
 class RunRecord:
-    """Everything a checker may look at: the history and the snapshots, by label."""
+    """Everything a checker may look at: the history and the snapshots, by label.
+
+    Its views of the events (in time order, by kind, the indexes of :meth:`derived`) are computed once and
+    shared by every checker that judges it: a record is never changed, and each view is a pure function of it.
+    """
 
     events: tuple[Event, ...]
     snapshots: dict[str, Snapshot] = field(default_factory=dict)
     scale: float = 1.0  # LASTCALL_TIMEOUT_SCALE of the run: every time bound a checker applies is stretched by it
     absent: frozenset[str] = frozenset()  # parties the target declares absent (harness.events.absent_parties)
 
-    @property
+    @cached_property
     def cut(self) -> Event | None:
         """The history_budget_reached event, when the history was cut at its byte budget (harness.history)."""
         return next((e for e in reversed(self.events) if e.kind == BUDGET_KIND), None)
 
     def of(self, *kinds: str) -> list[Event]:
-        return [e for e in self.events if e.kind in kinds]
+        """The events of these kinds, in the history's order."""
+        lists = [self._by_kind[k] for k in dict.fromkeys(kinds) if k in self._by_kind]
+        if len(lists) == 1:
+            return [e for _, e in lists[0]]
+        return [e for _, e in sorted((x for xs in lists for x in xs), key=lambda x: x[0])]
 
     @property
     def ordered(self) -> list[Event]:
-        return sorted(self.events, key=lambda e: e.t_ns)
+        """The events in time order (a stable sort: events of one time keep the history's order)."""
+        return list(self._ordered)
+
+    @cached_property
+    def kinds(self) -> frozenset[str]:
+        """The kinds the history holds."""
+        return frozenset(self._by_kind)
+
+    @cached_property
+    def first_t(self) -> int | None:
+        """The time of the history's first event (None: it has none)."""
+        return self._ordered[0].t_ns if self._ordered else None
+
+    def derived(self, key: Hashable, make: Callable[[], _T]) -> _T:
+        """``make()``, computed once per record under ``key``: an index a checker builds over the events (kept
+        beside the record, so the checkers judging it share it)."""
+        memo: dict[Hashable, Any] = self.__dict__.setdefault("_derived", {})
+        if key not in memo:
+            memo[key] = make()
+        return typing.cast(_T, memo[key])
+
+    @cached_property
+    def _ordered(self) -> tuple[Event, ...]:
+        return tuple(sorted(self.events, key=lambda e: e.t_ns))
+
+    @cached_property
+    def _by_kind(self) -> dict[str, list[tuple[int, Event]]]:
+        out: dict[str, list[tuple[int, Event]]] = {}
+        for i, e in enumerate(self.events):
+            out.setdefault(e.kind, []).append((i, e))
+        return out
 
 
 CheckFn = Callable[[RunRecord, Any], Verdict]
@@ -265,8 +310,7 @@ def _judge(name: str, run: RunRecord, params: dict[str, Any] | Params | None) ->
         if gone:
             return Verdict(name, NOT_JUDGED, "not judged: the target declares no " + " or ".join(
                 f"{party} events (no capability {PARTY_CAPABILITIES[party]})" for party in gone))
-        present = {e.kind for e in run.events}
-        unseen = [(party, kinds) for party, kinds in needs.items() if not present.intersection(kinds)]
+        unseen = [(party, kinds) for party, kinds in needs.items() if not run.kinds.intersection(kinds)]
         if unseen:
             return Verdict(name, UNKNOWN, "no evidence: " + "; ".join(
                 f"the {party} emitted none of {', '.join(kinds)}" for party, kinds in unseen)
@@ -279,7 +323,7 @@ def _judge(name: str, run: RunRecord, params: dict[str, Any] | Params | None) ->
 
 def cut_text(run: RunRecord, cut: Event) -> str:
     """``history budget reached at N ms`` (from the run's first event), for a history cut at its budget."""
-    first = min((e.t_ns for e in run.events), default=cut.t_ns)
+    first = run.first_t if run.first_t is not None else cut.t_ns
     return f"history budget reached at {max(0, cut.t_ns - first) // 1_000_000} ms"
 
 

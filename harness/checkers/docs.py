@@ -6,7 +6,7 @@
 from __future__ import annotations
 
 from harness.checkers import CHECKERS, Checker
-from harness.checkers.base import MAX_EVIDENCE
+from harness.checkers.base import MAX_COLLECTED, MAX_EVIDENCE
 from harness.events import KINDS, PARTY_CAPABILITIES
 
 __all__ = ["render_markdown"]
@@ -42,6 +42,13 @@ def render_markdown() -> str:
            "violation found on the stored events stays `violated`; `lastcall report` judges it the same way.",
            f"A verdict keeps at most {MAX_EVIDENCE} evidence events; a note counts the rest, which the history "
            "keeps.", "",
+           "A checker's work is O(n log n) in the history's events, however they are arranged (`lastcall report`",
+           "judges histories anyone may write): it looks a listener's events up in indexes kept in time order and",
+           "takes its stops, stop returns, teardowns and exit hooks in time order.  Where the evidence grows",
+           "with pairs of events (a stop and each connection live at it, a stop's return and each handler",
+           f"inside), a checker collects at most {MAX_COLLECTED} evidence events, then stops looking and says so",
+           "in a note: its status and message are those of every pair judged, its first evidence events the same.",
+           "One exception: `unlinks_only_own_socket` looks at every `after` snapshot for each replaced path.", "",
            "## Black-box checkers", "",
            "They read only the probes and the harness's own steps, so they judge any target:", "",
            *(f"- `{n}`: {CHECKERS[n].about}" for n in black), "",

@@ -25,11 +25,13 @@ judges vLLM exactly as it judges the stand-in engine.  A run without the step a 
 
 from __future__ import annotations
 
+from collections.abc import Hashable
 from typing import Any
 
 from pydantic import Field
 
 from harness.checkers.base import RunRecord, Verdict, checker, ok, unknown, violated
+from harness.checkers.index import Left, first_by, frozen
 from harness.checkers.params import Params, Within
 from harness.history import Event
 
@@ -43,10 +45,15 @@ def _returns(run: RunRecord, kind: str) -> list[Event]:
 
 
 def _signal_of(run: RunRecord, step: str) -> dict[str, Any] | None:
-    for e in run.of("step_started"):
-        if e.data.get("kind") == "engine_signal" and e.data.get("step") == step:
-            return e.data
-    return None
+    """The data of the first engine_signal step named ``step``."""
+    signals = run.derived("engine_signals", lambda: first_by(
+        (e for e in run.of("step_started") if e.data.get("kind") == "engine_signal"), _step))
+    e = signals.get(frozen(step))
+    return None if e is None else e.data
+
+
+def _step(e: Event) -> object:
+    return e.data.get("step")
 
 
 def _who(ps: list[dict[str, Any]]) -> str:
@@ -195,15 +202,24 @@ def _launches(run: RunRecord) -> list[tuple[Event, Event | None]]:
     """Each ``engine_launched`` with the ``engine_ready`` or ``engine_start_failed`` that ended it (None: none
     did), in launch order."""
     out: list[tuple[Event, Event | None]] = []
-    ends = [e for e in run.events if e.kind in ("engine_ready", "engine_start_failed")]
+    ends = run.of("engine_ready", "engine_start_failed")
+    groups: dict[Hashable, list[int]] = {}  # a failure ends any launch; a ready line, the launch of its pid
+    for i, e in enumerate(ends):
+        groups.setdefault(_FAILED if e.kind == "engine_start_failed" else frozen(e.data.get("pid")), []).append(i)
+    left = {g: Left(places, [ends[i].t_ns for i in places]) for g, places in groups.items()}
+    failed = left.get(_FAILED)
     for launched in run.of("engine_launched"):
-        pid = launched.data.get("pid")
-        end = next((e for e in ends if e.t_ns >= launched.t_ns and (e.kind == "engine_start_failed"
-                                                                    or e.data.get("pid") == pid)), None)
-        if end is not None:
-            ends.remove(end)
-        out.append((launched, end))
+        mine = left.get(frozen(launched.data.get("pid")))
+        # the first end left (in the history's order) at or after the launch: a failure, or its pid's ready line
+        found = [(g.first_from(launched.t_ns), g) for g in (failed, mine) if g is not None]
+        place, g = min(((at, g) for at, g in found if at is not None), key=lambda x: x[0], default=(None, None))
+        if place is not None and g is not None:
+            g.take(place)
+        out.append((launched, None if place is None else ends[place]))
     return out
+
+
+_FAILED = object()  # the group of engine_start_failed: no pid is it
 
 
 @checker("engine_start_ends", "a start either becomes ready or fails with a clear error within a bound (never "

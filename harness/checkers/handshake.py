@@ -7,8 +7,11 @@ They read the harness's own step events (``step_started`` / ``step_returned`` of
 
 from __future__ import annotations
 
+from bisect import bisect_right
+
 from harness.categories import category_of
 from harness.checkers.base import RunRecord, Verdict, checker, observed, ok, unknown, violated
+from harness.checkers.index import Line, line
 from harness.checkers.params import Params
 from harness.history import Event
 
@@ -28,25 +31,31 @@ def failed_start_never_serves(run: RunRecord, p: Params) -> Verdict:
         return unknown("failed_start_never_serves", "no handshake_start step failed in the history")
     bad: list[Event] = []
     problems: list[str] = []
+    starts = sorted(s.t_ns for s in started.values())
+    binds, exits = line(run, "handshake_listener_started"), line(run, "thread_exited")
     for ret in failed:
         begin = started.get(ret.data.get("step"), ret)
-        later = [s for s in started.values() if s.t_ns > begin.t_ns]  # the next start: its bind is its own
-        end = min((s.t_ns for s in later), default=None)
-        served = [e for e in evs if e.kind == "handshake_listener_started" and e.t_ns >= begin.t_ns
-                  and (end is None or e.t_ns < end)]
-        left = any(e.kind == "thread_exited" and e.t_ns >= begin.t_ns and (end is None or e.t_ns < end)
-                   for e in evs)
-        if served:
+        later = bisect_right(starts, begin.t_ns)  # the next start: its bind is its own
+        end = starts[later] if later < len(starts) else None
+        served = _first(binds, begin.t_ns, end)
+        left = _first(exits, begin.t_ns, end) is not None
+        if served is not None:
             bad.append(ret)
             problems.append(f"{ret.data.get('step')} failed ({ret.data.get('error_class') or ret.data.get('error')})"
-                            f", and its listener then bound port {served[0].data.get('port')} and served")
-            bad.append(served[0])
+                            f", and its listener then bound port {served.data.get('port')} and served")
+            bad.append(served)
         elif not left:
             bad.append(ret)
             problems.append(f"{ret.data.get('step')} failed, and its listener thread never left")
     if bad:
         return violated("failed_start_never_serves", "; ".join(problems), bad)
     return ok("failed_start_never_serves", f"{len(failed)} failed start(s): each thread left without serving")
+
+
+def _first(events: Line, begin: int, end: int | None) -> Event | None:
+    """The first of ``events`` from ``begin`` and before ``end`` (None: no end)."""
+    e = events.first_from(begin)
+    return e if e is not None and (end is None or e.t_ns < end) else None
 
 
 @checker("bad_handshake_refused", "every malformed handshake is refused with an error reply (never served as if "

@@ -7,32 +7,41 @@ adapter emits the same names): ``stop_started``, ``reads_cancelled``,
 ``dispatch_started``, ``dispatch_finished``, ``allocator_torn_down``,
 ``teardown_deferred``.  Each carries ``listener`` (its label); with the pid it
 names one listener.
+
+Each checker's work is O(n log n) in the history's events (a history anyone may write is judged by ``lastcall
+report``): a listener's (or process's) events are looked up in the indexes of harness.checkers.index, each
+window found by bisection, and its stops, stop returns, teardowns and exit hooks taken in time order by what
+harness.checkers.sweep and .reads keep, instead of rescanning the history for each; evidence that grows with
+pairs (a stop's return and each handler inside) is collected up to MAX_COLLECTED events, with a note.
 """
 
 from __future__ import annotations
 
+from bisect import bisect_left
+from collections.abc import Callable
+from itertools import chain
+
 from harness.categories import category_of
 from harness.checkers.base import RunRecord, Verdict, checker, key_of, observed, ok, unknown, violated
+from harness.checkers.index import (
+    EMPTY,
+    Collected,
+    Key,
+    Line,
+    by_key,
+    by_pid,
+    first_by,
+    frozen,
+    hook_end,
+    in_order,
+    stops,
+)
 from harness.checkers.params import Params, StopLatency, Within
+from harness.checkers.reads import ADDS, CANCELS, ENDS, Listener
+from harness.checkers.sweep import Busy, Open, Stopped
 from harness.history import Event
 
-Key = tuple[int, str]
-
-
-def _stops(events: list[Event]) -> list[tuple[Event, int]]:
-    """Each stop (the first stop_started of a listener's life) with the end of its window: the next
-    listener_started on the same key (a restart reuses the label in the same process), else forever."""
-    out: list[tuple[Event, int]] = []
-    seen: set[Key] = set()
-    for i, e in enumerate(events):
-        if e.kind == "listener_started":
-            seen.discard(key_of(e))
-        elif e.kind == "stop_started" and key_of(e) not in seen:
-            seen.add(key_of(e))
-            end = next((x.t_ns for x in events[i + 1:] if x.kind == "listener_started" and key_of(x) == key_of(e)),
-                       1 << 62)
-            out.append((e, end))
-    return out
+DISPATCH = ("dispatch_started", "dispatch_finished")
 
 
 def _dispatches_unrecorded(run: RunRecord) -> str | None:
@@ -58,18 +67,19 @@ def no_late_dispatch(run: RunRecord, p: Params) -> Verdict:
     unrecorded = _dispatches_unrecorded(run)
     if unrecorded:
         return unknown("no_late_dispatch", unrecorded)
-    evs = run.ordered
-    stops = _stops(evs)
-    if not stops:
+    windows = stops(run)
+    if not windows:
         return unknown("no_late_dispatch", "no stop_started in the history: no stop to judge against")
-    for stop, end in stops:
-        late = [e for e in evs if e.kind == "dispatch_started" and key_of(e) == key_of(stop)
-                and stop.t_ns < e.t_ns < end]
+    starts = by_key(run, "dispatch_started")
+    for stop, end in windows:
+        line = starts.get(key_of(stop), EMPTY)
+        lo, hi = line.between(stop.t_ns, end, after=True, before=True)
+        late = line.events[lo:hi]
         if late:
             return violated("no_late_dispatch",
                             f"{len(late)} request(s) dispatched after stop began on {stop.data.get('listener')}: "
                             f"{[e.data.get('cmd') for e in late]}", [stop, *late])
-    return ok("no_late_dispatch", f"{len(stops)} stop(s), no dispatch after any of them")
+    return ok("no_late_dispatch", f"{len(windows)} stop(s), no dispatch after any of them")
 
 
 @checker("no_dispatch_after_teardown", "no backend call starts, or is still running, once the allocator is torn down",
@@ -112,43 +122,36 @@ def no_dispatch_after_teardown(run: RunRecord, p: Params) -> Verdict:
                  "library) is the drain's, and a listener that leaves reads to the drain misses it by the drain's "
                  "seconds"))
 def reads_cancelled(run: RunRecord, p: Within) -> Verdict:
-    evs = run.ordered
-    stops = _stops(evs)
-    if not stops:
+    windows = stops(run)
+    if not windows:
         return unknown("reads_cancelled", "no stop_started in the history")
-    started = {key_of(s): s for s, _ in stops}
-    bad: list[Event] = []
-    checked = 0
-    for stop, _end in stops:
+    started = {key_of(s): s for s, _ in windows}
+    within_ns = int(p.within * run.scale * 1e9)
+    bad = Collected()
+    found = checked = 0
+    changes, cancels = by_key(run, *ADDS, *ENDS), by_key(run, *CANCELS)
+    listeners: dict[Key, Listener] = {}
+    for stop, _end in windows:
         key = key_of(stop)
-        live: dict[object, Event] = {}
-        for e in evs:
-            if key_of(e) != key or e.t_ns > stop.t_ns:
-                continue
-            if e.kind in ("accepted", "frame_started", "dispatch_finished", "dispatch_refused"):
-                live[e.data.get("conn")] = e  # reading, or idle and kept alive after its answer
-            elif e.kind in ("frame_completed", "connection_closed"):
-                live.pop(e.data.get("conn"), None)
-        deadline = stop.t_ns + int(p.within * run.scale * 1e9)
-        cancelled: set[object] = set()
-        for e in evs:
-            if key_of(e) == key and stop.t_ns <= e.t_ns <= deadline:
-                if e.kind == "reads_cancelled":
-                    cancelled.update(e.data.get("conns", ()))
-                elif e.kind == "connection_closed":
-                    cancelled.add(e.data.get("conn"))
-        checked += len(live)
-        bad += [e for conn, e in live.items() if conn not in cancelled]
+        if key not in listeners:
+            listeners[key] = Listener(changes.get(key, EMPTY), cancels.get(key, EMPTY), within_ns)
+        live, missed = listeners[key].stop_at(stop.t_ns)
+        checked += live
+        found += len(missed)
+        if missed and not bad.capped:
+            bad.add(listeners[key].in_order(missed))
     # the harness's own view: a stalled peer must see its connection closed within the bound
     stop_t = min((s.t_ns for s in started.values()), default=0)
+    closed = first_by(run.of("peer_closed"), _step)
     for stall in run.of("peer_stalled"):  # judged only where the harness watched for the close
-        closed = [e for e in run.of("peer_closed") if e.data.get("step") == stall.data.get("step")]
-        if stall.t_ns < stop_t and closed and closed[0].t_ns > stop_t + int(p.within * run.scale * 1e9):
-            bad.append(stall)
+        close = closed.get(frozen(stall.data.get("step")))
+        if stall.t_ns < stop_t and close is not None and close.t_ns > stop_t + within_ns:
+            found += 1
+            bad.add((stall,))
         checked += 1
-    if bad:
-        return violated("reads_cancelled", f"{len(bad)} read(s) in progress at stop were not cancelled within "
-                        f"{p.within}s", [*started.values(), *bad])
+    if found:
+        return violated("reads_cancelled", f"{found} read(s) in progress at stop were not cancelled within "
+                        f"{p.within}s", [*started.values(), *bad.events], bad.notes)
     return ok("reads_cancelled", f"{checked} read(s) in progress at stop, all cancelled")
 
 
@@ -156,86 +159,102 @@ def reads_cancelled(run: RunRecord, p: Within) -> Verdict:
          judges=("stop_returned", "dispatch_started", "dispatch_finished", "step_returned"),
          evidence=observed("listener"), observes_exit=False)
 def handler_drained(run: RunRecord, p: Params) -> Verdict:
-    evs = run.ordered
-    bad: list[Event] = []
-    for ret in (e for e in evs if e.kind == "stop_returned" and e.data.get("ok")):
-        inflight: dict[object, Event] = {}
-        for e in evs:
-            if key_of(e) != key_of(ret) or e.t_ns > ret.t_ns:
-                continue
-            if e.kind == "dispatch_started":
-                inflight[e.data.get("conn")] = e
-            elif e.kind == "dispatch_finished":
-                inflight.pop(e.data.get("conn"), None)
-        if inflight:
-            bad += [*inflight.values(), ret]
+    bad = Collected()
+    lines = by_key(run, *DISPATCH)
+    inflight: dict[Key, Open] = {}  # each listener's handlers inside the backend, as of its last stop's return
+    for ret in in_order(run, "stop_returned"):
+        if not ret.data.get("ok"):
+            continue
+        key = key_of(ret)
+        if key not in inflight:
+            inflight[key] = Open(lines.get(key, EMPTY), "dispatch_started", _conn)
+        held = inflight[key].upto(ret.t_ns)
+        if held and not bad.add(chain(held.values(), (ret,))):
+            break
     # a stop step of the harness (the registry's stop of every listener) that reported True
-    for ret in (e for e in evs if e.kind == "step_returned" and category_of(e.data) == "stop"
-                and e.data.get("ok") and e.data.get("value") is True):
-        open_: dict[tuple[Key, object], Event] = {}
-        for e in evs:
-            if e.t_ns > ret.t_ns:
-                break
-            if e.kind == "dispatch_started":
-                open_[(key_of(e), e.data.get("conn"))] = e
-            elif e.kind == "dispatch_finished":
-                open_.pop((key_of(e), e.data.get("conn")), None)
-        if open_:
-            bad += [*open_.values(), ret]
-    if bad:
-        return violated("handler_drained", "stop returned True while a handler was still inside the backend", bad)
+    dispatches = in_order(run, *DISPATCH)
+    every = Open(Line(dispatches, [e.t_ns for e in dispatches]), "dispatch_started", _key_conn)
+    for ret in in_order(run, "step_returned"):
+        if bad.capped:
+            break
+        if category_of(ret.data) == "stop" and ret.data.get("ok") and ret.data.get("value") is True:
+            held = every.upto(ret.t_ns)
+            if held:
+                bad.add(chain(held.values(), (ret,)))
+    if bad.events:
+        return violated("handler_drained", "stop returned True while a handler was still inside the backend",
+                        bad.events, bad.notes)
     return ok("handler_drained")
+
+
+def _step(e: Event) -> object:
+    return e.data.get("step")
+
+
+def _conn(e: Event) -> object:
+    return e.data.get("conn")
+
+
+def _key_conn(e: Event) -> tuple[Key, object]:
+    return key_of(e), e.data.get("conn")
 
 
 @checker("retained_for_retry", "a stop that returns False tears nothing down; the listener stays for a retry",
          judges=("stop_started", "stop_returned", "teardown_step"), evidence=observed("listener"), observes_exit=False)
 def retained_for_retry(run: RunRecord, p: Params) -> Verdict:
-    evs = run.ordered
-    bad: list[Event] = []
-    for ret in (e for e in evs if e.kind == "stop_returned" and e.data.get("ok") is False):
-        prev = [e.t_ns for e in evs if key_of(e) == key_of(ret) and e.kind in ("stop_returned", "stop_started")
-                and e.t_ns < ret.t_ns]
-        since = max(prev) if prev else 0
-        bad += [e for e in evs if key_of(e) == key_of(ret) and e.kind == "teardown_step"
-                and since <= e.t_ns <= ret.t_ns and e.data.get("step") in ("close", "unlink", "rmdir")]
-    falses = [e for e in evs if e.kind == "stop_returned" and e.data.get("ok") is False]
-    if bad:
-        return violated("retained_for_retry", "a stop that returned False had already torn down", [*falses, *bad])
+    falses = [e for e in in_order(run, "stop_returned") if e.data.get("ok") is False]
+    marks = by_key(run, "stop_returned", "stop_started")
+    steps = by_key(run, "teardown_step", keep=_tears_down)
+    bad = Collected()
+    for ret in falses:
+        times = marks.get(key_of(ret), EMPTY).times
+        i = bisect_left(times, ret.t_ns)  # the last stop start or return before it begins its window
+        line = steps.get(key_of(ret), EMPTY)
+        lo, hi = line.between(times[i - 1] if i else 0, ret.t_ns)
+        if hi > lo and not bad.add(line.events[lo:hi]):
+            break
+    if bad.events:
+        return violated("retained_for_retry", "a stop that returned False had already torn down",
+                        [*falses, *bad.events], bad.notes)
     return ok("retained_for_retry", f"{len(falses)} stop(s) returned False, none tore anything down")
+
+
+def _tears_down(e: Event) -> bool:
+    return e.data.get("step") in ("close", "unlink", "rmdir")
 
 
 @checker("teardown_deferred", "the allocator is torn down only after every listener of its process has stopped",
          judges=("allocator_torn_down", "listener_started", "stop_returned"), evidence=observed("listener", "worker"),
          observes_exit=False)
 def teardown_deferred(run: RunRecord, p: Params) -> Verdict:
-    evs = run.ordered
-    bad: list[Event] = []
-    for torn in (e for e in evs if e.kind == "allocator_torn_down"):
-        last: dict[str, Event] = {}
-        for e in evs:
-            if e.pid == torn.pid and e.kind == "stop_returned" and e.t_ns < torn.t_ns:
-                last[str(e.data.get("listener"))] = e
-        started = {str(e.data.get("listener")) for e in evs if e.pid == torn.pid and e.kind == "listener_started"}
-        failed = [e for e in last.values() if not e.data.get("ok")]
-        missing = started - set(last)
-        if failed or missing:
-            bad += [*failed, torn]
-    if bad:
-        return violated("teardown_deferred", "the allocator was torn down although a listener had not stopped", bad)
+    bad = Collected()
+    returns = by_pid(run, "stop_returned")
+    started = {pid: {str(e.data.get("listener")) for e in line.events}
+               for pid, line in by_pid(run, "listener_started").items()}
+    procs: dict[int, Stopped] = {}
+    for torn in in_order(run, "allocator_torn_down"):
+        if torn.pid not in procs:
+            procs[torn.pid] = Stopped(returns.get(torn.pid, EMPTY), started.get(torn.pid, set()))
+        proc = procs[torn.pid]
+        if proc.unstopped_at(torn.t_ns) and not bad.add(chain(proc.failed(), (torn,))):
+            break
+    if bad.events:
+        return violated("teardown_deferred", "the allocator was torn down although a listener had not stopped",
+                        bad.events, bad.notes)
     return ok("teardown_deferred")
 
 
-def _phases(evs: list[Event], stop: Event) -> dict[str, float]:
+def _phases(run: RunRecord, stop: Event) -> dict[str, float]:
     """Seconds per phase of the stop that began with ``stop`` (as far as the events tell)."""
     k = key_of(stop)
-    after = [e for e in evs if key_of(e) == k and e.t_ns >= stop.t_ns]
 
-    def t(kind: str) -> int | None:
-        return next((e.t_ns for e in after if e.kind == kind), None)
+    def t(kind: str, keep: Callable[[Event], bool] | None = None) -> int | None:
+        e = by_key(run, kind, keep=keep).get(k, EMPTY).first_from(stop.t_ns)
+        return None if e is None else e.t_ns
 
     out: dict[str, float] = {}
     cancel, d0, d1 = t("reads_cancelled"), t("drain_started"), t("drain_finished")
-    ret = next((e.t_ns for e in after if e.kind == "stop_returned" and e.data.get("ok")), None)
+    ret = t("stop_returned", _returned_true)
     if cancel is not None:
         out["stop_accepting"] = out["cancel_reads"] = (cancel - stop.t_ns) / 1e9
     if d0 is not None and d1 is not None:
@@ -245,6 +264,10 @@ def _phases(evs: list[Event], stop: Event) -> dict[str, float]:
     if ret is not None:
         out["total"] = (ret - stop.t_ns) / 1e9
     return out
+
+
+def _returned_true(e: Event) -> bool:
+    return bool(e.data.get("ok"))
 
 
 @checker("stop_latency", "stop (or one phase of it) completes within a generous bound",
@@ -267,34 +290,41 @@ def stop_latency(run: RunRecord, p: StopLatency) -> Verdict:
             return violated("stop_latency", f"step {p.step} took {took:.3f}s > {p.within * run.scale}s",
                             [began[0], done[0]])
         return ok("stop_latency", f"step {p.step} took {took * 1e3:.1f} ms")
-    stops = [s for s, _ in _stops(evs)]
-    if not stops:
+    begun = [s for s, _ in stops(run)]
+    if not begun:
         return unknown("stop_latency", "no stop in the history")
-    figures = {f"{s.data.get('listener')}": _phases(evs, s) for s in stops}
+    figures = {f"{s.data.get('listener')}": _phases(run, s) for s in begun}
     slow = {k: v[p.phase] for k, v in figures.items() if p.phase in v and v[p.phase] > p.within * run.scale}
     never = [k for k, v in figures.items() if p.phase not in v]
     if slow:
         return violated("stop_latency", f"{p.phase} over {p.within}s: "
-                        + ", ".join(f"{k} {v:.3f}s" for k, v in slow.items()), stops)
+                        + ", ".join(f"{k} {v:.3f}s" for k, v in slow.items()), begun)
     if never and p.phase == "total":
-        return violated("stop_latency", f"stop never returned True on {never}", stops)
+        return violated("stop_latency", f"stop never returned True on {never}", begun)
     worst = max((v[p.phase] for v in figures.values() if p.phase in v), default=0.0)
-    return ok("stop_latency", f"worst {p.phase} {worst * 1e3:.2f} ms over {len(stops)} stop(s)")
+    return ok("stop_latency", f"worst {p.phase} {worst * 1e3:.2f} ms over {len(begun)} stop(s)")
 
 
-def _lives(evs: list[Event]) -> dict[Key, list[list[Event]]]:
-    """Each listener's events, split into its lives (a restart reuses the label: a new listener_started or
-    listener_registered after the last one's unregistration begins a new life)."""
-    lives: dict[Key, list[list[Event]]] = {}
-    for e in evs:
-        if "listener" not in e.data:
-            continue
-        mine = lives.setdefault(key_of(e), [[]])
-        if e.kind == "listener_started" and any(x.kind in ("listener_started", "listener_unregistered")
-                                                for x in mine[-1]):
-            mine.append([])
-        mine[-1].append(e)
-    return lives
+def _lives(run: RunRecord) -> list[list[Event]]:
+    """Each listener's events, split into its lives (a restart reuses the label: a new listener_started after the
+    current life's listener_started or listener_unregistered begins a new life), listener by listener."""
+    def make() -> list[list[Event]]:
+        lives: dict[Key, list[list[Event]]] = {}
+        ended: set[Key] = set()  # the listeners whose current life holds a listener_started or _unregistered
+        for e in run.ordered:
+            if "listener" not in e.data:
+                continue
+            key = key_of(e)
+            mine = lives.setdefault(key, [[]])
+            if e.kind == "listener_started" and key in ended:
+                mine.append([])
+                ended.discard(key)
+            if e.kind in ("listener_started", "listener_unregistered"):
+                ended.add(key)
+            mine[-1].append(e)
+        return [life for each in lives.values() for life in each]
+
+    return run.derived("lives", make)
 
 
 @checker("registration_kept", "a listener leaves its registry only once a stop of it returned True: a failed stop "
@@ -304,14 +334,15 @@ def _lives(evs: list[Event]) -> dict[Key, list[list[Event]]]:
 def registration_kept(run: RunRecord, p: Params) -> Verdict:
     bad: list[tuple[Event, Event | None]] = []  # (the unregistration, the stop before it, if any)
     gone = 0
-    for life in (x for lives in _lives(run.ordered).values() for x in lives):
-        for i, e in enumerate(life):
-            if e.kind != "listener_unregistered":
-                continue
-            gone += 1
-            stops = [x for x in life[:i] if x.kind == "stop_returned"]
-            if not stops or not stops[-1].data.get("ok"):
-                bad.append((e, stops[-1] if stops else None))
+    for life in _lives(run):
+        last: Event | None = None  # the life's last stop_returned so far
+        for e in life:
+            if e.kind == "stop_returned":
+                last = e
+            elif e.kind == "listener_unregistered":
+                gone += 1
+                if last is None or not last.data.get("ok"):
+                    bad.append((e, last))
     if bad:
         e, last = bad[0]
         why = "its last stop returned False" if last is not None else "no stop of it had returned"
@@ -326,7 +357,7 @@ def registration_kept(run: RunRecord, p: Params) -> Verdict:
          observes_exit=True)
 def failed_stop_retried(run: RunRecord, p: Params) -> Verdict:
     failed, open_ = 0, []
-    for life in (x for lives in _lives(run.ordered).values() for x in lives):
+    for life in _lives(run):
         pending: Event | None = None
         for e in (x for x in life if x.kind == "stop_returned"):
             if not e.data.get("ok"):
@@ -344,12 +375,6 @@ def failed_stop_retried(run: RunRecord, p: Params) -> Verdict:
     return ok("failed_stop_retried", f"{failed} failed stop(s), each retried until it returned True")
 
 
-def _hook_end(run: RunRecord, start: Event) -> Event | None:
-    """The ``exit_hook_finished`` of the exit hook that ``start`` began, if it finished."""
-    return next((e for e in run.ordered if e.kind == "exit_hook_finished" and e.pid == start.pid
-                 and e.t_ns >= start.t_ns), None)
-
-
 @checker("exit_hook_stops_the_rest", "the exit hook tells every listener to stop before it waits for any, so one "
          "that cannot drain does not use up the others' share of the one budget: no stop begins once a drain of the "
          "hook has ended, and only listeners with a handler in flight are left registered",
@@ -361,36 +386,46 @@ def exit_hook_stops_the_rest(run: RunRecord, p: Params) -> Verdict:
     ``drain_finished`` inside it (the hook tells them all to stop, then waits), and at most as many listeners
     are left registered as had a handler inside the backend when it began (every other drains at once).  The
     second is judged where the listeners' clients read their replies: a reply nobody reads also holds a drain."""
-    bad: list[Event] = []
+    bad = Collected()
     notes: list[str] = []
-    for start in run.of("exit_hook_started"):
-        end = _hook_end(run, start)
-        if end is None:
-            continue  # a hook that never finished: exit_hook_within's to judge
-        inside = [e for e in run.ordered if e.pid == start.pid and start.t_ns <= e.t_ns <= end.t_ns]
-        drained = next((e for e in inside if e.kind == "drain_finished"), None)
-        late = [] if drained is None else [e for e in inside if e.kind == "stop_started" and e.t_ns > drained.t_ns]
-        open_: dict[tuple[str, object], int] = {}
-        for e in run.ordered:
-            if e.pid != start.pid or e.t_ns > start.t_ns or e.kind not in ("dispatch_started", "dispatch_finished"):
-                continue
-            key = (str(e.data.get("listener")), e.data.get("conn"))
-            open_[key] = open_.get(key, 0) + (1 if e.kind == "dispatch_started" else -1)
-        busy = sorted({label for (label, _), n in open_.items() if n > 0})
+    hooks = [(start, end) for start in run.of("exit_hook_started") if (end := hook_end(run, start)) is not None]
+    busy = _busy_at(run, [start for start, _ in hooks])  # a hook that never finished: exit_hook_within's to judge
+    drains, begun = by_pid(run, "drain_finished"), by_pid(run, "stop_started")
+    for start, end in hooks:
+        drained = drains.get(start.pid, EMPTY).first_from(start.t_ns)
+        if drained is not None and drained.t_ns > end.t_ns:
+            drained = None  # its first drain_finished inside the hook: none
+        stops_of = begun.get(start.pid, EMPTY)
+        lo, hi = (0, 0) if drained is None else stops_of.between(drained.t_ns, end.t_ns, after=True)
         left = int(end.data.get("left") or 0)
-        notes.append(f"pid {start.pid}: {start.data.get('listeners')} listener(s) at the hook, {len(busy)} with a "
-                     f"handler in flight, {left} left" + (f", {len(late)} stop(s) begun only after a drain ended"
-                                                          if late else ""))
-        if drained is not None and late:
-            bad += [start, drained, *late]
-        elif left > len(busy):
-            bad += [start, end]
+        n = busy[start.pid, start.t_ns]
+        notes.append(f"pid {start.pid}: {start.data.get('listeners')} listener(s) at the hook, {n} with a "
+                     f"handler in flight, {left} left" + (f", {hi - lo} stop(s) begun only after a drain ended"
+                                                          if hi > lo else ""))
+        if drained is not None and hi > lo:
+            bad.add(chain((start, drained), (stops_of.events[i] for i in range(lo, hi))))
+        elif left > n:
+            bad.add((start, end))
     if not notes:
         return unknown("exit_hook_stops_the_rest", "no exit hook finished in the history")
-    if bad:
+    if bad.events:
         return violated("exit_hook_stops_the_rest", "an exit hook did not stop every listener it could: "
-                        + "; ".join(notes), bad)
+                        + "; ".join(notes), bad.events, bad.notes)
     return ok("exit_hook_stops_the_rest", "; ".join(notes))
+
+
+def _busy_at(run: RunRecord, starts: list[Event]) -> dict[tuple[int, int], int]:
+    """For each exit hook's start, by (pid, time): how many of its process's listeners had a handler inside the
+    backend then (a dispatch_started on a connection not matched by as many dispatch_finished), the starts taken
+    in time order, each process's dispatches counted as they go by."""
+    lines = by_pid(run, *DISPATCH)
+    procs: dict[int, Busy] = {}
+    out: dict[tuple[int, int], int] = {}
+    for start in sorted(starts, key=lambda e: e.t_ns):
+        if start.pid not in procs:
+            procs[start.pid] = Busy(lines.get(start.pid, EMPTY))
+        out[start.pid, start.t_ns] = procs[start.pid].upto(start.t_ns)
+    return out
 
 
 @checker("exit_hook_within", "the exit hook stops what is left within a bound (seconds, however many listeners "
@@ -403,7 +438,7 @@ def exit_hook_within(run: RunRecord, p: Within) -> Verdict:
     bad: list[Event] = []
     took: list[str] = []
     for start in run.of("exit_hook_started"):
-        end = _hook_end(run, start)
+        end = hook_end(run, start)
         if end is None:
             bad.append(start)
             took.append(f"pid {start.pid}: never finished")

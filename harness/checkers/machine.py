@@ -6,9 +6,13 @@ Snapshots ``before`` and ``after`` are taken by probes around the run; identity
 
 from __future__ import annotations
 
+from bisect import bisect_left, bisect_right
 from collections import Counter
+from collections.abc import Hashable
+from itertools import accumulate
 
 from harness.checkers.base import RunRecord, Verdict, checker, ok, unknown, violated
+from harness.checkers.index import frozen
 from harness.checkers.params import Params, PortReleased
 from harness.history import Event
 from harness.probes.model import Snapshot
@@ -43,8 +47,8 @@ def no_leftover_paths(run: RunRecord, p: Params) -> Verdict:
     # removes its directory only once empty): the harness removes those itself
     after = {(e.path, e.ino) for e in snaps[1].paths}
     ours = {(path, ino) for _, path, ino in _replacements(run) if (path, ino) in after}
-    holding = {e.path for e in snaps[1].paths if e.kind == "dir" and any(path.startswith(e.path + "/")
-                                                                         for path, _ in ours)}
+    inside = sorted(path for path, _ in ours)
+    holding = {e.path for e in snaps[1].paths if e.kind == "dir" and _has_prefix(inside, e.path + "/")}
     left = _new([(e.path, e.ino) for e in snaps[0].paths],
                 [(e.path, e.ino) for e in snaps[1].paths if (e.path, e.ino) not in ours and e.path not in holding])
     notes = tuple(f"{path}: the harness's own replacement (inode {ino}), left with its directories for the harness "
@@ -52,6 +56,13 @@ def no_leftover_paths(run: RunRecord, p: Params) -> Verdict:
     if left:
         return violated("no_leftover_paths", f"left behind: {left}", notes=notes)
     return ok("no_leftover_paths", notes=notes)
+
+
+def _has_prefix(ordered: list[str], prefix: str) -> bool:
+    """Whether a string of ``ordered`` (sorted) starts with ``prefix``: those that do sort together, first among
+    those not before it."""
+    i = bisect_left(ordered, prefix)
+    return i < len(ordered) and ordered[i].startswith(prefix)
 
 
 @checker("unlinks_only_own_socket", "a file that replaced the listener's socket at its path is still there after "
@@ -64,23 +75,25 @@ def unlinks_only_own_socket(run: RunRecord, p: Params) -> Verdict:
     bad: list[Event] = []
     notes: list[str] = []
     judged = 0
+    afters = [s for label, s in sorted(run.snapshots.items()) if label.startswith("after")]
+    held = [{(x.path, x.ino) for x in s.paths} for s in afters]  # each snapshot's paths, by identity
+    removed = _Removals(run.of("stale_socket_removed"))
     for rep, path, ino in replaced:
-        later = [s for label, s in sorted(run.snapshots.items()) if label.startswith("after") and s.t_ns > rep.t_ns
-                 and _covers(s, path)]
+        later = [i for i, s in enumerate(afters) if s.t_ns > rep.t_ns and _covers(s, path)]
         if not later:
             continue
         judged += 1
-        gone = [s.label for s in later if (path, ino) not in {(x.path, x.ino) for x in s.paths}]
-        if not gone:
+        gone = next((afters[i].label for i in later if (path, ino) not in held[i]), None)
+        if gone is None:
             continue
         # a listener started later took the path over as a dead owner's leftover, and said so: not a theft
-        took = [e for e in run.of("stale_socket_removed") if e.data.get("path") == path and e.t_ns > rep.t_ns]
-        if took:
-            notes.append(f"{path}: removed as a stale socket by {took[0].data.get('listener')} when it started")
+        took = removed.first_after(path, rep.t_ns)
+        if took is not None:
+            notes.append(f"{path}: removed as a stale socket by {took.data.get('listener')} when it started")
             continue
         bad.append(rep)
         notes.append(f"{path} (inode {ino}, put there by step {rep.data.get('step')}) is gone in snapshot "
-                     f"{gone[0]}")
+                     f"{gone}")
     if not judged:
         return unknown("unlinks_only_own_socket", "no snapshot after the replacement of "
                        + ", ".join(sorted({path for _, path, _ in replaced})))
@@ -88,6 +101,28 @@ def unlinks_only_own_socket(run: RunRecord, p: Params) -> Verdict:
         return violated("unlinks_only_own_socket", "a socket file the listener did not bind was unlinked: "
                         + "; ".join(n for n in notes if "is gone" in n), bad, tuple(notes))
     return ok("unlinks_only_own_socket", f"{judged} replacement(s) still there after the run", tuple(notes))
+
+
+class _Removals:
+    """The stale_socket_removed events by path: the first (in the history's order) after a time, found in log n (the
+    least place in the history over the removals of a path from each time on)."""
+
+    def __init__(self, events: list[Event]) -> None:
+        self.events = events
+        self.times: dict[Hashable, list[int]] = {}
+        self.first: dict[Hashable, list[int]] = {}  # the least place of the removals from the i-th on, by time
+        by_path: dict[Hashable, list[int]] = {}
+        for i, e in enumerate(events):
+            by_path.setdefault(frozen(e.data.get("path")), []).append(i)
+        for path, places in by_path.items():
+            places.sort(key=lambda i: events[i].t_ns)
+            self.times[path] = [events[i].t_ns for i in places]
+            self.first[path] = list(accumulate(reversed(places), min))[::-1]
+
+    def first_after(self, path: str, t: int) -> Event | None:
+        times = self.times.get(frozen(path), [])
+        i = bisect_right(times, t)
+        return self.events[self.first[frozen(path)][i]] if i < len(times) else None
 
 
 def _covers(snap: Snapshot, path: str) -> bool:
@@ -142,6 +177,10 @@ def _resources(run: RunRecord, when: str) -> dict[int, dict[str, object]]:
     return {e.pid: e.data for e in run.of("process_resources") if e.data.get("when") == when}
 
 
+def _reports_of(run: RunRecord, pids: set[int]) -> list[Event]:
+    return [e for e in run.of("process_resources") if e.pid in pids]
+
+
 @checker("no_leaked_threads", "after a clean shutdown a process runs no thread it did not run before it started",
          judges=("process_resources",), observes_exit=False)
 def no_leaked_threads(run: RunRecord, p: Params) -> Verdict:
@@ -157,7 +196,7 @@ def no_leaked_threads(run: RunRecord, p: Params) -> Verdict:
             bad.append(f"pid {pid}: {names}")
     if bad:
         return violated("no_leaked_threads", "threads left after shutdown: " + "; ".join(bad),
-                        [e for e in run.of("process_resources") if e.pid in {x[0] for x in pairs}])
+                        _reports_of(run, {x[0] for x in pairs}))
     return ok("no_leaked_threads", f"{len(pairs)} process(es) back to their threads before start")
 
 
@@ -178,7 +217,7 @@ def no_leaked_fds(run: RunRecord, p: Params) -> Verdict:
             bad.append(f"pid {pid}: {extra}")
     if bad:
         return violated("no_leaked_fds", "descriptors left after shutdown: " + "; ".join(bad),
-                        [e for e in run.of("process_resources") if e.pid in {x[0] for x in pairs}])
+                        _reports_of(run, {x[0] for x in pairs}))
     return ok("no_leaked_fds", f"{len(pairs)} process(es) hold no new socket, pipe or epoll")
 
 
@@ -188,11 +227,11 @@ def no_orphan_processes(run: RunRecord, p: Params) -> Verdict:
     after = run.snapshots.get("after")
     if after is None:
         return unknown("no_orphan_processes", "no after snapshot")
-    mine = [pr for pr in after.procs if pr.pid not in after.harness_pids]
-    zombies = [pr for pr in mine if pr.state == "Z"]
+    harness_pids = set(after.harness_pids)
+    mine = [pr for pr in after.procs if pr.pid not in harness_pids]
     if mine:
         return violated("no_orphan_processes", "still present after the run: " + ", ".join(
-            f"pid {pr.pid} {pr.name} ({'zombie' if pr in zombies else 'ppid ' + str(pr.ppid)})" for pr in mine))
+            f"pid {pr.pid} {pr.name} ({'zombie' if pr.state == 'Z' else 'ppid ' + str(pr.ppid)})" for pr in mine))
     return ok("no_orphan_processes")
 
 

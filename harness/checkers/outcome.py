@@ -9,8 +9,13 @@ They read the harness's own events: ``step_started`` / ``step_returned``
 
 from __future__ import annotations
 
+from bisect import bisect_right
+from collections.abc import Hashable
+from itertools import accumulate
+
 from harness.categories import LIFECYCLE, category_of
 from harness.checkers.base import RunRecord, Verdict, checker, observed, ok, unknown, violated
+from harness.checkers.index import first_by, frozen, in_order
 from harness.checkers.params import CallsAnswered, CtlCleans, FaultFired, Params, RestartRefused, StopResult, Within
 from harness.history import Event
 
@@ -67,16 +72,25 @@ def fault_fired(run: RunRecord, p: FaultFired) -> Verdict:
     if not armed and not p.faults:
         return unknown("fault_fired", "no fault was armed in the history: nothing to have fired")
     missing = set(p.faults or ()) - {e.data.get("step") for e in armed}
-    reached = [e for e in run.ordered if e.kind == "fault_reached"]
+    latest: dict[tuple[Hashable, Hashable], int] = {}  # (pid, site) -> when a fault last reached it
+    for r in run.of("fault_reached"):
+        where = (frozen(r.pid), frozen(r.data.get("site")))
+        latest[where] = max(latest.get(where, r.t_ns), r.t_ns)
     stalls = {e.data.get("step") for e in run.of("peer_stalled")}
-    vacuous = [a for a in armed if not any(r.pid == a.data.get("pid") and r.data.get("site") == a.data.get("site")
-                                           and r.t_ns >= int(a.data.get("since_ns", a.t_ns)) for r in reached)]
+    vacuous = [a for a in armed if not _reached(latest.get((frozen(a.data.get("pid")), frozen(a.data.get("site")))),
+                                                a)]
     client_side = stalls | {e.data.get("step") for e in run.of("peer_idle", "peer_flood", "step_returned")}
     vacuous_names = [str(a.data.get("step")) for a in vacuous] + sorted(str(m) for m in missing - client_side)
     if vacuous_names:
         return violated("fault_fired", f"vacuous: armed fault(s) {vacuous_names} never fired, so this run proves "
                         "nothing about them", vacuous)
     return ok("fault_fired", f"{len(armed)} armed fault(s) fired")
+
+
+def _reached(latest: int | None, a: Event) -> bool:
+    """Whether the armed fault ``a`` was reached: its site hit in its process (last at ``latest``) since it was armed
+    (``since_ns`` read only where the site was hit at all)."""
+    return latest is not None and latest >= int(a.data.get("since_ns", a.t_ns))
 
 
 def _stalled_windows(run: RunRecord) -> list[tuple[int, int]]:
@@ -92,8 +106,9 @@ def served_while_stalled(run: RunRecord, p: Params) -> Verdict:
     if not windows:
         return unknown("served_while_stalled", "no stalled or idle client in the history")
     starts = {e.data.get("step"): e.t_ns for e in run.of("step_started")}
+    stalled = _Covered(windows)
     during = [e for e in _returned(run, "request") if e.data.get("fault") in (None, "none")
-              and any(a <= starts.get(e.data.get("step"), 0) <= b for a, b in windows)]
+              and stalled.covers(starts.get(e.data.get("step"), 0))]
     if not during:
         return unknown("served_while_stalled", "no request was sent while a client stalled")
     bad = [e for e in during if not e.data.get("ok")]
@@ -101,6 +116,19 @@ def served_while_stalled(run: RunRecord, p: Params) -> Verdict:
         return violated("served_while_stalled", f"{len(bad)} request(s) not served while another client stalled: "
                         f"{bad[0].data.get('error')}", bad)
     return ok("served_while_stalled", f"{len(during)} request(s) served while a client stalled")
+
+
+class _Covered:
+    """Whether a time lies in one of the windows (a, b), both ends in: the latest end of those begun by then."""
+
+    def __init__(self, windows: list[tuple[int, int]]) -> None:
+        ordered = sorted(windows)
+        self.begins = [a for a, _ in ordered]
+        self.ends = list(accumulate((b for _, b in ordered), max))
+
+    def covers(self, t: int) -> bool:
+        i = bisect_right(self.begins, t)
+        return i > 0 and self.ends[i - 1] >= t
 
 
 @checker("requests_served", "every well-formed request the harness sent got a reply that is not an error",
@@ -172,6 +200,10 @@ def survives_bad_input(run: RunRecord, p: Params) -> Verdict:
     return ok("survives_bad_input", f"{len(bad_sends)} malformed frame(s), listener kept serving")
 
 
+def _pid(e: Event) -> int:
+    return e.pid
+
+
 @checker("exit_without_stall", "every process exits within a bound of being asked to; exit hooks are timed",
          judges=("exit_requested", "engine_died", "process_exited", "exit_hook_started", "exit_hook_finished"),
          observes_exit=True,
@@ -188,9 +220,10 @@ def exit_without_stall(run: RunRecord, p: Within) -> Verdict:
     if not asked:
         return unknown("exit_without_stall", "no process was asked to exit")
     notes = []
+    first = first_by(in_order(run, "exit_hook_started"), _pid)  # each process's first exit hook
     for e in evs:
         if e.kind == "exit_hook_finished":
-            start = next((s for s in evs if s.kind == "exit_hook_started" and s.pid == e.pid), None)
+            start = first.get(frozen(e.pid))
             if start is not None:
                 notes.append(f"{e.rank}: exit hook {(e.t_ns - start.t_ns) / 1e6:.1f} ms")
     bad: list[Event] = []

@@ -7,6 +7,7 @@ so a stored run can be re-judged offline.
 
 from __future__ import annotations
 
+import functools
 import types
 import typing
 from dataclasses import asdict, dataclass, field, fields, is_dataclass
@@ -122,8 +123,7 @@ def _typed(cls: type, d: Any, where: str) -> object:
     """An instance of the dataclass ``cls`` from the JSON object ``d``, each field checked against its type."""
     if not isinstance(d, dict):
         raise ValueError(f"{where}: a {type(d).__name__}, expected an object")
-    hints = typing.get_type_hints(cls)
-    names = {f.name for f in fields(cls)}
+    hints, names = _fields_of(cls)
     extra = [k for k in d if k not in names]
     if extra:
         raise ValueError(f"{where}: unknown field {str(extra[0])[:40]!r}")
@@ -132,6 +132,12 @@ def _typed(cls: type, d: Any, where: str) -> object:
         return cls(**kw)
     except TypeError as exc:  # a required field missing
         raise ValueError(f"{where}: {exc}") from None
+
+
+@functools.cache
+def _fields_of(cls: type) -> tuple[dict[str, Any], frozenset[str]]:
+    """A record's field types and names, read once per record type (a snapshot holds thousands of records)."""
+    return typing.get_type_hints(cls), frozenset(f.name for f in fields(cls))
 
 
 def _value(hint: Any, v: Any, where: str) -> Any:

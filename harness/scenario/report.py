@@ -7,6 +7,7 @@ import shlex
 from typing import Any
 
 from harness.artifacts import cut
+from harness.checkers.index import frozen
 from harness.history import Event
 
 NOISE = {"fault_armed", "process_resources", "listener_started", "stop_all_returned", "teardown_step",
@@ -42,6 +43,26 @@ def timeline(events: list[Event], evidence: set[int] | None = None, limit: int =
     return "\n".join(lines)
 
 
+def _equal_to(events: list[Event], evidence: list[Event]) -> set[int]:
+    """The ids of the events equal to an evidence event: each looked up by its value's key (its fields, its data
+    frozen), so the cost is the events' and the evidence's size, not their product."""
+    by_value: dict[object, list[Event]] = {}
+    for y in evidence:
+        by_value.setdefault(_value_key(y), []).append(y)
+    return {id(x) for x in events if any(x == y for y in by_value.get(_value_key(x), ()))}
+
+
+def _value_key(e: Event) -> object:
+    """A key equal for equal events: all its fields, its data frozen (only its place and kind where the data holds
+    a value no key can: then equality decides among those)."""
+    try:
+        key = (e.t_ns, e.pid, e.role, e.rank, e.thread, e.kind, frozen(e.data), e.v)
+        hash(key)
+    except TypeError:
+        return (e.t_ns, e.pid, e.kind)
+    return key
+
+
 def replay_command(nodeid: str, target: str | None = None) -> str:
     """The command that reruns a test: its node id, and the session's target override where it had one."""
     return f"pytest {shlex.quote(nodeid)}" + (f" --lastcall-target {shlex.quote(target)}" if target else "")
@@ -56,13 +77,14 @@ def failure_text(result: Any, nodeid: str | None = None, page: Any = None, targe
         out.append(f"broken: {result.broken} (nothing this run shows counts)")
     if result.step_error:
         out.append(f"step failed: {result.step_error}")
-    evidence: set[int] = set()
+    shown: list[Event] = []
     for v in result.verdicts:
         if v.status != "ok":
             out.append(f"  {v.status.upper()} {v.checker}: {v.message}")
             for e in v.evidence[:8]:
                 out.append(f"      evidence: {e.kind} {e.rank or e.role} {_brief(e)}")
-            evidence |= {id(x) for x in result.events if any(x == y for y in v.evidence)}
+            shown += v.evidence
+    evidence = _equal_to(result.events, shown)
     for v in result.verdicts:
         if v.status == "ok":
             out.append(f"  ok {v.checker}: {v.message}" if v.message else f"  ok {v.checker}")
