@@ -71,7 +71,8 @@ UNREACHABLE: dict[str, str] = {
     "lost_unmap": "needs client-side bookkeeping of mapped pages; the explorer does not unmap",
     "leaks_usage_segment": "an engine-side bug; the explorer runs a worker listener only",
     "leaks_a_child": "a process-level bug (no_orphan_processes on real processes); the explorer runs in-process",
-    # issue 16's (scenarios/*.yaml catch each; tests/test_write_path.py and tests/test_edge_steps.py in-process)
+    # the write path's and the edge steps' bugs (scenarios/*.yaml catch each; tests/test_write_path.py and
+    # tests/test_edge_steps.py in-process)
     **{name: "needs a client that does not read its reply, or a reply larger than the socket buffer; the explorer "
        "reads each reply at once and its replies are small" for name in ("blocking_write", "short_write_lost")},
     **{name: "needs a start that fails after socket(); the explorer starts only where the bind succeeds"
@@ -84,7 +85,7 @@ UNREACHABLE: dict[str, str] = {
                      "kept connection stays idle until stop, whose EOF a closed one gives too)",
     "cuts_drained_reply": "not yet modelled: the explorer's invariants do not require the parked handler's reply "
                           "to arrive after a stop (the calls_answered checker does, on real processes)",
-    # issue 16 item 3's (the mutation survivors' kills; scenarios/*.yaml catch each, tests/test_mutant_kills.py)
+    # the mutation survivors' kills (scenarios/*.yaml catch each, tests/test_mutant_kills.py)
     "busy_polls_after_reply": "a cost, not an outcome: the explorer's invariants judge what steps return and "
                               "record, not CPU time (idle_cost, over a measure_idle window on real processes)",
     "cancel_left_to_thread": "needs the serving thread held away from epoll (a failpoint delay) when stop lands; the "

@@ -1,4 +1,4 @@
-"""Mutation testing of a listener's shutdown path against the scenario library (issue 16, items 3 and 4).
+"""Mutation testing of a listener's shutdown path against the scenario library: which one-line breaks it misses.
 
 ``mutator`` makes one-line breaks as source edits of listed functions; ``run`` runs the scenarios against
 one mutant in a temporary copy of its package placed first on the run's PYTHONPATH (the fork server and

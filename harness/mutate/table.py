@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "docs" / "data" / "mutation.json"
 PAGE = ROOT / "docs" / "mutation.md"
 BEGIN, END = "<!-- mutation-table:begin -->", "<!-- mutation-table:end -->"
-# a fresh sample of the code as it is, beside the recorded one (session 15): ./dev mutate --sample 60 --seed 1
+# a fresh sample of the code as it is, beside the recorded one: ./dev mutate --sample 60 --seed 1
 # --workers 2 --json docs/data/mutation_fresh.json; its survivors are shown as they are, explained or not
 FRESH = ROOT / "docs" / "data" / "mutation_fresh.json"
 FRESH_BEGIN, FRESH_END = "<!-- mutation-fresh-table:begin -->", "<!-- mutation-fresh-table:end -->"

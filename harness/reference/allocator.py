@@ -6,7 +6,8 @@ of its group holds a real block for it.  On ``device="cpu"`` a block is an anony
 ``page_size`` bytes (``mmap.mmap(-1, page_size)``: memory held until unmapped, as a CPU tensor's is, without
 torch); on any other device it is ``torch.empty(page_size, dtype=torch.uint8, device=device)``,
 and only then is torch imported (a CPU worker's process never loads it, so it does not carry torch's module
-teardown into a faithful exit: issue 17).  Unmapping drops the references: memory is really held and freed.
+teardown into a faithful exit, where it would lengthen every run's end).  Unmapping drops the references:
+memory is really held and freed.
 
 Rules (errors are :mod:`harness.errors` classes naming the value and the fix):
 

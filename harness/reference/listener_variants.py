@@ -1,6 +1,6 @@
-"""Planted bugs of the worker listener modelled on mutants the scenario library once missed (issue 16 item 3,
-docs/mutation.md): each reproduces one survivor of harness/reference/listener.py as a subclass (the reference
-is never edited), so that the scenario that now notices the break can name it in ``catches:``.
+"""Planted bugs of the worker listener modelled on mutants the scenario library once missed (docs/mutation.md):
+each reproduces one survivor of harness/reference/listener.py as a subclass (the reference is never edited),
+so that the scenario that now notices the break can name it in ``catches:``.
 Registered in harness.reference.variants.VARIANTS.
 """
 

@@ -45,7 +45,7 @@ from harness.reference.worker import ReferenceWorker
 
 __all__ = ["Variant", "VARIANTS", "get_variant"]
 
-WRITE_TIMEOUT = 5.0  # seconds blocking_write's reply write may block (the reference's bound before issue 16)
+WRITE_TIMEOUT = 5.0  # seconds blocking_write's reply write may block (the reference's old bound)
 
 
 # ----------------------------------------------------------------- listeners
@@ -219,7 +219,7 @@ class HeadOfLineBlocking(WorkerListener):
 
 
 class BlockingWrite(WorkerListener):
-    """The reference before issue 16: a short write falls back to a blocking write bounded by WRITE_TIMEOUT, so a
+    """The reference as it once was: a short write falls back to a blocking write bounded by WRITE_TIMEOUT, so a
     client that does not read its reply holds the serving thread, and every other client waits."""
 
     def _send(self, conn: _Conn, reply: wire.Reply) -> None:

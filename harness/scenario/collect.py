@@ -118,7 +118,7 @@ def chosen_target(config: pytest.Config) -> str | None:
 
 def _cuda_devices() -> int:
     # No device node, no CUDA (nor ROCm) device: answered without importing torch (seconds, and most of a
-    # second more at the interpreter's exit) in a session that may never need it (issue 17).
+    # second more at the interpreter's exit) in a process that may never need it.
     if not (os.path.exists("/dev/nvidiactl") or os.path.exists("/dev/kfd")):
         return 0
     try:

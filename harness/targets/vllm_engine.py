@@ -46,7 +46,7 @@ VLLM_ENV = {"HF_HUB_OFFLINE": "1", "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_NO_USAGE
             "VLLM_DO_NOT_TRACK": "1"}
 # What `vllm serve`'s API server imports before it spawns its EngineCore (about 6 s of a 16 s launch on 2 cores):
 # the CLI's subcommand modules (vllm/entrypoints/cli/main.py imports each in main()) and the OpenAI server.
-# The zygote imports them once; each launch is a fork of it that runs the `vllm` script (issue 15 item 7).
+# The zygote imports them once; each launch is a fork of it that runs the `vllm` script, so a launch skips them.
 VLLM_PRELOAD = ("vllm.entrypoints.cli.main", "vllm.entrypoints.cli.benchmark.main", "vllm.entrypoints.cli.collect_env",
                 "vllm.entrypoints.cli.download_kernels", "vllm.entrypoints.cli.launch", "vllm.entrypoints.cli.openai",
                 "vllm.entrypoints.cli.preload", "vllm.entrypoints.cli.run_batch", "vllm.entrypoints.cli.serve",
@@ -193,7 +193,8 @@ class EngineTarget:
         return None
 
 
-# issue 15 item 7: 60 s per launch (LASTCALL_ENGINE_LAUNCH_S overrides it: ./dev vllm-engine-test gives 300)
+# 60 s per launch, several times a launch to ready on 2 cores (docs/benchmarks.md's engine-launch table);
+# LASTCALL_ENGINE_LAUNCH_S overrides it (./dev vllm-engine-test gives 300)
 TARGET = EngineTarget("vllm_engine", "a real `vllm serve` (vllm-cpu 0.32.0) of the tiny local model (TP: topology.tp)",
                       "vllm", launch_s=60.0, exclusive=True)
 # The engine scenarios' bounds are written for real vLLM (an exit within 5 s of SIGTERM, a stream's 10 s).  The
