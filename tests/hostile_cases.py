@@ -1,4 +1,4 @@
-"""The hostile inputs of issue 13, one per kind: how each is made, how lastcall is given it, what it must say.
+"""The hostile inputs, one per kind: how each is made, how lastcall is given it, what it must say.
 
 Small inputs are files in fixtures/hostile/; large or special ones (a 64 MiB file,
 5000 nested lists, a FIFO, a directory) are made at run time under a temporary

@@ -1,6 +1,6 @@
 """The tables a script makes are that script's output: each is committed as data (docs/data/*.json) and
 re-rendered here from it, with the script's own renderer, and compared with the text on its page; the
-pages' links resolve, and the README's example scenario loads (issue 14, deliverable 8)."""
+pages' links resolve, and the README's example scenario loads."""
 
 from __future__ import annotations
 

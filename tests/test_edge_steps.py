@@ -1,4 +1,4 @@
-"""The edge steps and faults of issue 16 (pipeline, never_read / slow_reader, stale_socket, start_listener), the
+"""The edge steps and faults (pipeline, never_read / slow_reader, stale_socket, start_listener), the
 start seams they exercise, and the checker ctl_sees_live_owners: each proven on the reference and on its bug."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """benchmarks/engine_launch.py --from-reports: the launches of stored engine runs, by launcher, and the launch per
-scenario run, amortised (issue 15 item 7), from the runs' own events."""
+scenario run, amortised, from the runs' own events."""
 
 from __future__ import annotations
 

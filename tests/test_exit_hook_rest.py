@@ -1,5 +1,5 @@
 """``exit_hook_stops_the_rest`` and ``start_listener: {keep: true}``: a worker's exit hook tells every listener to
-stop before it waits for any, so one that cannot drain does not use up the one budget of the others (issue 16's
+stop before it waits for any, so one that cannot drain does not use up the one budget of the others (the
 mutation survivor harness/reference/registry.py:128:12:remove, which no scenario noticed: no worker ever had a
 second listener registered).  Proven on synthetic histories, on the reference (quiet), at load time, and on a
 planted registry modelled on the mutant (tests/lc_exit_hook_one_by_one.py) through the library's scenario."""

@@ -1,4 +1,4 @@
-"""The fast exit (issue 17): where a run's processes may skip module teardown, and that nothing judged changes.
+"""The fast exit: where a run's processes may skip module teardown, and that nothing judged changes.
 
 The mechanism is proven on a target whose module teardown leaves a mark (tests/lc_teardown_target.py): the
 faithful exit leaves it, the fast one does not.  The rule (harness.scenario.exitmode) is proven on the

@@ -1,4 +1,4 @@
-"""One oracle per invariant (issue 14 item 6): every planted bug the lifecycle explorer catches is caught by a
+"""One oracle per invariant: every planted bug the lifecycle explorer catches is caught by a
 registered checker over the explorer's recorded history, not by the explorer's own invariant alone.
 
 The catalogue (harness.explore.catalogue.CATCHES) says which checkers fire on each bug's shortest interleaving;

@@ -165,7 +165,7 @@ def _png_pixels(data: bytes) -> Any:
 # A stored run of the same scenario on the same bug (recorded by the fixture's command, its files as the run wrote
 # them): the page `lastcall report` rebuilds from it has a focus whatever this machine's speed. A fresh run's does
 # not: its stop and evidence were 58 to 61 % of a 65 to 71 ms run here, the page opens on a focus only up to
-# FOCUS_MAX (75 %), and the fixture's page opened on the whole run in one of session 10's four default runs. So the
+# FOCUS_MAX (75 %), and the fixture's page opened on the whole run in one of four default runs. So the
 # fresh run's page is held to what its own history calls for, and the layout of a focus to the stored one.
 STORED = Path(__file__).resolve().parent.parent / "fixtures" / "histories" / "gating-stalled-read"
 

@@ -1,4 +1,4 @@
-"""The checkers added for the mutation survivors of handshake.py and registry.py (issue 16 item 3), on literal
+"""The checkers added for the mutation survivors of handshake.py and registry.py (docs/mutation.md), on literal
 histories: quiet on the reference's history, firing on that of the planted bug each names.
 
 failed_start_never_serves (start_timeout_keeps_thread), bad_handshake_refused (unchecked_request) and

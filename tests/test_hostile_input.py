@@ -1,4 +1,4 @@
-"""Hostile input (issue 13): each kind is refused with its exact one-line message and exit 2, never a traceback.
+"""Hostile input: each kind is refused with its exact one-line message and exit 2, never a traceback.
 
 The cases (tests/hostile_cases.py, messages in fixtures/hostile/NAME.expected) run in
 one child process through ``harness.cli.main``, under RLIMIT_AS 2 GiB and a 60 s

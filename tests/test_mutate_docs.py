@@ -30,7 +30,7 @@ def test_the_table_is_rendered_from_its_data() -> None:
 
 
 def test_the_fresh_sample_is_rendered_from_its_data_and_is_whole() -> None:
-    """Session 15's sample of the code as it is, beside the recorded one: shown as it came, survivors unexplained."""
+    """A fresh sample of the code as it is, beside the recorded one: shown as it came, survivors unexplained."""
     fresh = json.loads(FRESH.read_text())
     text = PAGE.read_text()
     shown = text[text.index(FRESH_BEGIN) + len(FRESH_BEGIN):text.index(FRESH_END)].strip("\n")
@@ -39,7 +39,7 @@ def test_the_fresh_sample_is_rendered_from_its_data_and_is_whole() -> None:
 
 
 def test_the_measurement_is_a_whole_seeded_sample_of_at_least_60() -> None:
-    """Issue 16: at least 60 mutants, a fixed seed, every mutant drawn run (a run cut short fails here)."""
+    """At least 60 mutants, a fixed seed, every mutant drawn run (a run cut short fails here)."""
     data = _recorded()
     assert isinstance(data["seed"], int) and data["planned"] >= 60
     assert data["raw"]["all"] == len(data["mutants"]) == data["planned"], (

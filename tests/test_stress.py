@@ -254,7 +254,7 @@ def test_the_catch_rate_table_is_rendered_from_its_data() -> None:
     assert all(row["passed"] == row["runs"] == data["repeat"] >= 20 for row in data["rows"])
 
 
-# Issue 16's proof runs 20 repeats (160 runs, about 100 s of one worker and two more sub-session workers) under
+# The full proof runs 20 repeats (160 runs, about 100 s of one worker and two more sub-session workers) under
 # ./dev table (LASTCALL_TABLE=1), and benchmarks/stress_catch_rate.py --write records it in docs/stress.md, which
 # test_the_catch_rate_table_is_rendered_from_its_data holds at 20 of 20; every default run proves the same
 # end to end with 3 repeats, and its scenario items catch each race bug once more.

@@ -1,5 +1,5 @@
 """Target names known without importing a target: the static lists match the registries, and loading and
-``lastcall validate`` import neither torch nor the reference (issue 13)."""
+``lastcall validate`` import neither torch nor the reference."""
 
 from __future__ import annotations
 

@@ -73,7 +73,7 @@ def test_short_write_lost_cuts_a_large_reply(lc_root: Path, lastcall_recorder: R
     with connect(listener.path, timeout=0.5) as s:
         s.sendall(wire.encode_request(big()))
         # Nothing reads this reply until its one send() is over: a reader draining the socket while the send
-        # copies lets that one call write all of it (the test failed so once, on a clean clone in session 17).
+        # copies lets that one call write all of it (the test failed so once, on a clean clone).
         # The serving thread answers clients one after another, so once a second client has its reply, the
         # first's send has returned.
         assert lastcall_recorder.wait_for("dispatch_finished") is not None

@@ -1,7 +1,7 @@
 """The preloading zygote (harness.launch.zygote): a fork that runs an engine's command as exec would.
 
-Real vLLM launches fork from it (target ``vllm_engine``, issue 15 item 7); here a small script stands for the
-``vllm`` script, and each property a launch relies on is compared with the same command exec'd.
+Real vLLM launches fork from it (target ``vllm_engine``, with LASTCALL_ENGINE_PRELOAD=1); here a small script
+stands for the ``vllm`` script, and each property a launch relies on is compared with the same command exec'd.
 """
 
 from __future__ import annotations
