@@ -1,4 +1,4 @@
-"""Launch-to-ready of each engine target: what one engine launch costs a real-engine scenario (issue 15 item 7).
+"""Launch-to-ready of each engine target: what one engine launch costs a real-engine scenario.
 
     .venv-vllm-engine/bin/python benchmarks/engine_launch.py [--reps 3] [--tp2] [--write]
     .venv/bin/python benchmarks/engine_launch.py --from-reports DIR... [--write]
@@ -15,7 +15,7 @@ one launch bound (harness.targets.vllm_engine: launch_s) per launch, its watchdo
 harness made, and ``engine_launched``'s launcher; ``exec`` where a run predates it) from stored scenario runs
 (``lastcall run --lastcall-reports DIR``), by target, TP and launcher, so the launches real-engine scenarios
 already paid for are the sample, and sums each launcher's launch to ready over its runs: the launch per
-scenario, amortised (issue 15 item 7's target: <= 15 s).  ``--write`` commits the result:
+scenario, amortised (target: <= 15 s).  ``--write`` commits the result:
 docs/data/engine_launch.json and its table in docs/benchmarks.md.
 """
 
@@ -45,7 +45,7 @@ from harness.probes.snapshot import take
 from harness.targets.vllm_engine import STANDIN, TARGET, EngineFlags, EngineTarget
 
 NAME = "engine-launch"
-TARGET_AMORTISED_S = 15.0  # issue 15 item 7: <= 15 s of launch per scenario, amortised
+TARGET_AMORTISED_S = 15.0  # <= 15 s of launch per scenario, amortised
 
 
 def launch_once(target: EngineTarget, flags: EngineFlags, launcher: str = "exec") -> dict[str, Any]:
@@ -175,7 +175,7 @@ def table(result: Mapping[str, Any]) -> str:
             lines.append(f"| {a['target']} | {a['launcher']} | {a.get('mode', 'alone')} | {a['runs']} | "
                          f"{a['launch_s']:.1f} s | "
                          f"{a['per_run_s']:.1f} s | {'**yes**' if a['met'] else 'no (missed)'} |")
-    lines += ["", f"Cost rule (issue 15 item 7): a real-engine scenario's watchdog deadline is 60 s plus "
+    lines += ["", f"Cost rule: a real-engine scenario's watchdog deadline is 60 s plus "
               f"{result['launch_bound_s']:.0f} s (the launch bound) per launch it needs."]
     return "\n".join(lines)
 

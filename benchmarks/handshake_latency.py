@@ -3,7 +3,7 @@ and the time to a typed error when its port is held; vLLM 0.33's behaviour as th
 
     .venv/bin/python benchmarks/handshake_latency.py [--reps 15] [--write]
 
-Medians over fresh listeners, in-process, loopback only.  Targets (issue 6): shutdown < 5 ms median idle
+Medians over fresh listeners, in-process, loopback only.  Targets: shutdown < 5 ms median idle
 and under load; PortInUse < 100 ms.  ``--write`` commits the result: docs/data/handshake_latency.json and its
 table in docs/benchmarks.md.
 """

@@ -1,4 +1,4 @@
-"""Wall time and peak memory of lastcall refusing each hostile input (issue 13), one child process per case.
+"""Wall time and peak memory of lastcall refusing each hostile input, one child process per case.
 
 Run:  .venv/bin/python benchmarks/hostile_input.py [--runs 3] [--no-write]
 
@@ -11,7 +11,7 @@ files at the limits (which pass the reader's and the parser's limits; the schema
 then judges their content) and a good scenario are measured the same way, for
 comparison.
 
-Goal (issue 13): every case under 5 s and 500 MiB.  The script writes its table
+Goal: every case under 5 s and 500 MiB.  The script writes its table
 into docs/limits.md between ``<!-- hostile-input-table:begin -->`` and ``...:end -->``
 and its figures to docs/data/hostile_input.json (unless ``--no-write``).
 """

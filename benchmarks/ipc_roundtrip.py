@@ -83,7 +83,7 @@ CAPACITY = 1 << 30  # group 0's address space: 512 pages; only 16 are ever mappe
 PAGES = CAPACITY // PAGE
 N_OFFSETS = 16
 RATIO_TARGET = 1.10  # reference / bare, per op, no-op backend
-STOP_TARGET_MS = 1.0  # median stop() with 256 parked connections (issue 17)
+STOP_TARGET_MS = 1.0  # median stop() with 256 parked connections
 LOADED_TARGET = 2.0  # loaded / unloaded request latency
 OPS = ("kv_tensors_created", "map 16", "unmap pair")
 NAME = "ipc-roundtrip"  # docs/data/ipc_roundtrip.json and the markers of its tables in docs/benchmarks.md
@@ -210,7 +210,7 @@ def server_cpu(servers: dict[str, tuple[str, Callable[[], int]]], n: int, rounds
 # ---------------------------------------------------------------- placement on CPUs
 # Unpinned on a 2-CPU VM, a round trip takes about 20 us when the scheduler puts the listener on the client's
 # CPU and about 60 us when the request wakes the other one; which it is changes from window to window, so the
-# per-window ratios swung between 0.24 and 4.6 (session 14) and a run's medians said nothing about the
+# per-window ratios swung between 0.24 and 4.6 and a run's medians said nothing about the
 # listener.  Pinned (the default where there are 2 CPUs), the client runs on one CPU and every listener (its
 # process, or its serving thread) on another: each request is the deployment's cross-CPU round trip, every
 # window alike.  The stop part is never pinned: on one CPU its two threads would skip that wake.

@@ -30,7 +30,7 @@ import docpage
 ROOT = docpage.ROOT
 NAME = "stress-catch-rate"
 PAGE = ROOT / "docs" / "stress.md"
-BOUND_S = 20.0  # the most one stress run may take on 2 cores (issue 16)
+BOUND_S = 20.0  # the most one stress run may take on 2 cores
 SCENARIOS = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "scenarios").glob("stress-*.yaml"))
 _REPEAT = re.compile(r"-r\d+\]$")
 

@@ -125,7 +125,7 @@ def set_up(where: Path) -> None:
     kvcached sdists fetched into the cache (once a machine: a no-op after)."""
     subprocess.run(["./dev", "setup"], cwd=where, check=True, stdout=subprocess.DEVNULL)
     # kvcached's pinned sdists, as .ci/run fetches them before ./dev test: without them the kvcached-marked
-    # tests skip and a record is faster than CI (session 11's was: 11 items fewer, about 10 s of test time)
+    # tests skip and a record is faster than CI (11 items fewer, about 10 s of test time)
     subprocess.run([".venv/bin/lastcall", "fetch", "kvcached==0.1.5", "kvcached==0.1.6"], cwd=where, check=True,
                    stdout=subprocess.DEVNULL)
 
