@@ -87,6 +87,7 @@ STOP_TARGET_MS = 1.0  # median stop() with 256 parked connections
 LOADED_TARGET = 2.0  # loaded / unloaded request latency
 OPS = ("kv_tensors_created", "map 16", "unmap pair")
 NAME = "ipc-roundtrip"  # docs/data/ipc_roundtrip.json and the markers of its tables in docs/benchmarks.md
+HERE = Path(__file__).resolve().parent  # the checkout whose commit a run records
 
 
 # ----------------------------------------------------------------- client
@@ -577,7 +578,32 @@ def tables(result: Mapping[str, Any]) -> str:
            "|---|" + "---|" * len(runs) + "---|"]
     two += [f"| {label} | " + " | ".join(cells) + (f" | {target} |" if target else " | |")
             for label, cells, target in rows]
-    return "\n".join(one) + "\n\n" + "\n".join(two)
+    return "\n".join(one) + "\n\n" + "\n".join(two) + "\n\n" + "\n".join(
+        f"- run {n}: {provenance(r)}" for n, r in enumerate(runs, 1))
+
+
+def provenance(run: Mapping[str, Any]) -> str:
+    """When, where and how a run was made, from what it recorded (the commit and the command where it did)."""
+    pin = run.get("pinned")
+    where = (f"client on CPU {pin['client']}, listeners on CPU {pin['listeners']}" if pin else "unpinned")
+    made = [run["date"], *([f"commit {run['commit']}"] if run.get("commit") else []), run["machine"],
+            f"python {run['python']}", f"{run['windows']} windows x {run['requests']} requests",
+            f"{run['stop_reps']} fresh listeners per stop row", where]
+    return ", ".join(made) + (f"; `{run['command']}`" if run.get("command") else "")
+
+
+def head_commit() -> str | None:
+    """The commit measured (marked ``+`` where the working tree differs from it), or None outside a checkout."""
+    import subprocess
+
+    try:
+        head = subprocess.run(["git", "-C", str(HERE), "rev-parse", "--short", "HEAD"], check=True,
+                              capture_output=True, text=True).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(HERE), "status", "--porcelain", "--untracked-files=no"],
+                               check=True, capture_output=True, text=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    return head + ("+" if dirty else "")
 
 
 def raise_fd_limit(need: int) -> str:
@@ -623,7 +649,8 @@ def main(argv: list[str] | None = None) -> int:
     run: dict[str, Any] = {"date": datetime.date.today().isoformat(), "python": platform.python_version(),
                            "machine": f"{platform.machine()}, {os.cpu_count()} CPUs", "windows": args.windows,
                            "requests": args.requests, "stop_reps": args.stop_reps, "ipc": ipc,
-                           "pinned": dict(PIN)}
+                           "pinned": dict(PIN), "commit": head_commit(),
+                           "command": " ".join([".venv/bin/python benchmarks/ipc_roundtrip.py", *sys.argv[1:]])}
     if "ipc" not in args.skip:
         sections += [functools.partial(part_ipc, root, k, args.windows, args.requests, where, ipc)
                      for where in args.placement for k in kinds]

@@ -1,4 +1,4 @@
-"""The measured speed targets in the README (issues 17 and 15): one table rendered from the JSON the measuring
+"""The measured speed targets in the README: one table rendered from the JSON the measuring
 scripts commit (docs/data/suite_time.json from benchmarks/suite_time.py, docs/data/ipc_roundtrip.json from
 benchmarks/ipc_roundtrip.py, docs/data/engine_launch.json from benchmarks/engine_launch.py), written between the
 README's ``targets`` markers whenever one of them runs with ``--write``.  tests/test_suite_time.py re-renders it
