@@ -166,10 +166,11 @@ def _s(x: float) -> str:
 def table(result: Mapping[str, Any]) -> str:
     """The markdown of docs/suite-profile.md, from the JSON this script writes."""
     p = result["profile"]
+    note = f"; {result['note'].rstrip('.')}" if result.get("note") else ""
     out = [f"One probed run: `{p['command']}`, {result['where']} of {result['commit']}, {result['date']}, "
-           f"{result['machine']}, python {result['python']}" + (f"; {result['note']}" if result.get("note") else "")
-           + ".", "",
-           f"Wall {_s(p['wall_s'])} s (pytest's session {_s(p['session_s'])} s), {p['tests']} tests, "
+           f"{result['machine']}, python {result['python']}{note}.", "",
+           f"Wall {_s(p['wall_s'])} s (pytest's session from start to finish: {_s(p['session_s'])} s), "
+           f"{p['tests']} tests, "
            f"{_s(p['test_s'])} s of test time (set-up + call + teardown, summed over both workers); "
            f"pytest's summary: `{p['summary']}`.", "",
            "| worker | tests | busy | start-up (session start to its first test) | idle tail (its last test "
@@ -236,7 +237,7 @@ def main(argv: list[str] | None = None) -> int:
                    help="probe files of runs of slow tests: their durations go into the slow table")
     p.add_argument("--known", type=Path, metavar="JSON", help="{file: words} for slow files not measured here")
     p.add_argument("--write", action="store_true", help="commit to docs/suite-profile.md and docs/data/")
-    p.add_argument("--note", default="", help="with --write: a sentence about the load")
+    p.add_argument("--note", default="", help="with --write: a sentence about the machine and its load")
     p.add_argument("--compare", type=Path, nargs=2, metavar=("BEFORE", "NOTE"),
                    help="an earlier probe file and a note on it: the like-for-like files side by side")
     p.add_argument("--unlike", nargs="*", default=[], metavar="FILE",
