@@ -338,7 +338,14 @@ def main(argv: list[str] | None = None) -> int:
     print(table(result))
     if args.write:
         docpage.write(NAME, result, table(result), page=PAGE)
-    return 0
+    return verdict(result)
+
+
+def verdict(result: dict[str, Any]) -> int:
+    """The exit status a gate reads: 1 when an item failed (a reference item, or a catch missed) or a run was
+    broken, else 0; an item skipped as "host too slow" is neither."""
+    kinds = result.get("kinds", {}).values()
+    return 1 if any(row["failures"] or row["broken"] for row in kinds) else 0
 
 
 if __name__ == "__main__":

@@ -160,3 +160,12 @@ def test_a_neighbour_that_cannot_start_fails_the_load_and_is_gone(tmp_path: Path
             loads.load("io", write_mib=1, read_root=tmp_path):  # nothing to read
         pass
     assert _descendants() <= before
+
+
+def test_the_exit_status_is_a_gate_s() -> None:
+    """1 when an item failed or a run was broken under some load; a too-slow skip is neither."""
+    mod = script("load_robustness")
+    row = {"failures": 0, "broken": [], "too_slow": 3}
+    assert mod.verdict({"kinds": {"cpu2": row}}) == 0
+    assert mod.verdict({"kinds": {"cpu2": row, "io": dict(row, failures=1)}}) == 1
+    assert mod.verdict({"kinds": {"cold": dict(row, broken=["repeat 1: no JUnit file"])}}) == 1
