@@ -45,7 +45,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import docpage
-from loads import KINDS, STOP_S, Load, die_with_parent, group_alive, group_members, load, meminfo
+from loads import CI, KINDS, STOP_S, Load, die_with_parent, group_alive, group_members, load, meminfo
 
 from harness.checkers.modes import HOST_TOO_SLOW
 
@@ -317,8 +317,9 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     p = argparse.ArgumentParser(description="Does a verdict move with the machine's load? The scenario library, R "
                                 "times under each kind of neighbour load; every item that ever failed, per kind.")
-    p.add_argument("--kinds", nargs="+", choices=KINDS, default=list(KINDS), metavar="KIND",
-                   help=f"the loads: {', '.join(KINDS)} (default: all)")
+    p.add_argument("--kinds", nargs="+", choices=(*KINDS, CI), default=list(KINDS), metavar="KIND",
+                   help=f"the loads: {', '.join(KINDS)} (default: all), or {CI} (CI's one pass: a cold clone's "
+                   "first run with the mixed load beside it)")
     p.add_argument("--repeats", type=int, default=TARGET_REPEATS, help=f"runs per load (default {TARGET_REPEATS})")
     p.add_argument("-k", metavar="EXPR", help="passed to pytest: only the items it selects")
     p.add_argument("--write", action="store_true", help="commit docs/data/load_robustness.json and the table")

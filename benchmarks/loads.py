@@ -32,6 +32,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = Path(__file__).resolve()
 KINDS = ("none", "cpu2", "cpu4", "io", "memory", "forks", "mixed", "cold")
+# not one of the table's kinds: .ci/run's single pass, a cold clone's first run with the mixed load beside it
+CI = "ci"
 SITE = Path(sysconfig.get_path("purelib"))  # the venv's site-packages (the benchmark runs with the venv's python)
 WRITE_MIB = 64  # the io writer's file, rewritten in a loop
 BIG_FILE = 1 << 20  # the io reader evicts and reads files of at least this size
@@ -288,6 +290,16 @@ def load(kind: str, **options: Any) -> Iterator[Load]:
     if kind == "cold":
         with cold_start() as where:
             yield where
+        return
+    if kind == "ci":  # CI's one pass: a cold clone's first run with the mixed load beside it
+        with cold_start() as where, tempfile.TemporaryDirectory(prefix="load-robustness-") as tmp:
+            group = Neighbours()
+            try:
+                for role, *args in roles("mixed", tmp, **options):
+                    group.start(role, *args)
+                yield Load(where.cwd, where.env, group)
+            finally:
+                group.stop()
         return
     with tempfile.TemporaryDirectory(prefix="load-robustness-") as tmp:
         group = Neighbours()

@@ -144,6 +144,22 @@ def test_a_load_runs_its_neighbours_in_its_block_and_leaves_none_behind(kind: st
     assert not any(loads.group_members(p) for p in pids), "a neighbour's process group outlived its load"
 
 
+@pytest.mark.slow  # a clone of the repository and the venv's pages evicted: seconds
+def test_ci_s_pass_is_a_cold_clone_with_the_mixed_load_beside_it(monkeypatch: pytest.MonkeyPatch,
+                                                                  tmp_path: Path) -> None:
+    loads = _loads()
+    (tmp_path / "big").write_bytes(b"\0" * loads.BIG_FILE)
+    monkeypatch.setattr(loads, "SITE", tmp_path)  # evict (and the reader read) a small tree, not the venv
+    before = _descendants()
+    with loads.load(loads.CI, write_mib=1, read_root=tmp_path) as where:
+        assert where.cwd != ROOT and (where.cwd / "harness" / "__init__.py").is_file()  # the clone's harness
+        assert where.env["PYTHONPATH"].split(":")[0] == str(where.cwd) and "PYTHONPYCACHEPREFIX" in where.env
+        pids = where.group.pids()
+        assert len(pids) == 5 and not where.dead()  # two busy loops, the writer, the reader, the fork storm
+        clone = where.cwd
+    assert _descendants() <= before and not clone.exists()
+
+
 def test_an_interrupted_load_still_leaves_nothing_behind(tmp_path: Path) -> None:
     loads = _loads()
     (tmp_path / "big").write_bytes(b"\0" * loads.BIG_FILE)
