@@ -227,6 +227,9 @@ def _table(args: Any) -> int:
         import json
         from pathlib import Path
 
+        _, errors = load_many(list(args.update))  # a bad path or file is said first, before anything is compared
+        if errors:
+            raise errors[0]
         old = json.loads(Path(DATA).read_text())
         kept, old_variants = from_data(old)
         if list(old_variants) != list(variants):
