@@ -292,21 +292,22 @@ def load(kind: str, **options: Any) -> Iterator[Load]:
             yield where
         return
     if kind == "ci":  # CI's one pass: a cold clone's first run with the mixed load beside it
-        with cold_start() as where, tempfile.TemporaryDirectory(prefix="load-robustness-") as tmp:
-            group = Neighbours()
-            try:
-                for role, *args in roles("mixed", tmp, **options):
-                    group.start(role, *args)
-                yield Load(where.cwd, where.env, group)
-            finally:
-                group.stop()
+        with cold_start() as where, neighbours("mixed", **options) as group:
+            yield Load(where.cwd, where.env, group)
         return
+    with neighbours(kind, **options) as group:
+        yield Load(ROOT, group=group)
+
+
+@contextlib.contextmanager
+def neighbours(kind: str, **options: Any) -> Iterator[Neighbours]:
+    """The neighbours of a kind of load, started, and all gone when the block ends."""
     with tempfile.TemporaryDirectory(prefix="load-robustness-") as tmp:
         group = Neighbours()
         try:
             for role, *args in roles(kind, tmp, **options):
                 group.start(role, *args)
-            yield Load(ROOT, group=group)
+            yield group
         finally:
             group.stop()
 

@@ -189,10 +189,10 @@ def test_a_flushed_connection_mid_frame_or_between_frames_is_served_and_cancelle
         listener.stop()
 
 
-# ------------------------------------------------ 522: post-dispatch unlock
-def _held_at(cls: type, lc_root: Path, line: int, nth: int) -> tuple[Any, ...]:
-    """Run one request on ``cls``; hold the serving thread before ``line`` of _dispatch_ready (its ``nth`` time
-    there), run a stop's _begin_stop meanwhile, let the thread go on, stop; what anyone can observe."""
+def _started_held(cls: type, lc_root: Path, ipc: str, func: str, line: int,
+                  nth: int) -> tuple[Any, Recorder, threading.Event, threading.Event]:
+    """A started ``cls`` whose serving thread, the ``nth`` time it reaches ``line`` of ``func``, sets ``at`` and
+    waits for ``go`` (a line tracer: no failpoint lies there); its listener, recorder and the two events."""
     at, go = threading.Event(), threading.Event()
     hits = 0
 
@@ -206,15 +206,23 @@ def _held_at(cls: type, lc_root: Path, line: int, nth: int) -> tuple[Any, ...]:
         return local
 
     def tracer(frame: Any, event: str, arg: Any) -> Any:
-        return local if frame.f_code.co_name == "_dispatch_ready" else None
+        return local if frame.f_code.co_name == func else None
 
     rec = Recorder()
-    listener = cls(socket_path("u", 0, 0, lc_root), NoopBackend(), ipc="u", recorder=rec)
+    listener = cls(socket_path(ipc, 0, 0, lc_root), NoopBackend(), ipc=ipc, recorder=rec)
     threading.settrace(tracer)  # only the serving thread, started now, is traced
     try:
         listener.start()
     finally:
         threading.settrace(None)  # type: ignore[arg-type]
+    return listener, rec, at, go
+
+
+# ------------------------------------------------ 522: post-dispatch unlock
+def _held_at(cls: type, lc_root: Path, line: int, nth: int) -> tuple[Any, ...]:
+    """Run one request on ``cls``; hold the serving thread before ``line`` of _dispatch_ready (its ``nth`` time
+    there), run a stop's _begin_stop meanwhile, let the thread go on, stop; what anyone can observe."""
+    listener, rec, at, go = _started_held(cls, lc_root, "u", "_dispatch_ready", line, nth)
     client = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         client.connect(str(listener.path))
@@ -410,28 +418,7 @@ def _held_in_read(cls: type, lc_root: Path, line: int) -> tuple[Any, ...]:
     """A client sends half a frame (its header); hold the serving thread before ``line`` of _on_readable (the
     first time there), run a stop's _begin_stop meanwhile, let the thread go on, stop; what anyone can observe,
     and the connection's state at the end (the listener's own, which nothing reads once the stop began)."""
-    at, go = threading.Event(), threading.Event()
-    hits = 0
-
-    def local(frame: Any, event: str, arg: Any) -> Any:
-        nonlocal hits
-        if event == "line" and frame.f_lineno == line:
-            hits += 1
-            if hits == 1:
-                at.set()
-                go.wait(SAFETY)
-        return local
-
-    def tracer(frame: Any, event: str, arg: Any) -> Any:
-        return local if frame.f_code.co_name == "_on_readable" else None
-
-    rec = Recorder()
-    listener = cls(socket_path("r", 0, 0, lc_root), NoopBackend(), ipc="r", recorder=rec)
-    threading.settrace(tracer)  # only the serving thread, started now, is traced
-    try:
-        listener.start()
-    finally:
-        threading.settrace(None)  # type: ignore[arg-type]
+    listener, rec, at, go = _started_held(cls, lc_root, "r", "_on_readable", line, 1)
     client = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         client.connect(str(listener.path))

@@ -38,7 +38,7 @@ from harness.history import Event
 from harness.probes.model import Snapshot
 
 __all__ = ["Verdict", "RunRecord", "Checker", "CHECKERS", "checker", "judge", "judge_all", "key_of", "observed",
-           "NOT_JUDGED", "load_plugins", "PLUGIN_ERRORS", "cut_text", "MAX_EVIDENCE", "MAX_COLLECTED"]
+           "not_judged", "NOT_JUDGED", "load_plugins", "PLUGIN_ERRORS", "cut_text", "MAX_EVIDENCE", "MAX_COLLECTED"]
 
 OK, VIOLATED, UNKNOWN, NOT_JUDGED = "ok", "violated", "unknown", "not_judged"
 Evidence = Mapping[str, tuple[str, ...]]  # party -> the kinds that prove it was observed
@@ -342,3 +342,7 @@ def violated(name: str, message: str, evidence: list[Event] | tuple[Event, ...] 
 
 def unknown(name: str, message: str) -> Verdict:
     return Verdict(name, UNKNOWN, message)
+
+
+def not_judged(name: str, message: str) -> Verdict:
+    return Verdict(name, NOT_JUDGED, message)

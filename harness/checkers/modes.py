@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from harness.checkers.base import NOT_JUDGED, RunRecord, Verdict, checker, ok, unknown, violated
+from harness.checkers.base import RunRecord, Verdict, checker, not_judged, ok, unknown, violated
 from harness.checkers.params import Params
 from harness.history import Event
 
@@ -100,6 +100,3 @@ def idle_cost(run: RunRecord, p: IdleCost) -> Verdict:
                           f"{MIN_SHARE:.0%})")
     return ok("idle_cost", ", ".join(seen))
 
-
-def not_judged(name: str, why: str) -> Verdict:
-    return Verdict(name, NOT_JUDGED, why)
