@@ -52,6 +52,7 @@ def _verdict(result: RunResult, name: str) -> Any:
     return next(v for v in result.verdicts if v.checker == name)
 
 
+@pytest.mark.slow
 def test_a_planted_hang_is_told_at_a_fifth_of_the_bound_and_the_correct_stand_in_meets_it() -> None:
     item = expand(load(SCENARIO))[0]  # wait_gone {timeout: 5s}, engine_tree_exits {within: 5s}
     planted = run_item(item, variant="engine_ignores_sigterm")

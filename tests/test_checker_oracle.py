@@ -21,6 +21,7 @@ from collections.abc import Callable
 from random import Random
 from typing import Any
 
+import pytest
 from checker_oracle import ORACLE, old_run
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -255,6 +256,7 @@ def test_the_record_views_are_the_scans_they_replace() -> None:
     views()
 
 
+@pytest.mark.slow
 def test_every_checker_judges_as_its_oracle() -> None:
     assert set(ORACLE) <= set(CHECKERS) and set(REWRITTEN) <= set(ORACLE)
 

@@ -80,6 +80,7 @@ def test_the_library_catches_a_listener_that_closes_a_connection_twice() -> None
 @pytest.mark.kvcached
 @pytest.mark.skipif(cached_source("kvcached", "0.1.6") is None,
                     reason="kvcached 0.1.6 is not in the cache: run `lastcall fetch kvcached==0.1.6`")
+@pytest.mark.slow
 def test_kvcacheds_record_closes_a_connection_once_when_its_read_and_then_its_error_reply_fail() -> None:
     """The kvcached target's own record (harness.targets.kvcached wraps recv_msg and send_msg): kvcached answers
     a read that failed with an error reply, which fails too when its client hung up; the wrapper recorded a

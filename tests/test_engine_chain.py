@@ -53,6 +53,7 @@ def test_the_plan_runs_every_item_once_givers_first_and_one_receiver_per_chain()
     assert launch_key(item("engine-nixl-held-port")) is None
 
 
+@pytest.mark.slow
 def test_the_chained_library_passes_on_the_standin_each_scenario_on_its_own_window() -> None:
     """The negative control: every scenario of every chain of the library passes on the stand-in, as each
     does alone (the scenario items of the default suite); every hand-over saves a launch; and each result's
@@ -136,6 +137,7 @@ def test_once_the_watchdog_fired_the_rest_of_the_chain_is_not_run(monkeypatch: p
     assert kinds(second, "engine_launched", "engine_handed") == []
 
 
+@pytest.mark.slow
 def test_a_restart_that_failed_hands_nothing_on_and_the_next_scenario_launches_its_own() -> None:
     """engine_keeps_port: the killed API server's engine core keeps the port, so the giver's restart fails (its
     engine_port_released fires). Nothing is handed; between the two every tree of the giver is ended (the port
@@ -151,6 +153,7 @@ def _lastcall(*argv: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "harness.cli", *argv], capture_output=True, text=True, timeout=120)
 
 
+@pytest.mark.slow
 def test_lastcall_run_chain_runs_each_item_on_its_own_window_of_one_chained_run(tmp_path: Path) -> None:
     """`lastcall run --chain` (pytest: --lastcall-chain): the items of one target and launch key are played as
     chained runs; each passes or fails as it would alone, with its own report."""

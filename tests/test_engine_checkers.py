@@ -158,6 +158,7 @@ ALL_OK = {"engine_tree_exits": "ok", "engine_nothing_left": "ok", "engine_port_r
           "engine_exit_status": "ok"}
 
 
+@pytest.mark.slow
 def test_the_stand_in_is_quiet_and_each_planted_bug_fires_its_checker_on_a_real_sigterm_run() -> None:
     assert _run("engine-sigterm-idle", "engine_standin") == ALL_OK
     assert _run("engine-sigterm-idle", "engine_ignores_sigterm") == {

@@ -39,6 +39,7 @@ expect:
 """
 
 
+@pytest.mark.slow
 def test_the_watchdog_kills_an_engine_tree_that_outlives_the_deadline_with_every_processs_stacks() -> None:
     """One hung run (it waits out its deadline) for both: the watchdog kills the tree, and the hung outcome
     carries every process's stacks (this was test_engine_flags' test of the same item, run a second time)."""

@@ -130,6 +130,7 @@ def test_shutdown_timeout_aborts_what_is_still_running_when_it_ends(make: Make) 
     assert tree.wait_gone(timeout=10)
 
 
+@pytest.mark.slow
 def test_a_client_that_stops_reading_cannot_hold_the_stop(make: Make) -> None:
     tree, port = make("standin", "--token-interval", "0")  # tokens as fast as the socket takes them
     tree.start(timeout=30)

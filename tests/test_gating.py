@@ -194,6 +194,7 @@ def _views(history: Path, verdicts: Path) -> list[str]:
     return ["focus", "whole"] if focus(evs, evidence_of(judged)) is not None else ["whole"]
 
 
+@pytest.mark.slow
 def test_report_page_in_a_headless_browser(failed_run: Path, tmp_path: Path) -> None:
     browser = _chromium()
     if browser is None:

@@ -32,6 +32,7 @@ def _dev(*args: str, env: dict[str, str] | None = None, timeout: float = 300) ->
                           env={**os.environ, **(env or {})}, stdin=subprocess.DEVNULL)
 
 
+@pytest.mark.slow
 def test_the_gpu_wheelhouse_holds_what_the_gpu_machine_lacks_and_resolves_offline_for_cp312(tmp_path: Path) -> None:
     wheels = tmp_path / "wheels"
     got = _dev("gpu-wheels", env={"LASTCALL_GPU_WHEELS": str(wheels)})
@@ -56,6 +57,7 @@ def test_the_gpu_wheelhouse_holds_what_the_gpu_machine_lacks_and_resolves_offlin
     assert not (tmp_path / "never-written").exists()
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(sys.platform != "linux", reason="./dev is a bash script for Linux machines")
 def test_gpu_check_skips_cleanly_without_a_gpu(tmp_path: Path) -> None:
     got = _dev("gpu-check", "scenarios/stalled-read-is-cancelled.yaml", f"--lastcall-reports={tmp_path}",

@@ -203,6 +203,7 @@ def test_engine_killed_every_worker_exits(make: Make) -> None:
     assert all(not os.path.exists(w.path) for w in c.workers), "workers shut down in order before exiting"
 
 
+@pytest.mark.slow
 def test_hang_ignoring_sigterm_ends_as_hung_with_stacks() -> None:
     # the deadline covers the run from its first fork (not the fork server's start): room for a loaded machine,
     # and far under close()'s orderly wait and SIGTERM grace, so the watchdog is what ends it

@@ -126,6 +126,7 @@ def test_a_target_adds_its_own_options_through_the_hook(pytester: pytest.Pyteste
     helped.stdout.fnmatch_lines(["lastcall:", "*--lastcall-target=TARGET*", "*--kvcached-src=DIR*", "*--mine-url*"])
 
 
+@pytest.mark.slow
 def test_a_session_that_collects_no_scenario_file_never_imports_the_scenario_loader(tmp_path: Path) -> None:
     """The plugin loads in every pytest session of an environment that has lastcall installed: its options cost
     nothing much there, and the loader (pydantic models of every step and checker, a quarter of a second) is

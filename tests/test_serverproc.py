@@ -47,6 +47,7 @@ def child_is_gone(pid: int) -> bool:
     return False
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["reference", "bare"])
 def test_serves_from_another_process_and_stops_clean(tmp_path: Path, kind: str) -> None:
     def factory() -> tuple[Served, Callable[[], str]]:
@@ -105,6 +106,7 @@ def test_a_stop_that_hangs_is_killed_not_waited_for(tmp_path: Path) -> None:
     (tmp_path / "hang.sock").unlink()  # what a killed server leaves: ours to remove
 
 
+@pytest.mark.slow
 def test_ipc_roundtrip_benchmark_runs_and_prints_its_tables(tmp_path: Path) -> None:
     out = subprocess.run([sys.executable, "benchmarks/ipc_roundtrip.py", "--windows", "1", "--requests", "3",
                           "--stop-reps", "1"], cwd=ROOT, capture_output=True, text=True, timeout=120)

@@ -67,6 +67,7 @@ LASTCALL = str(Path(sys.executable).parent / "lastcall")  # the console script, 
     # a catches item (its planted bug's run) interrupted: the session ends there, the next one never starts
     pytest.param([sys.executable, "-m", "pytest", "-p", "no:cacheprovider"], "catches", 2, id="pytest-catches"),
 ])
+@pytest.mark.slow
 def test_sigterm_closes_the_live_run_and_leaves_nothing(argv: list[str], keyword: str, code: int,
                                                        tmp_path: Path) -> None:
     scenario = tmp_path / "parked.yaml"

@@ -123,6 +123,7 @@ def test_a_swapped_listener_runs_in_the_worker_processes() -> None:
     assert not result.passed
 
 
+@pytest.mark.slow
 @pytest.mark.kvcached
 @needs_kvcached
 def test_kvcached_passes_what_it_keeps() -> None:
@@ -138,6 +139,7 @@ def test_kvcached_016_loses_the_reply_of_the_handler_its_stop_drains() -> None:
     assert "0 bytes read" in result.violated[0].message  # type: ignore[attr-defined]
 
 
+@pytest.mark.slow
 @pytest.mark.kvcached
 @needs_kvcached
 def test_kvcached_016_cannot_stop_once_its_socket_file_is_removed() -> None:
@@ -146,6 +148,7 @@ def test_kvcached_016_cannot_stop_once_its_socket_file_is_removed() -> None:
     assert "stop_result" in [v.checker for v in result.violated]
 
 
+@pytest.mark.slow
 @pytest.mark.kvcached
 @needs_kvcached
 def test_a_fork_server_started_under_another_home_still_finds_the_cache(tmp_path: Path) -> None:

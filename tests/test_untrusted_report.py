@@ -123,6 +123,7 @@ def test_an_event_far_from_the_others_is_unreadable(tmp_path: Path) -> None:
     assert "5 events" in proc.stdout
 
 
+@pytest.mark.slow
 def test_fields_of_verdicts_json_of_the_wrong_shape_are_left_out_located(tmp_path: Path) -> None:
     hist = _write(tmp_path / "history.jsonl", [_event(i) for i in range(3)])
     shapes = {"outcome": "ok", "expect": [{"checker": "close_reasons", "params": [1]}], "variant": ["reference"],
@@ -206,6 +207,7 @@ def _forged(stops: int, conns: int) -> list[dict[str, Any]]:
     return out
 
 
+@pytest.mark.slow
 def test_a_history_of_thousands_of_stops_each_pairing_with_thousands_is_judged_in_bounded_time(
         tmp_path: Path) -> None:
     """Every checker's work is O(n log n) in the events (docs/trust.md): 1000 restarts of one listener with 1000
@@ -273,6 +275,7 @@ EXPECT = st.lists(st.fixed_dictionaries({"checker": st.sampled_from(["close_reas
 META = st.one_of(st.dictionaries(st.sampled_from(META_KEYS), st.one_of(JSON, EXPECT), max_size=8), JSON)
 
 
+@pytest.mark.slow
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(lines=LINES, meta=st.one_of(st.none(), META))
 def test_lastcall_report_ends_with_0_1_or_2_on_any_history_and_verdicts(lines: list[Any], meta: Any) -> None:

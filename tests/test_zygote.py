@@ -153,6 +153,7 @@ def test_a_preload_that_fails_or_starts_a_thread_is_a_clear_error(tmp_path: Path
     assert tree.close() == []
 
 
+@pytest.mark.slow
 def test_an_engine_scenario_judges_a_zygote_launched_tree_as_it_judges_an_execd_one() -> None:
     """engine-sigterm-idle (a launch, a request, SIGTERM, a restart on the same port) through the whole run: the
     correct stand-in launched from a zygote passes every checker, both launches recorded as the zygote's; the
