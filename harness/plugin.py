@@ -125,7 +125,7 @@ def pytest_configure(config: pytest.Config) -> None:
 def pytest_report_header(config: pytest.Config) -> list[str]:
     if hasattr(config, "workerinput") or config.stash.get(_LEAK_MODE, "off") == "off":  # xdist worker
         return []
-    from harness.probes.leftovers import session_leftovers
+    from harness.leftovers import session_leftovers
 
     left = session_leftovers()
     if not left:

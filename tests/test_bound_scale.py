@@ -17,9 +17,9 @@ import pytest
 from harness.errors import ConfigError
 from harness.report.rejudge import report_history
 from harness.report.write import write_run
-from harness.result import RunResult
 from harness.scenario import load
 from harness.scenario.loader import expand
+from harness.scenario.result import RunResult
 from harness.scenario.runner import run_item
 from harness.targets.api import check_target_object
 from harness.targets.vllm_engine import STANDIN, STANDIN_BOUND_SCALE, STANDIN_VARIANTS, TARGET

@@ -17,10 +17,11 @@ from types import SimpleNamespace
 
 import pytest
 
-from harness.engine.host import EngineHost, launches_of
+from harness.engine.host import LAUNCHES, EngineHost
 from harness.errors import ConfigError
 from harness.history import Recorder
 from harness.scenario.loader import expand, loads
+from harness.scenario.player import engine_launches
 from harness.scenario.runner import run_item
 from harness.targets.vllm_engine import STANDIN, STANDIN_BOUND_SCALE, TARGET, EngineFlags, EngineTarget
 from tests.test_engine_host import HUNG
@@ -138,9 +139,14 @@ def test_a_held_side_channel_port_is_the_hold_port_steps_and_a_failed_start_is_t
 
 
 def test_launches_follow_the_scenarios_restarts() -> None:
-    assert launches_of(None) == 2
-    sc = loads(_scenario("{}").replace("  - engine_restart: {as: again}\n", ""), "x.yaml")
-    assert launches_of(sc) == 1
+    with_restart = loads(_scenario("{}"), "x.yaml")
+    without = loads(_scenario("{}").replace("  - engine_restart: {as: again}\n", ""), "x.yaml")
+    assert (engine_launches(with_restart), engine_launches(without)) == (2, 1)
+    host = _host(_scenario("{}"))
+    assert host.launches == LAUNCHES  # a cluster whose runner counted nothing: the first launch and one restart
+    cluster = SimpleNamespace(variant="engine_standin", root=Path("/nonexistent"), rec=Recorder(role="harness"),
+                              deadline_s=1.0, tp=1, scenario=without, launches=engine_launches(without))
+    assert EngineHost(cluster).launches == 1
 
 
 def test_hold_port_before_start_is_played_before_the_engine_launches() -> None:

@@ -1,7 +1,7 @@
 """One oracle per invariant: every planted bug the lifecycle explorer catches is caught by a
 registered checker over the explorer's recorded history, not by the explorer's own invariant alone.
 
-The catalogue (harness.explore.catalogue.CATCHES) says which checkers fire on each bug's shortest interleaving;
+The catalogue (harness.contract.catalogue.CATCHES) says which checkers fire on each bug's shortest interleaving;
 tests/test_stateful.py proves that they fire there, and no other; this test holds the catalogue to the rule, and
 proves on two bugs that the oracle is the checker: the same history judged by it alone is violated on the bug
 and not on the reference.

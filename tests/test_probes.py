@@ -23,13 +23,14 @@ from typing import Any
 import pytest
 from lc_helpers import exited, until
 
+from harness.launch.snapshots import for_cluster
+from harness.leftovers import session_leftovers
 from harness.probes.fs import paths_under, shm_entries
 from harness.probes.gpu import gpu_processes
-from harness.probes.leftovers import session_leftovers
 from harness.probes.model import Snapshot
 from harness.probes.net import decode_addr, sockets, trial_bind
 from harness.probes.procs import classify_fd, proc_entry, processes, read_stat, reparented_away
-from harness.probes.snapshot import for_cluster, take
+from harness.probes.snapshot import take
 from harness.reference.paths import OwnerRecord
 
 ME = os.getpid()

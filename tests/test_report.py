@@ -19,9 +19,9 @@ from harness.probes.model import PathEntry, Snapshot
 from harness.report.summary import SessionRun, collect_runs, write_summary
 from harness.report.summary import _failed_line as failed_line
 from harness.report.write import ReportWarning, write_run
-from harness.result import RunResult
 from harness.scenario.loader import expand, load
 from harness.scenario.report import failure_text
+from harness.scenario.result import RunResult
 
 FIXTURE = Path(__file__).resolve().parent.parent / "fixtures" / "good-scenario.yaml"
 NODEID = "scenarios/stalled-read-is-cancelled.yaml::stalled-read-is-cancelled[tp1-pp1-cpu]"

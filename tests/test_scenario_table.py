@@ -21,8 +21,8 @@ from pathlib import Path
 import pytest
 
 from harness.history import write_jsonl
-from harness.result import RunResult
 from harness.scenario.report import timeline
+from harness.scenario.result import RunResult
 from harness.scenario.table import Cell, build, table_variants
 
 VARIANTS = table_variants()  # the reference, worker and handshake variants

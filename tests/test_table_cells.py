@@ -13,10 +13,10 @@ import pytest
 from harness.checkers.base import ok, violated
 from harness.history import Event
 from harness.launch.cluster import RunOutcome
-from harness.result import RunResult
 from harness.scenario import expand, load, loads
 from harness.scenario.catches import judge_catch, resolve, waited_for
 from harness.scenario.player import StepError, wait
+from harness.scenario.result import RunResult
 from harness.scenario.table import Cell, judge_cell, load_cells, main, markdown
 
 

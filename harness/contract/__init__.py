@@ -148,7 +148,7 @@ def line_of(checker: str) -> int:
     One line per checker: right for a checker of one line, the first of several otherwise. A checker that
     judges each step by what it must return (stop_result: lines 4, 5, 6, 7, 9, 10) breaks the line that
     says what that step must return; the explorer records that line with each step it judges
-    (harness.explore.catalogue.STEP_LINES) instead of asking here."""
+    (harness.contract.catalogue.STEP_LINES) instead of asking here."""
     for number in range(1, len(LINES) + 1):
         if checker in [n for c in CHECKS if c.line == number for n in c.checker_names]:
             return number

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 from harness.contract import CHECKS, HARNESS, LINES, line_of
-from harness.explore.catalogue import (
+from harness.contract.catalogue import (
     CATCHES,
     HISTORY_CHECKERS,
     NOT_JUDGED_HERE,

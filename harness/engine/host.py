@@ -103,17 +103,6 @@ def members_data(members: list[Member]) -> list[dict[str, Any]]:
     return [{"pid": m.pid, "ppid": m.ppid, "name": m.name} for m in members]
 
 
-def launches_of(scenario: Any) -> int:
-    """The engine launches a scenario's run needs: the first, and one per step of the ``start`` category in
-    it (engine_restart); LAUNCHES without a scenario."""
-    if scenario is None:
-        return LAUNCHES
-    from harness.scenario.player import STEP_KINDS
-
-    return 1 + sum(1 for s in scenario.steps
-                   if (k := STEP_KINDS.get(s.kind)) is not None and k.cast == "engine" and k.category == "start")
-
-
 def _owners_by_maps(members: list[Member]) -> dict[str, set[int]]:
     out: dict[str, set[int]] = {}
     for m in members:
@@ -160,8 +149,9 @@ class EngineHost:
         self.bound_scale = bound_scale(self.target)  # the target's clock: the drain its scenario asks is on it
         self.scale = scale() * self.bound_scale  # the scenario's bounds and timeouts are multiplied by it
         self.scenario = getattr(cluster, "scenario", None)
-        # a chained run (harness.scenario.chain) gives every scenario it plays: each one's launches are allowed
-        self.launches = sum(launches_of(s) for s in getattr(cluster, "scenarios", None) or [self.scenario])
+        # the runner counts the launches its scenarios need (harness.scenario.player.engine_launches; a chained
+        # run every scenario it plays); LAUNCHES when it gives none
+        self.launches = getattr(cluster, "launches", None) or LAUNCHES
         cluster.deadline_s += self.launches * self.launch_s  # the scenario's own deadline, plus each launch
         self.port = free_port(claim=True)  # released at close
         self._side_port: int | None = None  # the NIXL side channel's free port of the run (chosen once)

@@ -16,7 +16,7 @@ checker sees (the socket path, the registry, what a client reads); a failure lis
 every checker its history violates, and :data:`CATCHES` says which fire on each
 reachable planted bug.  The package: ``machine`` (the state machine), ``drive``
 (a class per variant, a trace replayed), ``model`` (its state), ``render`` (trace
-and scenario), ``catalogue`` (what it reaches).
+and scenario); what it reaches is harness.contract.catalogue, beside the contract lines it names.
 
 Real threads make plain Hypothesis flaky, so every rule is taken only when it
 can complete deterministically (its precondition says when) and returns only
@@ -43,7 +43,7 @@ steps cannot say what the explorer did, :data:`REPLAY_GAPS`, a comment says so).
 
 from __future__ import annotations
 
-from harness.explore.catalogue import (
+from harness.contract.catalogue import (
     CATCHES,
     HISTORY_CHECKERS,
     LINE_SUSPECTS,

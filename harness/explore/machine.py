@@ -22,9 +22,9 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 from harness import failpoints
 from harness.checkers import RunRecord, Verdict, judge
 from harness.contract import line_of
+from harness.contract.catalogue import HISTORY_CHECKERS, STEP_CHECKERS
 from harness.contract.rig import ContractViolation, Pending, Rig, _force_down
 from harness.errors import ListenerBusy
-from harness.explore.catalogue import HISTORY_CHECKERS, STEP_CHECKERS
 from harness.explore.model import MAP, MiB, Phase, _Conn, _describe, _is_eof, _map, _Parked, _read_replies
 from harness.explore.render import DRAIN_S, ExplorationFailure, TraceStep, render_scenario
 from harness.faults import env

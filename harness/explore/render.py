@@ -13,8 +13,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from harness.contract.catalogue import LINE_SUSPECTS
 from harness.contract.rig import ContractViolation
-from harness.explore.catalogue import LINE_SUSPECTS
 from harness.reference import wire
 from harness.reference.variants import VARIANTS
 from harness.timeouts import AT_ONCE_S, scaled

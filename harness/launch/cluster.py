@@ -255,7 +255,7 @@ class Cluster:
         self.sessions: set[int] = set()  # the sessions of the engine trees its host launched (claim_session)
         self.host: Any = None  # a hosted cast's host (harness.launch.parts.Cast.host); None otherwise
         self.scenario: Any = None  # the scenario run, when a runner gives it (a host reads its target flags)
-        self.scenarios: list[Any] = []  # a chained run's scenarios, each in turn (harness.scenario.chain)
+        self.launches: int | None = None  # the engine launches its scenarios need, when a runner counts them
 
     def claim_session(self, sid: int) -> None:
         """An engine tree of this run was launched into session ``sid``: the snapshots of the runs beside it

@@ -20,6 +20,7 @@ from typing import Any
 
 from harness.checkers import RunRecord, Verdict, judge
 from harness.launch.cluster import Cluster, RunOutcome
+from harness.launch.snapshots import for_cluster
 from harness.probes.model import Snapshot
 
 __all__ = ["JudgedCluster"]
@@ -34,15 +35,11 @@ class JudgedCluster(Cluster):
         self._outcome: RunOutcome | None = None
 
     def start(self) -> JudgedCluster:
-        from harness.probes.snapshot import for_cluster
-
         self.snapshots["before"] = for_cluster(self, "before")
         super().start()
         return self
 
     def close(self, before_cleanup: Any = None) -> RunOutcome:
-        from harness.probes.snapshot import for_cluster
-
         if self._outcome is None:
             def snap(c: Cluster) -> None:
                 self.snapshots["after"] = for_cluster(c, "after")
@@ -54,8 +51,6 @@ class JudgedCluster(Cluster):
 
     def snapshot(self, label: str, ports: list[int]) -> Snapshot:
         """A mid-run snapshot (processes alive) with a trial bind of ``ports``; kept under ``label``."""
-        from harness.probes.snapshot import for_cluster
-
         snap = for_cluster(self, label, ports=ports)
         self.snapshots[label] = snap
         return snap

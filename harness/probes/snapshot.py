@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from harness.probes.fs import SHM_DIR, paths_under, shm_entries
 from harness.probes.gpu import gpu_processes
@@ -23,10 +23,7 @@ from harness.probes.model import ProcEntry, Snapshot
 from harness.probes.net import sockets, trial_bind
 from harness.probes.procs import processes, reparented_away, zombies
 
-if TYPE_CHECKING:
-    from harness.launch.cluster import Cluster
-
-__all__ = ["take", "for_cluster", "owners_from"]
+__all__ = ["take", "owners_from"]
 
 
 def owners_from(procs: Iterable[ProcEntry]) -> dict[int, tuple[int, ...]]:
@@ -60,7 +57,7 @@ def take(label: str, *, root: str | os.PathLike[str] | None = None, shm_match: s
     ``foreign_pgids``/``foreign_sids``/``foreign_pids``: other runs' process groups, sessions (their engine
     trees') and processes, left out of the descendants with everything below them; ``shared_pgids``: groups
     whose processes (not those below them) are left out of the descendants (the harness's own, while other
-    runs share the process: see :func:`for_cluster`).
+    runs share the process: see harness.launch.snapshots.for_cluster).
     An empty selection gives an empty snapshot (the GPU part aside).
     """
     t0 = time.monotonic_ns()
@@ -87,34 +84,3 @@ def take(label: str, *, root: str | os.PathLike[str] | None = None, shm_match: s
     return Snapshot(label=label, t_ns=t0, paths=paths, shm=shm, sockets=socks, procs=procs, binds=binds,
                     gpu=None if found is None else found[0], gpu_used=None if found is None else found[1],
                     harness_pids=helpers, errors=tuple(errors), extra=extra)
-
-
-def for_cluster(cluster: Cluster, label: str, *, ports: Iterable[int] = (), gpu: bool = True) -> Snapshot:
-    """A snapshot of one :class:`~harness.launch.cluster.Cluster`'s run.
-
-    Uses its socket root (paths, and Unix sockets bound below it), its ipc name
-    as the /dev/shm match, its process group, every pid it ever spawned, every
-    descendant of this process, and the fork server as the harness's helper.
-    Safe before ``start`` and after ``close`` (gone processes are left out).
-    Never starts a fork server.
-
-    Runs that share this process (played on threads of their own) are told apart by process group and session:
-    the descendants leave out every other live run's group, its engine trees' sessions and its pids, and what
-    is below them, and the processes of this process's own group (a step's short-lived helper, such as a dead
-    owner's predecessor); this run's own group and pids are always in.  Alone (no other run live in this
-    process), nothing is left out.
-    The snapshot holds the launcher's SPAWN_LOCK, so no run forks unclaimed processes while it reads.
-    """
-    from harness.launch.cluster import SPAWN_LOCK, others_live
-    from harness.launch.spawn import helper_pids  # late: the launcher imports much more than the probes need
-
-    with SPAWN_LOCK:
-        helpers = tuple(sorted(helper_pids()))
-        with cluster._lock:
-            pids = list(cluster._procs)
-        others = others_live(cluster)
-        shared = (os.getpgrp(),) if others else ()
-        return take(label, root=cluster.root, shm_match=cluster.ipc, shm_dir=cluster.shm_dir, pids=pids,
-                    pgids=(cluster.pgid,) if cluster.pgid else (), descendants_of=os.getpid(), ports=ports,
-                    harness_pids=helpers, unix_under=cluster.root, gpu=gpu, foreign_pgids=others.pgids,
-                    foreign_pids=others.pids, foreign_sids=others.sids, shared_pgids=shared)

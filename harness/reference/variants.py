@@ -41,6 +41,7 @@ from harness.reference.race_variants import (
 )
 from harness.reference.registry import Registry
 from harness.reference.registry_variants import ExitHookWaitsASecond, HookPerStart
+from harness.reference.sides import ReferenceEngineSide, ReferenceWorkerSide
 from harness.reference.worker import ReferenceWorker
 
 __all__ = ["Variant", "VARIANTS", "get_variant"]
@@ -418,14 +419,10 @@ class Variant:
 
     def worker_side(self, spec: dict[str, Any], recorder: Any) -> Any:
         """This variant's worker in a worker process (harness.targets.WorkerSide)."""
-        from harness.targets.reference import ReferenceWorkerSide
-
         return ReferenceWorkerSide(self, spec, recorder)
 
     def engine_side(self, spec: dict[str, Any], recorder: Any) -> Any:
         """The reference engine (client + /dev/shm usage record) in an engine process."""
-        from harness.targets.reference import ReferenceEngineSide
-
         return ReferenceEngineSide(self, spec, recorder)
 
 

@@ -32,7 +32,7 @@ from harness.checkers.base import Verdict
 from harness.history import Event
 
 if TYPE_CHECKING:
-    from harness.result import RunResult
+    from harness.scenario.result import RunResult
 
 __all__ = ["write_run", "write_page", "describe", "verdicts_doc", "ReportWarning", "HISTORY", "SNAPSHOTS",
            "VERDICTS", "PAGE", "FORMAT"]

@@ -33,7 +33,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from harness.result import RunResult
+from harness.scenario.result import RunResult
 
 __all__ = ["Catch", "judge_catch", "waited_for", "resolve", "declared_variants"]
 

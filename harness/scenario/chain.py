@@ -39,10 +39,11 @@ from harness.errors import ConfigError
 from harness.history import Event
 from harness.launch.cluster import Cluster, RunOutcome
 from harness.launch.parts import cast_named
+from harness.launch.snapshots import for_cluster
 from harness.probes.model import Snapshot
-from harness.result import RunResult
 from harness.scenario.loader import MatrixItem
-from harness.scenario.player import Player, StepError, cast_for
+from harness.scenario.player import Player, StepError, cast_for, engine_launches
+from harness.scenario.result import RunResult
 from harness.scenario.runner import (
     budget_end,
     failed,
@@ -146,8 +147,6 @@ def run_chain(items: Sequence[MatrixItem], *, variant: str | None = None, run_id
     if None in keys or len(keys) != 1:
         raise ConfigError("a chained run takes engine scenarios of one launch key, each starting with its start "
                           f"step: {', '.join(i.scenario.name for i in items)}")
-    from harness.probes.snapshot import for_cluster
-
     first = items[0]
     chosen = variant or first.scenario.target
     cfg = first.scenario.config
@@ -155,7 +154,7 @@ def run_chain(items: Sequence[MatrixItem], *, variant: str | None = None, run_id
                 deadline=sum(i.scenario.config.deadline for i in items), run_id=run_id,
                 cast=cast_named(cast_for(first.scenario.steps)), ipc_timeout=cfg.ipc_timeout)
     c.scenario = first.scenario
-    c.scenarios = [i.scenario for i in items]  # the engine host allows each one's launches (harness.engine.host)
+    c.launches = sum(engine_launches(i.scenario) for i in items)  # the engine host allows each one's launches
 
     def snap(cl: Cluster, label: str) -> Snapshot:
         return for_cluster(cl, label, ports=(cl.host.port,) if cl.host is not None else ())

@@ -87,6 +87,13 @@ class StepKind:
 STEP_KINDS: dict[str, StepKind] = {}
 
 
+def engine_launches(scenario: Any) -> int:
+    """The engine launches a scenario's run needs: the first, and one per engine step of the ``start`` category
+    in it (engine_restart)."""
+    return 1 + sum(1 for s in scenario.steps
+                   if (k := STEP_KINDS.get(s.kind)) is not None and k.cast == "engine" and k.category == "start")
+
+
 def step_kind(kind: str, category: str, *, cast: str | None = None, marks: bool = True) -> Callable[[Play], Play]:
     """Register the decorated ``play(player, spec, name)`` as step kind ``kind`` (one of
     harness.scenario.steps.STEP_TYPES) in ``category`` (harness.categories.CATEGORIES)."""

@@ -25,11 +25,12 @@ from harness.errors import ConfigError, HarnessError
 from harness.events import BUDGET_KIND, declare
 from harness.launch.cluster import Cluster, RunOutcome
 from harness.launch.parts import cast_named, missing_parts
+from harness.launch.snapshots import for_cluster
 from harness.probes.model import Snapshot
-from harness.result import RunResult
 from harness.scenario.exitmode import fast_exit_for
 from harness.scenario.loader import MatrixItem
-from harness.scenario.player import STEP_KINDS, Player, Snap, StepError, cast_for
+from harness.scenario.player import STEP_KINDS, Player, Snap, StepError, cast_for, engine_launches
+from harness.scenario.result import RunResult
 from harness.timeouts import Slowness, scale
 
 __all__ = ["RunResult", "run_item", "StepError", "STEP_KINDS"]  # STEP_KINDS here: every built-in kind registered
@@ -50,8 +51,6 @@ def run_item(item: MatrixItem, *, variant: str | None = None, run_id: str | None
 
     Returns: the RunResult; never raises for a failing system under test.
     """
-    from harness.probes.snapshot import for_cluster
-
     scn, cfg = item.scenario, item.scenario.config
     chosen = variant or scn.target
     t0 = time.monotonic()
@@ -77,6 +76,7 @@ def run_item(item: MatrixItem, *, variant: str | None = None, run_id: str | None
         ready_target(chosen, cast)
         player = Player(item, c, snaps, snap)
         c.scenario = scn
+        c.launches = engine_launches(scn)
         player.play_prelude()  # the steps before start (hold_port): the processes start with them in place
         c.start()
         started = True

@@ -14,10 +14,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from harness.result import RunResult
 from harness.scenario.catches import judge_catch
 from harness.scenario.errors import ScenarioError
 from harness.scenario.loader import expand, load_many
+from harness.scenario.result import RunResult
 from harness.scenario.runner import run_item
 from harness.scenario.schema import Scenario
 

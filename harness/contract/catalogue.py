@@ -1,4 +1,6 @@
-"""What the explorer reaches: which planted bugs it finds, which it cannot, and which replays fall short."""
+"""What the explorer (harness.explore) reaches: which planted bugs it finds, which it cannot, and which replays
+fall short, each by the contract line it breaks.  Data only: here, below the explorer, so that the contract's page
+(harness.contract.doc) reads it without importing the explorer."""
 
 from __future__ import annotations
 
