@@ -17,25 +17,22 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+from hypothesis.stateful import RuleBasedStateMachine, precondition, rule
 
 from harness import failpoints
-from harness.checkers import RunRecord, Verdict, judge
-from harness.contract import line_of
-from harness.contract.catalogue import HISTORY_CHECKERS, STEP_CHECKERS
 from harness.contract.rig import ContractViolation, Pending, Rig, _force_down
 from harness.errors import ListenerBusy
-from harness.explore.model import MAP, MiB, Phase, _Conn, _describe, _is_eof, _map, _Parked, _read_replies
+from harness.explore.invariants import ContractInvariants, Violation
+from harness.explore.model import MAP, MiB, Phase, _Conn, _describe, _map, _Parked, _read_replies
 from harness.explore.render import DRAIN_S, ExplorationFailure, TraceStep, render_scenario
 from harness.faults import env
 from harness.history import Event
 from harness.names import temp_root
 from harness.reference import wire
 from harness.reference.listener import WorkerListener
-from harness.reference.paths import owner_path
 from harness.reference.variants import VARIANTS, Variant
 from harness.reference.worker import ReferenceWorker
-from harness.timeouts import AT_ONCE_S, scale, scaled
+from harness.timeouts import AT_ONCE_S, scaled
 
 __all__ = ["ListenerMachine", "Violation"]
 
@@ -50,20 +47,7 @@ ACTIVE_KINDS = frozenset({  # listener events worth showing in the recorded inte
 })
 
 
-class Violation(ContractViolation):
-    """A broken line of the stop contract, seen by the explorer; ``line`` is its number in docs/stop-contract.md.
-
-    ``checker``: the registered checker that found it over the history, or None where one of the explorer's
-    own invariants did (its harness-side part: what happens at the socket path, in the registry, to a client).
-    """
-
-    def __init__(self, line: int, message: str, *, checker: str | None = None) -> None:
-        super().__init__(f"line {line}: {message}")
-        self.line = line
-        self.checker = checker
-
-
-class ListenerMachine(RuleBasedStateMachine):
+class ListenerMachine(ContractInvariants, RuleBasedStateMachine):
     """The explorer's state machine; :func:`machine_for` makes one per variant (class attributes below)."""
 
     variant: ClassVar[Variant] = VARIANTS["reference"]
@@ -457,112 +441,6 @@ class ListenerMachine(RuleBasedStateMachine):
             self.replacement_ino = os.stat(self.w.path).st_ino
             self.rig.rec.emit("path_replaced", step=self._name("r"), path=self.w.path, ino=self.replacement_ino)
             self.path_state = "replaced"
-
-    # ------------------------------------------------------------- invariants
-    @invariant()
-    def stop_contract(self) -> None:
-        """The stop contract, after every step."""
-        with self._explaining(f"after step {len(self.trace)} ({self.trace[-1].kind if self.trace else 'start'})"):
-            self._reads_cancelled()
-            self._history()
-            if self.phase is Phase.SERVING:
-                self._serving()
-            elif self.phase is Phase.STOPPING:
-                self._retained()
-            else:
-                self._torn_down()
-
-    def _reads_cancelled(self) -> None:
-        """Line 2: every connection open when stop began (idle, stalled, kept alive) reads EOF at once."""
-        due, self.eof_due = self.eof_due, []
-        for conn in due:
-            if not _is_eof(conn.sock, scaled(AT_ONCE_S)):
-                raise Violation(2, f"connection {conn.name} ({conn.state}), open when stop began, was not closed "
-                                   f"within {scaled(AT_ONCE_S):.1f}s"
-                                   + (" while a handler was parked" if self.parked is not None else ""))
-            if conn.state == "header":
-                conn.state = "cancelled"  # keep the socket: a later send_body tries to finish the frame
-            else:
-                self._closed(conn)
-
-    def _history(self) -> None:
-        """The checkers of HISTORY_CHECKERS judge the recorded history; a violation breaks the line the
-        contract table (harness.contract) gives the checker."""
-        for verdict, line in self._verdicts():
-            if verdict.status == "violated":
-                raise Violation(line, f"{verdict.checker}: {verdict.message}",
-                                checker=verdict.checker)
-            if verdict.status == "unknown" and "crashed" in verdict.message:
-                raise ContractViolation(f"checker {verdict.checker}: {verdict.message}")
-
-    def _verdicts(self) -> list[tuple[Verdict, int]]:
-        """Each verdict with the line its violation breaks: the contract table's line of the checker, or for
-        a step checker (stop_result, restart_refused) the line that says what that step must return."""
-        run = RunRecord(tuple(self.rig.rec.events()), dict(self.rig.taken.snapshots), scale=scale())
-        return [(judge(name, run), line_of(name)) for name in HISTORY_CHECKERS if name not in STEP_CHECKERS] + [
-            (judge(name, run, params), line) for name, params, line in list(self.expect)]
-
-    def _violated(self) -> list[tuple[Verdict, int]]:
-        """The checkers of HISTORY_CHECKERS violated over the history so far, each with its line (none if
-        judging itself fails)."""
-        try:
-            return [(v, ln) for v, ln in self._verdicts() if v.status == "violated"]
-        except Exception:
-            return []
-
-    def _serving(self) -> None:
-        thread = self.listener.thread
-        if thread is None or not thread.is_alive():
-            raise Violation(11, "the serving thread is gone although no stop has begun")
-        if self.rig.registry.get(self.rig.registry.key_of(self.listener)) is not self.listener:
-            raise Violation(9, "the serving listener is not registered")
-
-    def _path_kept(self) -> str | None:
-        """What is wrong at the socket path of a listener that must still own (or not own) it, if anything."""
-        path = self.w.path
-        if self.path_state == "ours":
-            try:
-                st_ = os.stat(path)
-            except FileNotFoundError:
-                return "the socket file is gone"
-            if (st_.st_dev, st_.st_ino) != self.listener._ident:
-                return "the socket file is not the one the listener bound"
-        elif self.path_state == "replaced":
-            try:
-                if os.stat(path).st_ino != self.replacement_ino:
-                    return "the socket that replaced ours is not at the path any more"
-            except FileNotFoundError:
-                return "the socket that replaced ours was unlinked"
-        return None
-
-    def _retained(self) -> None:
-        """Line 5 (and 6): after a False stop nothing is torn down and the listener stays registered."""
-        if self.listener.torn_down:
-            raise Violation(5, "a stop that returned False tore the listener down")
-        if self.rig.registry.get(self.rig.registry.key_of(self.listener)) is not self.listener:
-            raise Violation(6, "a stop that returned False dropped the registration: nothing is left to retry")
-        wrong = self._path_kept()
-        if wrong:
-            raise Violation(5, f"after a stop that returned False, {wrong}")
-
-    def _torn_down(self) -> None:
-        """Line 4: after a True stop the thread has exited, the path and directory are gone, nothing registered."""
-        thread = self.listener.thread
-        if thread is not None:
-            thread.join(scaled(AT_ONCE_S))
-            if thread.is_alive():
-                raise Violation(4, "stop returned True but the serving thread is still alive")
-        if self.rig.registry.get(self.rig.registry.key_of(self.listener)) is self.listener:
-            raise Violation(4, "stop returned True but the listener is still registered")
-        path = Path(self.w.path)
-        if self.path_state == "replaced":
-            wrong = self._path_kept()
-            if wrong:
-                raise Violation(4, f"after stop returned True, {wrong}: teardown removed what was not its own")
-            return
-        left = [str(p) for p in (path, owner_path(path), path.parent) if os.path.lexists(p)]
-        if left:
-            raise Violation(4, f"stop returned True but left {left}")
 
     # --------------------------------------------------------------- teardown
     def teardown(self) -> None:
