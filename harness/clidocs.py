@@ -31,8 +31,15 @@ def exit_codes() -> list[tuple[int, str]]:
     return out
 
 
+_TAG = re.compile(r"<(?=[A-Za-z/!?])")  # what markdown would read as the start of an HTML tag
+
+
 def _cell(text: str | None) -> str:
-    return " ".join((text or "").replace("``", "`").split()).replace("|", "\\|")
+    """``text`` on one line for a table cell: a | escaped, and a < outside code (``backend.<cmd>``) shown, not
+    read as an HTML tag."""
+    text = " ".join((text or "").replace("``", "`").split()).replace("|", "\\|")
+    parts = text.split("`")
+    return "`".join(_TAG.sub("&lt;", p) if i % 2 == 0 else p for i, p in enumerate(parts))
 
 
 def _subcommands(parser: argparse.ArgumentParser) -> list[tuple[str, str, argparse.ArgumentParser]]:

@@ -15,6 +15,7 @@ every example through the loader (:func:`example_scenario`).  What each part com
 from __future__ import annotations
 
 import inspect
+import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -37,7 +38,7 @@ from harness.scenario.client_spec import (
     Pipelined,
 )
 from harness.scenario.runner import STEP_KINDS
-from harness.scenario.steps import ENGINE_STEPS, HANDSHAKE_STEPS, STEP_TYPES, StepBase
+from harness.scenario.steps import ENGINE_STEPS, EVENT_KINDS, HANDSHAKE_STEPS, STEP_TYPES, StepBase
 from harness.targets import capabilities_of, load_target
 from harness.targets.api import CAPABILITIES
 from harness.targets.names import ENGINE_VARIANTS, NAMED
@@ -48,15 +49,16 @@ __all__ = ["render_markdown", "example_scenario", "TARGETS"]
 TARGETS: tuple[str, ...] = ("reference", *(n for n in NAMED if n not in ENGINE_VARIANTS[1:]))
 # value types named by their schema (harness.scenario.fields), each with what it accepts
 _NAMED: tuple[tuple[str, Any, str], ...] = (
-    ("duration", fields.Duration, f"seconds, or a number with a unit (ns, us, ms, s, m, min, h): `500ms`, `2s`; "
+    ("duration", fields.Duration, f"Seconds, or a number with a unit (ns, us, ms, s, m, min, h): `500ms`, `2s`; "
                                   f"at most {fields.MAX_SECONDS:g} s"),
-    ("size", fields.Size, f"bytes, or a number with a unit (K, KiB, M, MiB, G, GiB): `2MiB`; at most "
+    ("size", fields.Size, f"Bytes, or a number with a unit (B, K or KB, KiB, M, MiB, G, GiB ...): `2MiB`; at most "
                           f"{fields.MAX_SIZE} bytes (1 GiB)"),
-    ("step name", fields.StepName, f"letters, digits and `_`, not starting with a digit; at most {fields.MAX_NAME} "
+    ("step name", fields.StepName, f"Letters, digits and `_`, not starting with a digit; at most {fields.MAX_NAME} "
                                    "characters: the `as:` name of a step"),
-    ("site", fields.SiteName, "a failpoint site, dotted lower-case words: `backend.map_to_kv_tensors`, "
+    ("site", fields.SiteName, "A failpoint site, dotted lower-case words: `backend.map_to_kv_tensors`, "
                               "`listener.frame_read`"),
-    ("instance name", fields.IpcName, f"1 to {fields.MAX_IPC} letters, digits, `_`, `.` or `-`, not only dots"),
+    ("instance name", fields.IpcName, f"An instance's directory under the run's root: 1 to "
+                                      f"{fields.MAX_IPC} letters, digits, `_`, `.` or `-`, not only dots"),
 )
 _DROP = ("title", "description", "default", "ge", "gt", "le", "lt")  # keys a field adds to its type's schema
 _BOUNDS = (("minimum", ">= {}"), ("ge", ">= {}"), ("exclusiveMinimum", "> {}"), ("gt", "> {}"),
@@ -97,6 +99,8 @@ def _type(node: dict[str, Any]) -> str:
         return f"`{node['const']}`"
     if "enum" in node:
         values = node["enum"]
+        if tuple(values) == EVENT_KINDS:
+            return "[event kind](events.md)"
         return f"one of {len(values)} names" if len(values) > _LONG_ENUM else \
             "one of " + ", ".join(f"`{v}`" for v in values)
     if node.get("type") == "array":
@@ -173,8 +177,15 @@ def _default(info: FieldInfo, node: dict[str, Any]) -> str:
     return f"`{_unit(named, value).replace(' ', '') if named == 'duration' else _flow(value)}`"
 
 
+_TAG = re.compile(r"<(?=[A-Za-z/!?])")  # what markdown would read as the start of an HTML tag
+
+
 def _cell(text: str | None) -> str:
-    return " ".join((text or "").split()).replace("|", "\\|")
+    """``text`` on one line for a table cell: a | escaped, and a < outside code (``backend.<cmd>``) shown, not
+    read as an HTML tag."""
+    text = " ".join((text or "").replace("``", "`").split()).replace("|", "\\|")
+    parts = text.split("`")
+    return "`".join(_TAG.sub("&lt;", p) if i % 2 == 0 else p for i, p in enumerate(parts))
 
 
 def _field_rows(model: type[BaseModel]) -> list[str]:
@@ -220,8 +231,8 @@ def _targets_with(capability: str) -> list[str]:
 def _needs(kind: str) -> str:
     need = STEP_NEEDS.get(kind)
     if need is None:
-        return "no capability: any target's run of its kind plays it"
-    return f"`{need}` ({CAPABILITIES[need]}): {', '.join(f'`{t}`' for t in _targets_with(need)) or 'none built in'}"
+        return "no capability of its own: any target that has the parts of the run it drives"
+    return f"[`{need}`](#capabilities): {', '.join(f'`{t}`' for t in _targets_with(need)) or 'no built-in target'}"
 
 
 def _run(kind: str) -> str:
@@ -239,6 +250,9 @@ def _step(cls: type[StepBase]) -> list[str]:
         need = STEP_NEEDS["arm_listener_site"]
         out.append(f"- an arm on a site outside {', '.join(f'`{s}*`' for s in TARGET_SITES)} also needs `{need}`: "
                    + ", ".join(f"`{t}`" for t in _targets_with(need)))
+    if kind == "hold_port":  # harness.reference.variants.step_needs: an engine run holds the port for the engine
+        out.append("- in an engine run (a scenario with an engine step) it needs nothing: it holds a port for the "
+                   "engine (`config.side_channel_port`)")
     out.append("")
     model = value.annotation
     if isinstance(model, type) and issubclass(model, BaseModel):
@@ -293,10 +307,13 @@ def render_markdown() -> str:
            "one its target lacks is skipped, naming it) and an example, which loads as written in a scenario.  "
            "`lastcall schema`",
            "prints the same fields as JSON Schema; bounds here are the loader's.", "",
-           "## Targets and their capabilities", "",
-           "| target | capabilities |", "|---|---|",
-           *(f"| `{t}` | {', '.join(f'`{c}`' for c in sorted(capabilities_of(load_target(t))))} |" for t in TARGETS),
-           "", "Each planted-bug variant has its target's capabilities (`lastcall targets` lists them all).", "",
+           "## Capabilities", "",
+           "What a target says it can do (its `capabilities`), and the built-in targets that can; each planted-bug "
+           "variant has",
+           "its target's (`lastcall targets` lists them all).", "",
+           "| capability | what the target has | built-in targets with it |", "|---|---|---|",
+           *(f"| `{c}` | {_cell(about)} | {', '.join(f'`{t}`' for t in _targets_with(c)) or '-'} |"
+             for c, about in CAPABILITIES.items()), "",
            "## Index", "", "| step | category | run | needs |", "|---|---|---|---|",
            *(f"| [`{k}`](#{k}) | {STEP_KINDS[k].category} | {STEP_KINDS[k].cast or 'any'} | "
              f"{STEP_NEEDS.get(k, '-')} |" for k in sorted(STEP_TYPES)), ""]
