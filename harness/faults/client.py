@@ -141,18 +141,21 @@ def partial_header(path: str, req: wire.Request, frame: Framer = wire.encode_req
 
 
 def zero_length(path: str) -> Peer:
+    """Send a frame header that announces an empty body."""
     s = connect(path)
     s.sendall(b"\0\0\0\0")
     return Peer(s)
 
 
 def oversize_length(path: str, max_frame: int = wire.MAX_FRAME) -> Peer:
+    """Send a frame header that announces a body one byte over the largest frame."""
     s = connect(path)
     s.sendall(wire.HEADER.pack(max_frame + 1))
     return Peer(s)
 
 
 def garbage_body(path: str, body: bytes = b"\xc1\xc1\xc1") -> Peer:
+    """Send a whole frame whose body does not decode."""
     s = connect(path)
     s.sendall(wire.frame(body))
     return Peer(s)

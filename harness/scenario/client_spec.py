@@ -25,7 +25,7 @@ from harness.scenario.fields import (
 __all__ = [
     "Send", "Pipelined", "Pipeline", "StaleSocket", "StartListener", "Connections", "SEND_FAULTS",
     "WITHHOLDING_FAULTS", "FRAMELESS_FAULTS", "NO_REPLY_WAIT", "READER_FAULTS", "MAX_REPLY", "AS_FIELD",
-    "OFFSETS_FIELD", "GROUP_FIELD",
+    "OFFSETS_FIELD", "GROUP_FIELD", "FAULT_EXAMPLES",
 ]
 
 SendFault = Literal["none", "stall_after_header", "stall_mid_body", "partial_header", "zero_length",
@@ -40,6 +40,57 @@ FRAMELESS_FAULTS = ("zero_length", "oversize_length", "garbage_body")  # faults 
 NO_REPLY_WAIT = (*WITHHOLDING_FAULTS, "never_read", "reset_mid_frame")
 READER_FAULTS = ("never_read", "slow_reader")  # a whole request sent; its reply never read, or read a byte at a time
 MAX_REPLY = 1_000_000  # the largest reply_size: the request carrying its padding must fit max_frame (1 MiB)
+# Each fault in a short list of steps, declared once here: docs/steps.md shows it and a test loads it
+FAULT_EXAMPLES: dict[str, str] = {
+    "none": (
+        "- start: cluster\n- send: {cmd: map_to_kv_tensors, offsets: [0, 2MiB], as: r1}"
+    ),
+    "stall_after_header": (
+        "- start: cluster\n"
+        "- send: {cmd: map_to_kv_tensors, offsets: [0], fault: stall_after_header, as: r1}\n"
+        "- stop: {as: s1}\n- wait: {returned: s1}\n- finish: r1"
+    ),
+    "stall_mid_body": (
+        "- start: cluster\n"
+        "- send: {cmd: map_to_kv_tensors, offsets: [0], fault: stall_mid_body, as: r1}\n"
+        "- stop: {as: s1}\n- wait: {returned: s1}\n- wait: {closed: r1}"
+    ),
+    "partial_header": (
+        "- start: cluster\n- send: {cmd: kv_tensors_created, fault: partial_header, as: r1}\n"
+        "- stop: {as: s1}\n- wait: {returned: s1}\n- wait: {closed: r1}"
+    ),
+    "zero_length": (
+        "- start: cluster\n- send: {fault: zero_length, as: z}\n- wait: {closed: z}"
+    ),
+    "oversize_length": (
+        "- start: cluster\n- send: {fault: oversize_length, hang_up: true}"
+    ),
+    "garbage_body": (
+        "- start: cluster\n- send: {fault: garbage_body, as: g}\n- wait: {closed: g}"
+    ),
+    "reset_mid_frame": (
+        "- start: cluster\n- send: {cmd: map_to_kv_tensors, offsets: [0], fault: reset_mid_frame}"
+    ),
+    "one_byte_at_a_time": (
+        "- start: cluster\n"
+        "- send: {cmd: kv_tensors_created, fault: one_byte_at_a_time, timeout: 2s}"
+    ),
+    "stall_byte_by_byte": (
+        "- start: cluster\n"
+        "- send: {cmd: map_to_kv_tensors, offsets: [0], fault: stall_byte_by_byte, as: r1}\n"
+        "- stop: {as: s1}\n- wait: {returned: s1}\n- finish: r1"
+    ),
+    "never_read": (
+        "- start: cluster\n"
+        "- send: {cmd: map_to_kv_tensors, offsets: [0], fault: never_read, reply_size: 512KiB, as: r1}\n"
+        "- stop: {as: s1}\n- wait: {returned: s1}\n- wait: {closed: r1}"
+    ),
+    "slow_reader": (
+        "- start: cluster\n"
+        "- send: {cmd: map_to_kv_tensors, offsets: [0], fault: slow_reader, reply_size: 512KiB, as: r1}\n"
+        "- wait: {returned: r1}"
+    ),
+}
 AS_FIELD: Any = Field(None, alias="as", description=AS_DESCRIPTION)
 TO_FIELD: Any = Field(WORKER_0, description="the worker whose socket it connects to (default rank 0, pp 0)")
 OFFSETS_FIELD: Any = Field(default_factory=list, max_length=1024,

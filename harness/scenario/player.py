@@ -21,7 +21,8 @@ its workers inside it):
    (harness.launch.roles.ROLE_MAINS) and the target attribute each runs (``engine_server``, say);
 2. its step kinds, in a module of their own: ``@step_kind("serve_request", "request", cast="vllm")`` on a
    function of (player, spec, name), the step's parameter model in harness.scenario.steps (or in a
-   ``*_spec`` module it imports), and the module imported by harness.scenario.runner;
+   ``*_spec`` module it imports) with the step's ``example`` (docs/steps.md), and the module imported by
+   harness.scenario.runner;
 3. state its steps share (a port, a server handle) in an object of its own: ``player.scratch(MyState)``.
 
 Recording goes through :meth:`Player.started` / :meth:`Player.returned` (which add the kind's category), a

@@ -24,13 +24,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import Discriminator, Field, Tag, model_validator
+from pydantic import Discriminator, Field, Tag
 
-from harness.events import kind_names
 from harness.scenario.client_spec import (
-    AS_FIELD,
-    GROUP_FIELD,
-    OFFSETS_FIELD,
     READER_FAULTS,
     SEND_FAULTS,
     WITHHOLDING_FAULTS,
@@ -41,19 +37,24 @@ from harness.scenario.client_spec import (
     StaleSocket,
     StartListener,
 )
-from harness.scenario.engine_spec import EngineRequest, EngineRestart, EngineSignal, EngineStart, WaitGone
-from harness.scenario.fields import (
-    MAX_COUNT,
-    WORKER_0,
-    Duration,
-    SiteName,
-    Size,
-    StepName,
-    Strict,
-    Worker,
-    WorkerOrAll,
-    WorkerOrEngine,
+from harness.scenario.common_spec import (
+    EVENT_KINDS,
+    FAILPOINT_ACTIONS,
+    Arm,
+    Call,
+    Ctl,
+    Exit,
+    HoldPort,
+    Kill,
+    PathFault,
+    Restart,
+    Shutdown,
+    Stop,
+    Wait,
+    Workload,
 )
+from harness.scenario.engine_spec import EngineRequest, EngineRestart, EngineSignal, EngineStart, WaitGone
+from harness.scenario.fields import StepName, Strict
 from harness.scenario.handshake_spec import (
     Cycle,
     Hammer,
@@ -61,7 +62,6 @@ from harness.scenario.handshake_spec import (
     HandshakeShutdown,
     HandshakeStart,
     MalformedHandshake,
-    word_or_number,
 )
 from harness.scenario.machine_spec import FdLimit, MeasureIdle
 from harness.scenario.stress_spec import Stress
@@ -75,156 +75,15 @@ __all__ = [
     "READER_FAULTS",
 ]
 
-Action = Literal["pause", "raise", "delay", "crash", "pass", "stop_listener"]  # failpoints.ACTIONS but call,
-# plus stop_listener: the handler that hits the site calls stop on its own listener (stop from a handler)
-FAILPOINT_ACTIONS: tuple[str, ...] = Action.__args__  # type: ignore[attr-defined]
-EVENT_KINDS: tuple[str, ...] = kind_names()  # the built-in vocabulary (harness.events); a target declares its own
-
-
-def _event_enum(schema: dict[str, Any]) -> None:
-    """The JSON Schema of ``wait: {event: ...}``: a string from harness.events (or null)."""
-    for branch in schema.get("anyOf", [schema]):
-        if branch.get("type") == "string":
-            branch["enum"] = list(EVENT_KINDS)
-
-
-# ------------------------------------------------------------------ parameters
-class Arm(Strict):
-    """Arm a failpoint site in a target process over the control channel."""
-
-    site: SiteName = Field(description="where, e.g. backend.map_to_kv_tensors or listener.frame_read")
-    on: WorkerOrEngine = Field(WORKER_0, description="the process: a worker {rank, pp} or engine")
-    action: Action = Field("pause", description="pause (until released), raise, delay, crash or pass")
-    count: int | None = Field(None, ge=1, le=MAX_COUNT,
-                              description="only the next N hits take the action; default every hit")
-    delay: Duration = Field(0.0, description="for action delay: how long each hit is held")
-    as_: StepName | None = AS_FIELD
-
-    @model_validator(mode="after")
-    def _delay_matches_action(self) -> Arm:
-        if self.action == "delay" and self.delay <= 0:
-            raise ValueError("action 'delay' needs delay: greater than 0, e.g. delay: 100ms")
-        if self.action != "delay" and self.delay > 0:
-            raise ValueError(f"delay: is only used by action 'delay', not {self.action!r}; remove it")
-        return self
-
-
-class Call(Strict):
-    """An engine-side client call, started without waiting; ``wait: {returned: NAME}`` joins it."""
-
-    op: Literal["map", "unmap", "kv_tensors_created"] = Field(description="the engine client's operation")
-    offsets: list[Size] = OFFSETS_FIELD
-    group_id: int = GROUP_FIELD
-    as_: StepName | None = AS_FIELD
-
-
-class Wait(Strict):
-    """Block until one thing happens; exactly one of reached, event, returned, closed."""
-
-    reached: StepName | None = Field(None, description="an arm step's name: wait until its site is hit")
-    hits: int = Field(1, ge=1, le=MAX_COUNT, description="with reached: wait for this many hits in all")
-    event: str | None = Field(None, description="an event kind, e.g. stop_started (see docs/events.md)",
-                              json_schema_extra=_event_enum)
-    on: WorkerOrEngine | None = Field(None, description="with event: only events from this process")
-    returned: StepName | None = Field(None, description="a call, stop, shutdown or restart step's name")
-    closed: StepName | None = Field(None, description="a send, idle or flood step's name: the listener closed it")
-    timeout: Duration | None = Field(None, description="a safety net, not a timer; default config.ipc_timeout")
-
-    @property
-    def what(self) -> str:
-        """Which of reached, event, returned, closed is set."""
-        return next(k for k in ("reached", "event", "returned", "closed") if getattr(self, k) is not None)
-
-    @model_validator(mode="after")
-    def _exactly_one(self) -> Wait:
-        given = [k for k in ("reached", "event", "returned", "closed") if getattr(self, k) is not None]
-        if len(given) != 1:
-            found = " and ".join(given) if given else "none"
-            raise ValueError(f"expected exactly one of: reached, event, returned, closed; found {found}")
-        if self.on is not None and self.event is None:
-            raise ValueError("on: only applies to event waits; remove it")
-        if self.hits != 1 and self.reached is None:
-            raise ValueError("hits: only applies to reached waits; remove it")
-        return self
-
-
-class Stop(Strict):
-    """Stop listeners (async): ``wait: {returned: NAME}`` joins it, stop_result/stop_latency judge it."""
-
-    on: WorkerOrAll = Field("all", description="all workers, or one {rank, pp}")
-    timeout: Duration | None = Field(None, description="the drain timeout passed to stop; default the config's")
-    as_: StepName | None = AS_FIELD
-
-
-class Shutdown(Strict):
-    """The integration's shutdown (stop, then allocator teardown if drained), async."""
-
-    on: WorkerOrAll = Field("all", description="all workers, or one {rank, pp}")
-    as_: StepName | None = AS_FIELD
-
-
-class Restart(Strict):
-    """start() again on a worker whose listener is registered (async)."""
-
-    on: Worker = Field(WORKER_0, description="the worker {rank, pp}")
-    as_: StepName | None = AS_FIELD
-
-
-class Exit(Strict):
-    """Ask worker processes to end (async); ``shutdown: false`` leaves their listeners to the exit hook."""
-
-    on: WorkerOrAll = Field("all", description="all workers, or one {rank, pp}")
-    shutdown: bool = Field(False, description="run the integration shutdown first (false: the exit hook must)")
-    as_: StepName | None = AS_FIELD
-
-
-class Ctl(Strict):
-    """``lastcall ctl`` on this run's root: list what its instance left (value: instances with their
-    artifacts and owner states) or delete it (value: the paths removed); as a user would after a crash."""
-
-    action: Literal["list", "delete"] = Field(description="list the run's instance, or delete it")
-    force: bool = Field(False, description="delete even while an owner is alive (ctl delete --force)")
-    as_: StepName | None = AS_FIELD
-
-
-class Kill(Strict):
-    """Send a signal to the engine or a worker process."""
-
-    target: WorkerOrEngine = Field(description="engine, or a worker {rank, pp}")
-    signal: Literal["SIGKILL", "SIGTERM", "SIGINT"] = Field("SIGKILL", description="the signal")
-
-
-class PathFault(Strict):
-    """Remove (``remove``) or replace (``replace``) a worker's socket file or its directory while live."""
-
-    what: Literal["socket", "dir"] = Field("socket", description="the socket file, or its directory")
-    of: Worker = Field(WORKER_0, description="whose: a worker {rank, pp}")
-
-
-class HoldPort(Strict):
-    """Hold a TCP port before start (handshake scenarios); 0 picks a free one."""
-
-    port: int = Field(0, ge=0, le=65535, description="the port; 0 = any free port")
-    as_: StepName | None = AS_FIELD
-
-
-class Workload(Strict):
-    """Generated map/unmap waves from the scenario's seed."""
-
-    waves: int = Field(5, ge=1, le=1000, description="how many waves")
-    pages: int = Field(8, ge=1, le=1024, description="pages mapped per wave")
-    stop_at: Annotated[
-        Annotated[Literal["random", "never"], Tag("Name")] | Annotated[int, Tag("Number"), Field(ge=0, le=1000)],
-        Discriminator(word_or_number),
-    ] = Field("random", description="the wave during which stop begins: random (seeded), never, or its index")
-    as_: StepName | None = AS_FIELD
-
 
 # -------------------------------------------------------------------- the steps
 class StepBase(Strict):
     """One step: a mapping with exactly one key, its ``kind``."""
 
     kind: ClassVar[str]
+    # the step in a short list of steps, written once here: docs/steps.md shows it and a test loads it
+    # (harness.scenario.stepdocs wraps it in a scenario) through the loader
+    example: ClassVar[str]
 
     @property
     def spec(self) -> Any:
@@ -239,6 +98,7 @@ class StepBase(Strict):
 
 class StartStep(StepBase):
     kind: ClassVar[str] = "start"
+    example: ClassVar[str] = "- start: cluster"
     start: Literal["cluster", "engine"] = Field(
         description="start the run's processes (cluster: the engine and its tp x pp workers; engine: the "
                     "target's engine tree, launched by the harness); first, once")
@@ -246,181 +106,262 @@ class StartStep(StepBase):
 
 class SendStep(StepBase):
     kind: ClassVar[str] = "send"
+    example: ClassVar[str] = (
+        "- start: cluster\n- send: {cmd: map_to_kv_tensors, offsets: [0, 2MiB], timeout: 2s, as: r1}"
+    )
     send: Send = Field(description=Send.__doc__)
 
 
 class IdleStep(StepBase):
     kind: ClassVar[str] = "idle"
+    example: ClassVar[str] = (
+        "- start: cluster\n- idle: {count: 8, as: quiet}\n- stop: {as: s1}\n- wait: {closed: quiet}"
+    )
     idle: Connections = Field(description="open connections that send nothing")
 
 
 class FloodStep(StepBase):
     kind: ClassVar[str] = "flood"
+    example: ClassVar[str] = "- start: cluster\n- stop: {as: s1}\n- flood: {count: 64}\n- wait: {returned: s1}"
     flood: Connections = Field(description="open connections as fast as possible (e.g. during stop)")
 
 
 class ArmStep(StepBase):
     kind: ClassVar[str] = "arm"
+    example: ClassVar[str] = (
+        "- start: cluster\n- arm: {site: backend.map_to_kv_tensors, action: pause, count: 1, as: f1}\n"
+        "- call: {op: map, offsets: [0], as: c1}\n- wait: {reached: f1}\n- release: f1"
+    )
     arm: Arm = Field(description=Arm.__doc__)
 
 
 class CallStep(StepBase):
     kind: ClassVar[str] = "call"
+    example: ClassVar[str] = "- start: cluster\n- call: {op: kv_tensors_created, as: c1}\n- wait: {returned: c1}"
     call: Call = Field(description=Call.__doc__)
 
 
 class WaitStep(StepBase):
     kind: ClassVar[str] = "wait"
+    example: ClassVar[str] = (
+        "- start: cluster\n- stop: {as: s1}\n- wait: {event: stop_started}\n- wait: {returned: s1, timeout: 5s}"
+    )
     wait: Wait = Field(description=Wait.__doc__)
 
 
 class ReleaseStep(StepBase):
     kind: ClassVar[str] = "release"
+    example: ClassVar[str] = (
+        "- start: cluster\n- arm: {site: listener.frame_read, as: f1}\n"
+        "- send: {cmd: kv_tensors_created, fault: stall_after_header, as: r1}\n- wait: {reached: f1}\n"
+        "- release: f1"
+    )
     release: StepName = Field(description="an arm step's name: let its parked threads go on (a delay ends early)")
 
 
 class StopStep(StepBase):
     kind: ClassVar[str] = "stop"
+    example: ClassVar[str] = (
+        "- start: cluster\n- stop: {on: {rank: 0}, timeout: 500ms, as: s1}\n- wait: {returned: s1}"
+    )
     stop: Stop = Field(description=Stop.__doc__)
 
 
 class ShutdownStep(StepBase):
     kind: ClassVar[str] = "shutdown"
+    example: ClassVar[str] = "- start: cluster\n- shutdown: {as: sd}\n- wait: {returned: sd}"
     shutdown: Shutdown = Field(description=Shutdown.__doc__)
 
 
 class RestartStep(StepBase):
     kind: ClassVar[str] = "restart"
+    example: ClassVar[str] = (
+        "- start: cluster\n- stop: {as: s1}\n- wait: {returned: s1}\n- restart: {on: {rank: 0}, as: again}\n"
+        "- wait: {returned: again}"
+    )
     restart: Restart = Field(description=Restart.__doc__)
 
 
 class ExitStep(StepBase):
     kind: ClassVar[str] = "exit"
+    example: ClassVar[str] = "- start: cluster\n- exit: {shutdown: false, as: bye}\n- wait: {returned: bye}"
     exit: Exit = Field(description=Exit.__doc__)
 
 
 class KillStep(StepBase):
     kind: ClassVar[str] = "kill"
+    example: ClassVar[str] = "- start: cluster\n- kill: {target: {rank: 0}, signal: SIGKILL}"
     kill: Kill = Field(description=Kill.__doc__)
 
 
 class RemoveStep(StepBase):
     kind: ClassVar[str] = "remove"
+    example: ClassVar[str] = "- start: cluster\n- remove: {what: dir, of: {rank: 0}}"
     remove: PathFault = Field(description="delete a worker's socket file or directory while it is live")
 
 
 class ReplaceStep(StepBase):
     kind: ClassVar[str] = "replace"
+    example: ClassVar[str] = "- start: cluster\n- replace: {what: socket}"
     replace: PathFault = Field(description="put a different file at a worker's socket path while it is live")
 
 
 class HoldPortStep(StepBase):
     kind: ClassVar[str] = "hold_port"
+    example: ClassVar[str] = "- hold_port: {as: held}\n- start: cluster\n- handshake_start: {port: held, as: l1}"
     hold_port: HoldPort = Field(description=HoldPort.__doc__)
 
 
 class PipelineStep(StepBase):
     kind: ClassVar[str] = "pipeline"
+    example: ClassVar[str] = (
+        "- start: cluster\n"
+        "- pipeline: {requests: [{cmd: kv_tensors_created}, {cmd: map_to_kv_tensors, offsets: [0]}],\n"
+        "             read_each: true, as: p1}\n"
+        "- wait: {returned: p1}"
+    )
     pipeline: Pipeline = Field(description=Pipeline.__doc__)
 
 
 class StaleSocketStep(StepBase):
     kind: ClassVar[str] = "stale_socket"
+    example: ClassVar[str] = (
+        "- start: cluster\n- stale_socket: {ipc: predecessor}\n- start_listener: {ipc: predecessor, as: l1}"
+    )
     stale_socket: StaleSocket = Field(description=StaleSocket.__doc__)
 
 
 class StartListenerStep(StepBase):
     kind: ClassVar[str] = "start_listener"
+    example: ClassVar[str] = "- start: cluster\n- start_listener: {stops: 2, again: true, as: l1}"
     start_listener: StartListener = Field(description=StartListener.__doc__)
 
 
 class FinishStep(StepBase):
     kind: ClassVar[str] = "finish"
+    example: ClassVar[str] = (
+        "- start: cluster\n- send: {cmd: map_to_kv_tensors, offsets: [0], fault: stall_after_header, as: r1}\n"
+        "- stop: {as: s1}\n- wait: {returned: s1}\n- finish: r1"
+    )
     finish: StepName = Field(description="a send step's name: send the rest of its withheld frame")
 
 
 class StressStep(StepBase):
     kind: ClassVar[str] = "stress"
+    example: ClassVar[str] = "- start: cluster\n- stress: {clients: 4, requests: 60, stops: 3, as: storm}"
     stress: Stress = Field(description=Stress.__doc__)
 
 
 class MeasureIdleStep(StepBase):
     kind: ClassVar[str] = "measure_idle"
+    example: ClassVar[str] = "- start: cluster\n- idle: {count: 4}\n- measure_idle: {window: 300ms, as: m1}"
     measure_idle: MeasureIdle = Field(description=MeasureIdle.__doc__)
 
 
 class FdLimitStep(StepBase):
     kind: ClassVar[str] = "fd_limit"
+    example: ClassVar[str] = "- start: cluster\n- fd_limit: {}\n- idle: {count: 1}\n- fd_limit: {restore: true}"
     fd_limit: FdLimit = Field(description=FdLimit.__doc__)
 
 
 class WorkloadStep(StepBase):
     kind: ClassVar[str] = "workload"
+    example: ClassVar[str] = "- start: cluster\n- workload: {waves: 5, pages: 8, stop_at: 2}"
     workload: Workload = Field(description=Workload.__doc__)
 
 
 class CtlStep(StepBase):
     kind: ClassVar[str] = "ctl"
+    example: ClassVar[str] = "- start: cluster\n- kill: {target: {rank: 0}}\n- ctl: {action: delete, as: cleaned}"
     ctl: Ctl = Field(description=Ctl.__doc__)
 
 
 class HandshakeStartStep(StepBase):
     kind: ClassVar[str] = "handshake_start"
+    example: ClassVar[str] = "- start: cluster\n- handshake_start: {start_timeout: 1s, join_timeout: 5s, as: l1}"
     handshake_start: HandshakeStart = Field(description=HandshakeStart.__doc__)
 
 
 class HandshakeStep(StepBase):
     kind: ClassVar[str] = "handshake"
+    example: ClassVar[str] = "- start: cluster\n- handshake_start: {as: l1}\n- handshake: {pp: 0, tp: 0, as: h1}"
     handshake: Handshake = Field(description=Handshake.__doc__)
 
 
 class HammerStep(StepBase):
     kind: ClassVar[str] = "hammer"
+    example: ClassVar[str] = (
+        "- start: cluster\n- handshake_start: {as: l1}\n- hammer: {as: traffic}\n- handshake_shutdown: {as: s1}\n"
+        "- wait: {returned: s1}\n- stop_hammer: traffic"
+    )
     hammer: Hammer = Field(description=Hammer.__doc__)
 
 
 class StopHammerStep(StepBase):
     kind: ClassVar[str] = "stop_hammer"
+    example: ClassVar[str] = (
+        "- start: cluster\n- handshake_start: {as: l1}\n- hammer: {as: traffic}\n"
+        "- wait: {event: handshake_served}\n- stop_hammer: traffic"
+    )
     stop_hammer: StepName = Field(description="a hammer step's name: the peer stops after its handshake in flight")
 
 
 class MalformedHandshakeStep(StepBase):
     kind: ClassVar[str] = "malformed_handshake"
+    example: ClassVar[str] = (
+        "- start: cluster\n- handshake_start: {as: l1}\n- malformed_handshake: {kind: wrong_tag, as: bad}"
+    )
     malformed_handshake: MalformedHandshake = Field(description=MalformedHandshake.__doc__)
 
 
 class HandshakeShutdownStep(StepBase):
     kind: ClassVar[str] = "handshake_shutdown"
+    example: ClassVar[str] = (
+        "- start: cluster\n- handshake_start: {as: l1}\n- handshake_shutdown: {as: s1}\n- wait: {returned: s1}"
+    )
     handshake_shutdown: HandshakeShutdown = Field(description=HandshakeShutdown.__doc__)
 
 
 class CycleStep(StepBase):
     kind: ClassVar[str] = "cycle"
+    example: ClassVar[str] = "- start: cluster\n- cycle: {n: 5, as: rounds}"
     cycle: Cycle = Field(description=Cycle.__doc__)
 
 
 class EngineRequestStep(StepBase):
     kind: ClassVar[str] = "engine_request"
+    example: ClassVar[str] = "- start: engine\n- engine_request: {stream: true, max_tokens: 8, as: r1}"
     engine_request: EngineRequest = Field(description=EngineRequest.__doc__)
 
 
 class EngineSignalStep(StepBase):
     kind: ClassVar[str] = "engine_signal"
+    example: ClassVar[str] = (
+        "- start: engine\n- engine_signal: {to: api_server, sig: SIGTERM, as: term}\n- wait_gone: {timeout: 10s}"
+    )
     engine_signal: EngineSignal = Field(description=EngineSignal.__doc__)
 
 
 class WaitGoneStep(StepBase):
     kind: ClassVar[str] = "wait_gone"
+    example: ClassVar[str] = (
+        "- start: engine\n- engine_signal: {to: worker, index: 0, sig: SIGKILL}\n"
+        "- wait_gone: {timeout: 5s, as: gone}"
+    )
     wait_gone: WaitGone = Field(description=WaitGone.__doc__)
 
 
 class EngineRestartStep(StepBase):
     kind: ClassVar[str] = "engine_restart"
+    example: ClassVar[str] = "- start: engine\n- engine_signal: {sig: SIGKILL}\n- engine_restart: {as: again}"
     engine_restart: EngineRestart = Field(description=EngineRestart.__doc__)
 
 
 class EngineStartStep(StepBase):
     kind: ClassVar[str] = "engine_start"
+    example: ClassVar[str] = (
+        "- start: engine\n- engine_signal: {sig: SIGTERM}\n- wait_gone: {}\n- engine_start: {as: second}"
+    )
     engine_start: EngineStart = Field(description=EngineStart.__doc__)
 
 
