@@ -190,12 +190,13 @@ def test_vllm_nixl_speaks_the_installed_lines_wire(version: str | None, line: st
     import msgspec
 
     import harness.targets.vllm_nixl as vn
+    import harness.targets.vllm_nixl_layout as layouts
     from harness.errors import HandshakeError
     from harness.reference.handshake import AgentMetadata
 
-    monkeypatch.setattr(vn, "vllm_version", lambda: version)
-    vn.layout.cache_clear()
-    request.addfinalizer(vn.layout.cache_clear)  # after monkeypatch's undo is registered: runs before it
+    monkeypatch.setattr(layouts, "vllm_version", lambda: version)
+    layouts.layout.cache_clear()
+    request.addfinalizer(layouts.layout.cache_clear)  # after monkeypatch's undo is registered: runs before it
     codec = vn.TARGET.handshake_codec
     meta = AgentMetadata(agent_name="agent-0-1", engine_id="e", pp_rank=0, tp_rank=1, payload=b"kv")
     nixl = msgspec.msgpack.encode({"engine_id": "e", "agent_metadata": msgspec.msgpack.encode(meta), "device_id": 0})

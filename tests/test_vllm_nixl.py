@@ -25,7 +25,8 @@ from lc_helpers import Make, handshake_clusters, status, step
 
 from harness.launch.cluster import RemoteError
 from harness.launch.judged import JudgedCluster
-from harness.targets.vllm_nixl import LAYOUT_011, TARGET, layout
+from harness.targets.vllm_nixl import TARGET
+from harness.targets.vllm_nixl_layout import LAYOUT_011, layout
 from harness.timeouts import scaled
 
 REASON = TARGET.unavailable()

@@ -61,7 +61,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import functools
 import os
 import socket
 import threading
@@ -70,159 +69,29 @@ from collections.abc import Iterator, Mapping
 from types import ModuleType, SimpleNamespace
 from typing import Any
 
-import msgspec
-
 from harness.errors import ConfigError, HandshakeError
 from harness.history import Emitter, NullRecorder
 from harness.reference.handshake import AgentMetadata, check_listener_args, req_exchange
+from harness.targets.vllm_nixl_layout import (
+    _AGENT,
+    _ENCODER,
+    FIX,
+    GET_META_MSG,
+    METADATA_MODULE,
+    SCHEDULER_MODULE,
+    _import_error,
+    _unavailable_message,
+    _vllm,
+    layout,
+    vllm_version,
+)
 
 __all__ = ["TARGET", "VllmNixlTarget", "VllmNixlListener", "HandshakeCodec", "FakeNixlAgent", "GET_META_MSG",
            "SCHEDULER_MODULE", "METADATA_MODULE", "FIX"]
 
-SCHEDULER_MODULE = "vllm.distributed.kv_transfer.kv_connector.v1.nixl.base_scheduler"  # 0.33.x
-METADATA_MODULE = "vllm.distributed.kv_transfer.kv_connector.v1.nixl.metadata"  # 0.33.x
-SCHEDULER_CLASS = "NixlBaseConnectorScheduler"  # 0.33.x
-CONNECTOR_MODULE_011 = "vllm.distributed.kv_transfer.kv_connector.v1.nixl_connector"  # 0.11.x: all in one module
-FIX = "./dev vllm-env"  # builds .venv-vllm; ./dev vllm-test runs the vllm-marked tests in it
-GET_META_MSG = b"get_meta_msg"  # vLLM 0.33.0's request tag: bytes (the reference's is a str)
 COMPAT_HASH = "lastcall-fake-nixl"  # what a real engine derives from its config; the listener only serves it
 HOST_ENV, PORT_ENV = "VLLM_NIXL_SIDE_CHANNEL_HOST", "VLLM_NIXL_SIDE_CHANNEL_PORT"
-
 _ENV_LOCK = threading.Lock()  # the side-channel env vars are set only while a scheduler reads them
-_ENCODER = msgspec.msgpack.Encoder()
-_AGENT = msgspec.msgpack.Decoder(AgentMetadata)
-
-
-class _Payload(msgspec.Struct):
-    """The two fields of vLLM's NixlHandshakePayload a peer reads (other fields are ignored)."""
-
-    compatibility_hash: str
-    agent_metadata_bytes: bytes
-
-
-class _NixlAgentMetadata(msgspec.Struct):
-    """The fields of vLLM's NixlAgentMetadata a peer reads (other fields are ignored)."""
-
-    engine_id: str
-    agent_metadata: bytes
-
-
-_PAYLOAD = msgspec.msgpack.Decoder(_Payload)
-_NIXL_AGENT = msgspec.msgpack.Decoder(_NixlAgentMetadata)
-
-
-@dataclasses.dataclass(frozen=True)
-class Layout:
-    """Where one vLLM line keeps its scheduler-side listener, and how its side channel speaks.
-
-    * ``0.33``: ``nixl/base_scheduler.py``, ``NixlBaseConnectorScheduler(vllm_config, engine_id,
-      kv_cache_config)``; metadata per (pp, tp) as ``NixlHandshakePayload``; request msgpack
-      ``(b"get_meta_msg", pp, tp)``; reply two frames (payload, the listener's perf_counter).
-    * ``0.11`` (best effort; 0.11.1 run): ``nixl_connector.py``, ``NixlConnectorScheduler(vllm_config,
-      engine_id)``; metadata per tp rank as ``NixlAgentMetadata``; request msgpack ``(b"get_meta_msg",
-      tp)``; reply one frame, the ``NixlAgentMetadata``. No pp rank on the wire: only pp 0 is served.
-    """
-
-    line: str
-    scheduler_module: str
-    metadata_module: str
-    scheduler_class: str
-    by_pp: bool  # metadata keyed by (pp, tp) rather than tp
-    takes_kv_cache_config: bool  # the scheduler's __init__ has a kv_cache_config argument
-    host_read_by_thread: bool  # the listener thread reads VLLM_NIXL_SIDE_CHANNEL_HOST itself, when it runs
-
-    @property
-    def modules(self) -> tuple[str, ...]:
-        return tuple(dict.fromkeys((self.scheduler_module, self.metadata_module)))
-
-    def request(self, pp_rank: int, tp_rank: int) -> list[bytes]:
-        if self.by_pp:
-            return [_ENCODER.encode((GET_META_MSG, pp_rank, tp_rank))]
-        if pp_rank != 0:
-            raise HandshakeError(f"vLLM {self.line}.x's handshake carries a tp rank only: pp_rank {pp_rank} "
-                                 "cannot be asked for")
-        return [_ENCODER.encode((GET_META_MSG, tp_rank))]
-
-    def asked(self, frame: bytes) -> tuple[Any, Any]:
-        """(pp, tp) of a request frame, for the served event; (None, None) when it is not one."""
-        try:
-            vals = msgspec.msgpack.decode(frame)
-            return (vals[1], vals[2]) if self.by_pp else (0, vals[1])
-        except Exception:
-            return (None, None)
-
-    def decode(self, frames: list[bytes]) -> AgentMetadata:
-        """The reply frames (after the REQ envelope) as the reference AgentMetadata the fake agent published."""
-        want = 2 if self.by_pp else 1
-        if len(frames) != want:
-            what = "payload, perf_counter" if self.by_pp else "NixlAgentMetadata"
-            raise HandshakeError(f"expected {want} reply frame(s) ({what}), got {len(frames)}")
-        try:
-            if self.by_pp:
-                agent = _NIXL_AGENT.decode(_PAYLOAD.decode(frames[0]).agent_metadata_bytes)
-                msgspec.msgpack.decode(frames[1], type=float)
-            else:
-                agent = _NIXL_AGENT.decode(frames[0])
-            return _AGENT.decode(agent.agent_metadata)
-        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-            raise HandshakeError(f"undecodable vLLM handshake reply: {exc}")
-
-
-LAYOUT_033 = Layout("0.33", SCHEDULER_MODULE, METADATA_MODULE, SCHEDULER_CLASS, by_pp=True,
-                    takes_kv_cache_config=True, host_read_by_thread=False)
-LAYOUT_011 = Layout("0.11", CONNECTOR_MODULE_011, CONNECTOR_MODULE_011, "NixlConnectorScheduler", by_pp=False,
-                    takes_kv_cache_config=False, host_read_by_thread=True)
-
-
-@functools.cache
-def layout() -> Layout:
-    """The layout of the installed vLLM (from its version, without importing it): 0.11.x's, else 0.33.x's.
-    Once per process: the observed socket asks on every message, and reading a version costs ~1 ms."""
-    version = vllm_version() or ""
-    return LAYOUT_011 if version.startswith("0.11.") else LAYOUT_033
-
-
-# ------------------------------------------------------------------ vLLM, lazily
-@functools.cache
-def _import_error() -> str | None:
-    """Why vLLM's scheduler-side NIXL module cannot be imported here (None when it can). Once per process."""
-    import importlib
-
-    for name in layout().modules:
-        try:
-            importlib.import_module(name)
-        except Exception as exc:  # ImportError, or whatever a half-installed vllm raises at import
-            return f"{type(exc).__name__}: {exc}"
-    return None
-
-
-def _vllm() -> tuple[ModuleType, ModuleType]:
-    """vLLM's scheduler and metadata modules; ConfigError with the fix when they do not import."""
-    why = _import_error()
-    if why is not None:
-        raise ConfigError(_unavailable_message(why))
-    import importlib
-
-    lay = layout()
-    return importlib.import_module(lay.scheduler_module), importlib.import_module(lay.metadata_module)
-
-
-def _unavailable_message(why: str) -> str:
-    version = vllm_version()
-    have = "" if version is None else f" (vllm {version} is installed)"
-    return (f"vllm_nixl needs vLLM 0.33.x (or 0.11.x) importable: `import {layout().scheduler_module}` failed "
-            f"({why}){have}; "
-            f"run `{FIX}` and use .venv-vllm/bin/python (./dev vllm-test runs the tests there)")
-
-
-def vllm_version() -> str | None:
-    """The installed vLLM's version, without importing it (None when not installed)."""
-    from importlib import metadata
-
-    try:
-        return metadata.version("vllm")
-    except metadata.PackageNotFoundError:
-        return None
 
 
 # ------------------------------------------------------------------ fake NIXL
