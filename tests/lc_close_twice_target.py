@@ -1,5 +1,6 @@
 """A planted bug for tests/test_closed_once.py, modelled on the mutation measurement's survivor
-``harness/reference/listener.py:590:12:remove`` (docs/mutation.md): a listener whose ``_close`` does not return
+``harness/reference/listener.py::WorkerListener._close::remove:def028`` (docs/mutation.md): a listener whose
+``_close`` does not return
 when the connection is already closed.
 
 ``reference@tests.lc_close_twice_target:ClosesTwice``: the reference listener, but a connection closed once

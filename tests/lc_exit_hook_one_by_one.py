@@ -1,5 +1,6 @@
 """A planted bug for tests/test_exit_hook_rest.py, modelled on the mutation measurement's survivor
-``harness/reference/registry.py:128:12:remove`` (docs/mutation.md): an exit hook that does not tell every
+``harness/reference/registry.py::Registry.exit_hook::remove:5d1c0a`` (docs/mutation.md): an exit hook that does not
+tell every
 listener to stop before it waits for the first.
 
 ``tests.lc_exit_hook_one_by_one:ONE_BY_ONE``: the reference, but its registry's exit hook stops the listeners

@@ -1,5 +1,6 @@
 """A planted bug for tests/test_refused.py, modelled on the mutation measurement's survivor
-``harness/reference/listener.py:540:12:remove`` (docs/mutation.md): a listener that drops the error reply of a
+``harness/reference/listener.py::WorkerListener._call_backend::remove:5a073d`` (docs/mutation.md): a listener that
+drops the error reply of a
 request its backend refuses.
 
 ``reference@tests.lc_refusal_target:RefusalUnanswered``: the reference listener, but a

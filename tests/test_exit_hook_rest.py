@@ -1,6 +1,7 @@
 """``exit_hook_stops_the_rest`` and ``start_listener: {keep: true}``: a worker's exit hook tells every listener to
 stop before it waits for any, so one that cannot drain does not use up the one budget of the others (the
-mutation survivor harness/reference/registry.py:128:12:remove, which no scenario noticed: no worker ever had a
+mutation survivor harness/reference/registry.py::Registry.exit_hook::remove:5d1c0a, which no scenario noticed: no
+worker ever had a
 second listener registered).  Proven on synthetic histories, on the reference (quiet), at load time, and on a
 planted registry modelled on the mutant (tests/lc_exit_hook_one_by_one.py) through the library's scenario."""
 

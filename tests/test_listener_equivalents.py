@@ -1,7 +1,8 @@
 """The tests mutation/equivalent.yaml names for mutants of harness/reference/listener.py: each shows that what
 anyone can observe of the mutant is what they observe of the reference.
 
-``listener.py:594:8:remove`` (``_close`` keeps the connection's queued frames, ``conn.bodies.clear()`` removed):
+``listener.py::WorkerListener._close::remove:01b4f0`` (``_close`` keeps the connection's queued frames,
+``conn.bodies.clear()`` removed):
 every read of ``conn.bodies`` is in ``_dispatch_ready``'s loop, which stops as soon as the socket is closed
 (``conn.sock.fileno() != -1``), and the only other use is ``_on_readable``'s extend, which runs only on an open
 connection found in ``_conns`` (a closed one was popped) or a fresh accept.  The test checks that premise on the
@@ -9,7 +10,8 @@ source, then runs the one case where a closed connection still has frames queued
 requests and goes away while the first is in the backend): reference and mutant make one backend call, answer
 nothing more and close the connection once.
 
-``listener.py:569:47:negate`` (after a reply is flushed, a connection between frames is labelled READING and one
+``listener.py::WorkerListener._on_writable::negate:f88630`` (after a reply is flushed, a connection between frames is
+labelled READING and one
 mid-frame IDLE, instead of the other way round): READING and IDLE are told apart only where an IDLE connection
 mid-frame is promoted to READING (``_on_readable``) and where an IDLE one is cancelled after a dispatch pass;
 the latter sees only a state the pass itself set.  The test checks that premise on the source, then runs a
@@ -17,15 +19,18 @@ reply larger than the socket buffer followed, on the same connection, by half of
 while mid-frame), the rest, and a stop with a connection between frames and one mid-frame after such flushes:
 the same replies, the same cancellations, the same stop.
 
-``listener.py:522:16:unlock`` (the state update after a connection's replies runs without the listener lock):
+``listener.py::WorkerListener._dispatch_ready::unlock:50e45c`` (the state update after a connection's replies runs
+without the listener lock):
 the only other thread that reads or writes a connection's state or the stop flag is a stop's ``_begin_stop``
 (under the lock), and every statement of the unlocked block reads or writes one attribute at a time.  The test
 holds the serving thread before each statement of the block in turn (a line tracer on that thread only), runs
 the stop's part there, and lets it go on: each outcome (the reply, the connections the stop cancelled, the
 closes, what stop returned) is one the locked block has too, with the stop before the block or after it.
 
-``listener.py:473:16:unlock`` (``_on_readable``'s promotion of an IDLE connection mid-frame to READING without the
-lock) is held the same way, before the block's test and before its store; ``listener.py:582:12:remove``
+``listener.py::WorkerListener._on_readable::unlock:50e45c`` (``_on_readable``'s promotion of an IDLE connection
+mid-frame to READING without the
+lock) is held the same way, before the block's test and before its store;
+``listener.py::WorkerListener._deliver_unread::remove:43964b``
 (``_deliver_unread`` without its close of a connection whose reply was not read) is closed by the thread's exit
 that follows at once, only its recorded reason differing.
 """
@@ -57,9 +62,9 @@ from harness.reference.paths import socket_path
 pytestmark = pytest.mark.slow  # making the mutants of listener.py takes ~3 s (~10 s on a loaded machine)
 
 LISTENER_PY = Path(__file__).resolve().parent.parent / "harness" / "reference" / "listener.py"
-BODIES_CLEAR = "harness/reference/listener.py:594:8:remove"
-FLUSHED_STATE = "harness/reference/listener.py:569:47:negate"
-POST_DISPATCH_UNLOCK = "harness/reference/listener.py:522:16:unlock"
+BODIES_CLEAR = "harness/reference/listener.py::WorkerListener._close::remove:01b4f0"
+FLUSHED_STATE = "harness/reference/listener.py::WorkerListener._on_writable::negate:f88630"
+POST_DISPATCH_UNLOCK = "harness/reference/listener.py::WorkerListener._dispatch_ready::unlock:50e45c"
 SAFETY = 10.0  # seconds: a safety net on every wait, never a timer
 
 
@@ -262,7 +267,7 @@ def test_the_post_dispatch_update_without_its_lock_ends_as_the_locked_one_can(lc
 
 
 
-POLL_FOREVER = "harness/reference/listener.py:370:81:constant"
+POLL_FOREVER = "harness/reference/listener.py::WorkerListener._serve::constant:0bbd1b"
 _EPOLL_WAIT = ("232", "281")  # x86_64 epoll_wait, epoll_pwait
 
 
@@ -296,7 +301,8 @@ def _epoll_wait_timeout(timeout: float) -> int:
 
 
 def test_epoll_poll_waits_forever_for_any_negative_timeout_as_for_minus_one() -> None:
-    """``listener.py:370:81:constant`` (the serving thread's ``ep.poll(... else -1)`` becomes ``-2``): CPython's
+    """``listener.py::WorkerListener._serve::constant:0bbd1b`` (the serving thread's ``ep.poll(... else -1)`` becomes
+    ``-2``): CPython's
     ``epoll.poll`` hands the kernel -1 (wait until an event) for every negative timeout, so the serving loop
     blocks exactly as before.  Shown on the syscall itself: the kernel's timeout argument for -1 and -2, against
     a positive one that reaches it as it is (so the probe can tell them apart)."""
@@ -311,8 +317,8 @@ def test_epoll_poll_waits_forever_for_any_negative_timeout_as_for_minus_one() ->
 
 
 # --------------------------------------------- 387: the last dispatch pass
-LAST_PASS = "harness/reference/listener.py:387:12:remove"
-_LAST_PASS_LINE = int(LAST_PASS.split(":")[1])
+LAST_PASS = "harness/reference/listener.py::WorkerListener._serve::remove:e1fa66"
+_LAST_PASS_LINE = _mutants(LISTENER_PY.read_text())[LAST_PASS].line
 _ADDS = ("append", "appendleft", "extend", "extendleft", "insert")
 
 
@@ -340,7 +346,8 @@ class _CountsLastPass:
 
 def test_the_last_dispatch_pass_always_finds_nothing_waiting(lc_root: Path, lastcall_failpoints: Any,
                                                             no_thread_leak: None) -> None:
-    """``listener.py:387:12:remove`` (the ``_dispatch_ready()`` after the serving loop, "everything left answers
+    """``listener.py::WorkerListener._serve::remove:e1fa66`` (the ``_dispatch_ready()`` after the serving loop,
+    "everything left answers
     shutting_down", removed): that pass always finds ``_ready`` empty.  The only statement that adds to
     ``_ready`` is ``_on_readable``'s append; ``_on_readable`` runs only inside the loop's body (called there and
     from ``_accept``, itself called only there); the body ends with a dispatch pass whenever ``_ready`` holds a
@@ -411,7 +418,7 @@ def test_the_last_dispatch_pass_always_finds_nothing_waiting(lc_root: Path, last
 
 
 # ------------------------------------------- 473: the READING promotion unlocked
-READING_UNLOCK = "harness/reference/listener.py:473:16:unlock"
+READING_UNLOCK = "harness/reference/listener.py::WorkerListener._on_readable::unlock:50e45c"
 
 
 def _held_in_read(cls: type, lc_root: Path, line: int) -> tuple[Any, ...]:
@@ -447,7 +454,8 @@ def _held_in_read(cls: type, lc_root: Path, line: int) -> tuple[Any, ...]:
 
 def test_the_reading_promotion_without_its_lock_ends_as_the_locked_one_does(lc_root: Path,
                                                                            no_thread_leak: None) -> None:
-    """``listener.py:473:16:unlock`` (``_on_readable``'s promotion of an IDLE connection mid-frame to READING
+    """``listener.py::WorkerListener._on_readable::unlock:50e45c`` (``_on_readable``'s promotion of an IDLE connection
+    mid-frame to READING
     without the listener lock).  The only other thread that writes a connection's state is a stop's
     _begin_stop, under the lock; so the unlocked block differs from the locked one only when the stop falls
     between its test (IDLE) and its store: the stop sees the connection IDLE, cancels it (shuts it down: its
@@ -482,7 +490,7 @@ def test_the_reading_promotion_without_its_lock_ends_as_the_locked_one_does(lc_r
 
 
 # ------------------------------------- 582: the close of a reply not read
-UNREAD_CLOSE = "harness/reference/listener.py:582:12:remove"
+UNREAD_CLOSE = "harness/reference/listener.py::WorkerListener._deliver_unread::remove:43964b"
 
 
 def _unread_reply_given_up(cls: type, lc_root: Path, name: str) -> tuple[Any, ...]:
@@ -512,7 +520,8 @@ def _unread_reply_given_up(cls: type, lc_root: Path, name: str) -> tuple[Any, ..
 
 
 def test_the_close_of_an_unread_reply_is_the_exits_close_too(lc_root: Path, no_thread_leak: None) -> None:
-    """``listener.py:582:12:remove`` (``_deliver_unread`` without its close of each connection whose reply was
+    """``listener.py::WorkerListener._deliver_unread::remove:43964b`` (``_deliver_unread`` without its close of each
+    connection whose reply was
     not read before the drain timeout): the serving thread's exit closes them anyway, at once.  _deliver_unread
     is called only as the last statement of _serve's try, so what follows it is the finally, which takes every
     connection still tracked (those _deliver_unread did not close) and closes it, recording connection_closed,

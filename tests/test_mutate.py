@@ -91,9 +91,28 @@ def test_each_operator_makes_its_edit_and_nothing_else() -> None:
 def test_only_the_functions_named_are_mutated_and_ids_are_stable() -> None:
     ms = mutants_of(SMALL, "small.py", ["free"])
     assert {m.qualname for m in ms} == {"free"} and ms == mutants_of(SMALL, "small.py", ["free"])
-    assert [m.id for m in ms] == ["small.py:29:10:negate", "small.py:30:8:remove", "small.py:31:4:remove"]
+    assert [m.id.rsplit(":", 1)[0] for m in ms] == ["small.py::free::negate", "small.py::free::remove",
+                                                    "small.py::free::remove"]
+    assert len({m.id for m in ms}) == 3
     with pytest.raises(KeyError, match=r"L\.nope"):
         mutants_of(SMALL, "small.py", ["L.stop", "L.nope"])
+
+
+def test_an_id_follows_its_statement_not_its_line() -> None:
+    """Lines added above a function, or a statement above the edited one, leave every id as it was; an edited
+    statement's mutants get new ids; two identical edits of one function are told apart."""
+    before = {m.id: m for m in mutants_of(SMALL, "small.py")}
+    moved = {m.id: m for m in mutants_of("import os\n# a comment\n\n" + SMALL, "small.py")}
+    assert set(moved) == set(before) and all(moved[k].line == before[k].line + 3 for k in before)
+    free = [m for m in before.values() if m.qualname == "free"]
+    target = free[0]
+    line = SMALL.splitlines()[target.line - 1]
+    edited = SMALL.replace(line, line.replace("while ", "while 1 and "), 1)
+    assert edited != SMALL
+    after = {m.id for m in mutants_of(edited, "small.py", ["free"])}
+    assert target.id not in after and {m.id for m in free[1:]} <= after
+    twice = "def g(a):\n    a.x()\n    a.x()\n"
+    assert [m.id.rsplit(":", 1)[1] for m in mutants_of(twice, "g.py")][1].endswith(".2")
 
 
 def test_a_multi_line_edit_keeps_the_line_count_and_the_diff_shows_it() -> None:

@@ -1,14 +1,16 @@
 """The tests mutation/equivalent.yaml names for mutants of harness/reference/registry.py: each shows that what
 anyone can observe of the mutant is what they observe of the reference.
 
-``registry.py:61:8:unlock`` (``Registry.__len__`` without ``with self._lock:``): the lock makes a reader wait
+``registry.py::Registry.__len__::unlock:50e45c`` (``Registry.__len__`` without ``with self._lock:``): the lock makes a
+reader wait
 while another thread is inside a critical section of the registry; the count it then returns is one the
 unlocked read can return too, because every critical section changes ``_entries`` by at most one dict
 operation (an insert or a delete: no intermediate size exists to be seen) and the read itself is one
 ``len()`` of a dict.  The test checks that premise on the source and then the two reads side by side at each
 point of a start's and a forget's critical section, with a reader held at the lock.
 
-``registry.py:53:8:unlock`` (``Registry.get`` without ``with self._lock:``): the same premise, the read being
+``registry.py::Registry.get::unlock:50e45c`` (``Registry.get`` without ``with self._lock:``): the same premise, the
+read being
 one ``dict.get`` of one key, shown the same way.
 """
 
@@ -23,8 +25,8 @@ from typing import Any
 from harness.mutate.mutator import apply, mutants_of
 
 REGISTRY_PY = Path(__file__).resolve().parent.parent / "harness" / "reference" / "registry.py"
-LEN_UNLOCK = "harness/reference/registry.py:61:8:unlock"
-GET_UNLOCK = "harness/reference/registry.py:53:8:unlock"
+LEN_UNLOCK = "harness/reference/registry.py::Registry.__len__::unlock:50e45c"
+GET_UNLOCK = "harness/reference/registry.py::Registry.get::unlock:50e45c"
 SAFETY = 10.0  # seconds: a safety net on every wait, never a timer
 _CHANGES = ("clear", "pop", "popitem", "update", "setdefault", "__setitem__", "__delitem__")
 
@@ -110,7 +112,8 @@ def test_registry_len_without_its_lock_returns_what_the_locked_one_can() -> None
 
 
 def test_registry_get_without_its_lock_returns_what_the_locked_one_can() -> None:
-    """``registry.py:53:8:unlock`` (``Registry.get`` without its lock): the same premise as ``__len__``'s, the
+    """``registry.py::Registry.get::unlock:50e45c`` (``Registry.get`` without its lock): the same premise as
+    ``__len__``'s, the
     read being one ``dict.get``: it returns the listener registered on the key before or after the one change a
     section makes, as the locked read can."""
     _premise("get", "with self._lock:\n    return self._entries.get(key)")

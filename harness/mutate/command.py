@@ -54,7 +54,7 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=None, metavar="S",
                    help="the sample's seed (default: drawn at run time, and printed: a fresh sample)")
     p.add_argument("--only", action="append", default=[], metavar="ID",
-                   help="run only this mutant (FILE:LINE:COL:OP as a run prints it; repeatable)")
+                   help="run only this mutant (FILE::QUALNAME::OP:ANCHOR as a run prints it; repeatable)")
     p.add_argument("--timeout", type=_seconds, metavar="SECONDS", help="per mutant (default: 3x the unmutated "
                    "run, at least 90 s); a run past it is killed and the mutant counts as killed by timeout")
     p.add_argument("--json", metavar="FILE", help="write every mutant's outcome and the scores here")

@@ -22,12 +22,14 @@ original's, is not made.
 from __future__ import annotations
 
 import ast
+import dataclasses
 import difflib
+import hashlib
 import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
-__all__ = ["OPERATORS", "Mutant", "functions_of", "mutants_of", "apply", "diff_of", "LOCK_WORDS"]
+__all__ = ["OPERATORS", "Mutant", "functions_of", "mutants_of", "apply", "diff_of", "LOCK_WORDS", "anchor_of"]
 
 OPERATORS = ("remove", "negate", "unlock", "flip_return", "compare", "constant")
 LOCK_WORDS = ("lock", "cond", "mutex", "sem")
@@ -51,11 +53,27 @@ class Mutant:
     end_col: int
     new: str
     about: str  # the mutation in words: "`x < y` -> `x <= y`"
+    anchor: str = ""  # its content's digest (:func:`anchor_of`), which its id carries
 
     @property
     def id(self) -> str:
-        """Stable while the function's text does not move: FILE:LINE:COL:OP (one more :N when needed)."""
-        return f"{self.file}:{self.line}:{self.col}:{self.op}"
+        """FILE::QUALNAME::OP:ANCHOR: the function and what the edit changes, not where its line is; the same
+        while the statement's text and the edit stay, wherever the function moves in its file."""
+        return f"{self.file}::{self.qualname}::{self.op}:{self.anchor}"
+
+
+def anchor_of(fn: ast.AST, lines: list[str], m: Mutant) -> str:
+    """Six hex digits of the digest of the first line of the innermost statement of ``fn`` holding the edit, the
+    text it replaces and its replacement (identical edits in one function are told apart by a ``.N``)."""
+    def holds(node: ast.stmt) -> bool:
+        return ((node.lineno, node.col_offset) <= (m.line, m.col)
+                and ((node.end_lineno or 0), (node.end_col_offset or 0)) >= (m.end_line, m.end_col))
+
+    holders = [n for n in ast.walk(fn) if isinstance(n, ast.stmt) and n is not fn and holds(n)]
+    holder = max(holders, key=lambda n: (n.lineno, n.col_offset), default=None)
+    first = lines[holder.lineno - 1].strip() if holder is not None else ""
+    text = "\n".join((first, " ".join(source_of(lines, m).split()), m.new, m.op))
+    return hashlib.sha256(text.encode()).hexdigest()[:6]
 
 
 def functions_of(tree: ast.Module) -> dict[str, ast.FunctionDef | ast.AsyncFunctionDef]:
@@ -237,11 +255,12 @@ def mutants_of(source: str, file: str, qualnames: Sequence[str] | None = None) -
             m = Mutant(file, name, op, line, col, end_line, end_col, new, about)
             if m.new == source_of(lines, m) or not _function_compiles(lines, fn, m):
                 continue
-            key, n = m.id, 1
-            while m.id in seen:  # two mutations of one op at one place (a compare with two operators)
+            anchor = anchor_of(fn, lines, m)
+            m = dataclasses.replace(m, anchor=anchor)
+            n = 1
+            while m.id in seen:  # the same edit of the same statement text twice in one function
                 n += 1
-                m = Mutant(file, name, f"{op}{n}", line, col, end_line, end_col, new, about)
-            seen.add(key)
+                m = dataclasses.replace(m, anchor=f"{anchor}.{n}")
             seen.add(m.id)
             out.append(m)
     return out

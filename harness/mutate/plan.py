@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.errors import ConfigError
-from harness.mutate.mutator import Mutant
+from harness.mutate.mutator import Mutant, mutants_of
 from harness.mutate.run import Subject, resolve
 
 __all__ = ["STOP_PATH", "EQUIVALENT", "SURVIVORS", "REASONS", "Entry", "read_stop_path", "subjects_of",
@@ -97,16 +97,19 @@ def read_entries(path: Path, *, equivalent: bool) -> dict[str, Entry]:
 
 
 def source_line(root: Path, mutant_id: str) -> str | None:
-    """The stripped source line a mutant id (FILE:LINE:COL:OP) points at, None if there is no such line."""
-    parts = mutant_id.rsplit(":", 3)
-    if len(parts) != 4 or not parts[1].isdigit():
+    """The stripped first source line of the mutant an id (FILE::QUALNAME::OP:ANCHOR) names, None if no mutant of
+    the tree has that id."""
+    file, _, rest = mutant_id.partition("::")
+    qualname = rest.partition("::")[0]
+    path = root / file
+    if not qualname or not path.is_file():
         return None
-    file = root / parts[0]
-    if not file.is_file():
+    source = path.read_text()
+    try:
+        found = [m for m in mutants_of(source, file, [qualname]) if m.id == mutant_id]
+    except (KeyError, SyntaxError):
         return None
-    lines = file.read_text().splitlines()
-    n = int(parts[1])
-    return lines[n - 1].strip() if 0 < n <= len(lines) else None
+    return source.splitlines()[found[0].line - 1].strip() if found else None
 
 
 def choose(mutants: Sequence[Mutant], *, sample: int | None, seed: int, only: Sequence[str] = ()) -> list[Mutant]:
@@ -120,7 +123,7 @@ def choose(mutants: Sequence[Mutant], *, sample: int | None, seed: int, only: Se
             if name not in by_id:
                 near = difflib.get_close_matches(name, list(by_id), n=1)
                 raise ConfigError(f"--only {name}: no such mutant" + (f"; did you mean {near[0]}?" if near else "")
-                                  + " (ids are FILE:LINE:COL:OP, as a run prints them)")
+                                  + " (ids are FILE::QUALNAME::OP:ANCHOR, as a run prints them)")
         return [by_id[n] for n in dict.fromkeys(only)]
     if sample is None or sample >= len(mutants):
         return list(mutants)
