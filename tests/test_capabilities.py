@@ -115,3 +115,32 @@ def test_an_override_that_declares_variants_runs_the_catches_as_its_own(pytester
     plain = pytester.runpytest("own-bugs.yaml", "--co", "-q", "-p", "no:cacheprovider", "--lastcall-target",
                                "reference")
     assert "catches" not in plain.stdout.str()
+
+
+BUG_SPEC = '''
+from lc_mine_target import TARGET
+import dataclasses
+from harness.reference.variants import VARIANTS
+UNTRACKED = dataclasses.replace(TARGET, name="lc_mine_bugs:UNTRACKED", listener=VARIANTS["no_conn_tracking"].listener,
+                                variants={})
+'''
+
+
+@pytest.mark.parametrize("override", [None, "lc_mine_target:TARGET", "reference"])
+def test_a_catches_entry_naming_a_target_spec_runs_as_that_spec_under_any_target(
+        override: str | None, pytester: pytest.Pytester) -> None:
+    """``catches: [mypkg:BUG]`` names the planted bug's own target: it runs as that spec under the scenario's
+    target, under an override that declares variants (which do not name it) and under one that declares none,
+    and is caught; a plain name the target does not declare is still skipped with the reason."""
+    pytester.makepyfile(lc_mine_target=MINE, lc_mine_bugs=BUG_SPEC)
+    pytester.syspathinsert()
+    text = OWN_BUGS.replace("my_untracked", "lc_mine_bugs:UNTRACKED")
+    pytester.makefile(".yaml", **{"own-bugs": text})
+    args = ["own-bugs.yaml", "-k", "catches", "-rs", "-v", "-p", "no:cacheprovider", "--lastcall-reports="]
+    result = pytester.runpytest(*args, *([f"--lastcall-target={override}"] if override else []))
+    result.stdout.fnmatch_lines(["*own-bugs?tp1-pp1-cpu-catches-lc_mine_bugs:UNTRACKED? PASSED*"])
+    if override == "reference":  # an override without variants runs only the catches that name their own target
+        result.assert_outcomes(passed=1)
+    else:
+        result.assert_outcomes(passed=1, skipped=1)
+        result.stdout.fnmatch_lines(["*declares no variant 'lost_unmap'*"])

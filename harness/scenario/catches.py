@@ -35,7 +35,7 @@ from typing import Any
 
 from harness.scenario.result import RunResult
 
-__all__ = ["Catch", "judge_catch", "waited_for", "resolve", "declared_variants"]
+__all__ = ["Catch", "judge_catch", "waited_for", "resolve", "declared_variants", "is_spec"]
 
 @dataclass(frozen=True)
 class Catch:
@@ -90,6 +90,12 @@ def judge_catch(r: RunResult, checkers: Sequence[str]) -> Catch:
     return Catch(True, by, f"caught by {', '.join(by)}")
 
 
+def is_spec(name: str) -> bool:
+    """Whether a ``catches`` name is a ``module:attribute`` target spec (a planted bug of the user's own)."""
+    module, sep, attribute = name.partition(":")
+    return bool(sep and module and attribute)
+
+
 def declared_variants(target: Any) -> Mapping[str, str] | None:
     """The target's ``variants`` (bug name -> target spec), or None when it declares none."""
     variants = getattr(target, "variants", None)
@@ -99,10 +105,11 @@ def declared_variants(target: Any) -> Mapping[str, str] | None:
 def resolve(target: Any, name: str) -> tuple[str | None, str]:
     """The target spec a ``catches`` name runs as under ``target``, or None and why it is skipped.
 
-    A target declaring ``variants``: its variant of that name (a spec string), or None when it lacks it.
-    Otherwise the name itself (a registered variant, or module:attribute)."""
+    A ``module:attribute`` name is a target spec of its own (a planted bug of the user's): it runs as itself
+    under any target. Any other name, under a target declaring ``variants``: its variant of that name (a spec
+    string), or None when it lacks it; under any other target, the name itself (a registered variant)."""
     variants = declared_variants(target)
-    if variants is None:
+    if variants is None or is_spec(name):
         return name, ""
     spec = variants.get(name)
     if isinstance(spec, str):

@@ -190,17 +190,20 @@ class ScenarioFile(pytest.File):
 def _catch_runs(scn: Any, override: str | None) -> list[tuple[str, str | None, str]]:
     """(bug, the target spec it runs as or None, why not) for each planted bug of ``catches``: under a target
     that declares ``variants`` (the override, else the scenario's own) the bug's name resolves to its variant
-    of that name (harness.scenario.catches.resolve); an override that declares none runs no catches."""
-    from harness.scenario.catches import declared_variants, resolve
+    of that name (harness.scenario.catches.resolve); an override that declares none runs only the catches that
+    name a target spec of their own (``module:attribute``)."""
+    from harness.scenario.catches import declared_variants, is_spec, resolve
     from harness.targets import load_target
 
     try:
         target = load_target(override or scn.target)
     except ConfigError:
         target = None  # (an override is loaded at configure; the scenario's own just above)
+    names = scn.catch_names()
     if override is not None and declared_variants(target) is None:
-        return []  # the override is not what the planted bugs are variants of
-    return [(bug, *resolve(target, bug)) for bug in scn.catch_names()]
+        # the override is not what the named planted bugs are variants of; a module:attribute names its own
+        names = [bug for bug in names if is_spec(bug)]
+    return [(bug, *resolve(target, bug)) for bug in names]
 
 
 def _unjudgeable(scn: Any, spec: str, checkers: tuple[str, ...]) -> str | None:
