@@ -247,7 +247,7 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     from harness.scenario import expand, load_many
     from harness.targets.names import check_target
 
-    target = args.target or os.environ.get("LASTCALL_TARGET") or None
+    target = args.target or envvars.text("LASTCALL_TARGET")
     why = None if target is None else check_target(target)  # by name only: validate imports no target
     scenarios, errors = load_many(args.paths)
     for sc in scenarios:

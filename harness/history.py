@@ -29,7 +29,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Protocol
 
-from harness import artifacts, eventlines
+from harness import artifacts, envvars, eventlines
 from harness import events as vocabulary
 
 __all__ = ["SCHEMA_VERSION", "MARKER_ROOM", "Event", "Emitter", "Recorder", "NullRecorder", "marker", "write_jsonl",
@@ -82,7 +82,7 @@ class Recorder:
                  budget: int | None = None) -> None:
         self.role = role
         self.rank = rank
-        self.strict = strict if strict is not None else os.environ.get(vocabulary.STRICT_ENV) == "1"
+        self.strict = strict if strict is not None else envvars.flag(vocabulary.STRICT_ENV)
         self.bad_events: list[str] = []  # strict only: one line per event that does not fit harness.events
         self.budget = artifacts.MAX_HISTORY_BYTES if budget is None else budget  # bytes of JSONL it may store
         self.stored = 0  # bytes of JSONL the stored events take (each line and its newline)

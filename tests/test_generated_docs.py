@@ -22,7 +22,8 @@ from harness.scenario.steps import STEP_TYPES
 ROOT = Path(__file__).resolve().parent.parent
 # every page generated from the code: (its generator module, the page)
 GENERATED = [("harness.events", "docs/events.md"), ("harness.checkers.docs", "docs/checkers.md"),
-             ("harness.scenario.stepdocs", "docs/steps.md"), ("harness.clidocs", "docs/cli.md")]
+             ("harness.scenario.stepdocs", "docs/steps.md"), ("harness.clidocs", "docs/cli.md"),
+             ("harness.envvars", "docs/environment.md")]
 
 
 def _generated(module: str) -> str:

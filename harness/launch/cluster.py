@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness import events
+from harness import envvars, events
 from harness.errors import HarnessError
 from harness.history import Event, Recorder
 from harness.launch.channel import Channel
@@ -204,7 +204,7 @@ def exit_mode(fast_exit: bool | None) -> bool:
     run judges) and ``LASTCALL_FAST_EXIT`` is not ``0``.  The variable can make exits more faithful, never
     less: ``LASTCALL_FAST_EXIT=1`` forces nothing (it once forced the fast exit on every run, runs that judge
     exit included), so a run that judges exit always gets the interpreter's whole finalization."""
-    return fast_exit is True and os.environ.get("LASTCALL_FAST_EXIT", "").strip() != "0"
+    return fast_exit is True and envvars.flag("LASTCALL_FAST_EXIT")
 
 
 class Cluster:

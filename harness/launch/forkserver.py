@@ -47,6 +47,7 @@ from typing import Any
 
 import msgspec
 
+from harness import envvars
 from harness.launch.channel import MAX_MESSAGE, Channel
 from harness.reference import wire
 
@@ -65,7 +66,7 @@ def preload(with_torch: bool = True) -> None:
 
     # A target whose code is slow to import (vllm_nixl: about 11 s for vLLM's scheduler module) names it in
     # LASTCALL_PRELOAD (comma-separated modules), so each fork finds it loaded; such imports start no threads.
-    for module in filter(None, os.environ.get("LASTCALL_PRELOAD", "").split(",")):
+    for module in filter(None, (envvars.text("LASTCALL_PRELOAD") or "").split(",")):
         importlib.import_module(module.strip())
 
     # Move everything imported so far out of the collector's sight: children share these pages

@@ -22,6 +22,7 @@ import uuid
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from harness import envvars
 from harness.errors import ConfigError, SocketPathTooLong
 
 __all__ = [
@@ -49,7 +50,7 @@ _UNSAFE = re.compile(r"[^A-Za-z0-9_.-]")
 
 def default_root() -> str:
     """The root for instance directories: LASTCALL_ROOT, else the system temp dir."""
-    return os.environ.get("LASTCALL_ROOT") or tempfile.gettempdir()
+    return envvars.text("LASTCALL_ROOT") or tempfile.gettempdir()
 
 
 def sanitize_ipc_name(name: str) -> str:

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from harness import envvars
 from harness.errors import ConfigError
 from harness.scenario.errors import ScenarioError
 from harness.scenario.repeat import repeats
@@ -93,7 +94,7 @@ def configure(config: pytest.Config) -> None:
     if target is not None:
         from harness.targets import load_target
 
-        given = (TARGET_OPTION if _option(config, "target") else "LASTCALL_TARGET" if os.environ.get(
+        given = (TARGET_OPTION if _option(config, "target") else "LASTCALL_TARGET" if envvars.text(
             "LASTCALL_TARGET") else LISTENER_OPTION if _option(config, "listener") else "LASTCALL_LISTENER")
         try:
             load_target(target)  # imported here, before anything is collected or started
@@ -109,8 +110,8 @@ def _option(config: pytest.Config, name: str) -> str | None:
 
 def chosen_target(config: pytest.Config) -> str | None:
     """The target override of this session (--lastcall-target, LASTCALL_TARGET), with --lastcall-listener applied."""
-    target = _option(config, "target") or os.environ.get("LASTCALL_TARGET") or None
-    listener = _option(config, "listener") or os.environ.get("LASTCALL_LISTENER")
+    target = _option(config, "target") or envvars.text("LASTCALL_TARGET")
+    listener = _option(config, "listener") or envvars.text("LASTCALL_LISTENER")
     if listener:
         target = f"{(target or 'reference').partition('@')[0]}@{listener}"
     return target

@@ -6,6 +6,8 @@ import os
 import sys
 from collections.abc import Sequence
 
+from harness import envvars
+
 __all__ = ["run", "preflight", "list_scenarios", "PYTEST_TO_EXIT"]
 
 # pytest's exit codes -> lastcall's: 0 ok, 1 violations, 2 usage/scenario errors (and "nothing collected"),
@@ -78,10 +80,10 @@ def preflight(paths: Sequence[str], target: str | None = None,
 
     problems: list[str] = []
     given = "--target" if target else "LASTCALL_TARGET"
-    target = target or os.environ.get("LASTCALL_TARGET") or None
-    if listener or os.environ.get("LASTCALL_LISTENER"):
+    target = target or envvars.text("LASTCALL_TARGET")
+    if listener or envvars.text("LASTCALL_LISTENER"):
         given = "--listener" if listener else "LASTCALL_LISTENER"
-        listener = listener or os.environ["LASTCALL_LISTENER"]
+        listener = listener or envvars.text("LASTCALL_LISTENER")
         target = f"{(target or 'reference').partition('@')[0]}@{listener}"
     if target is not None:
         try:

@@ -23,6 +23,7 @@ import urllib.request
 from pathlib import Path
 from urllib.parse import urljoin
 
+from harness import envvars
 from harness.errors import ConfigError
 
 __all__ = ["PINNED", "cache_dir", "cached_source", "fetch", "parse_pin"]
@@ -31,12 +32,12 @@ PINNED: dict[tuple[str, str], str] = {  # (name, version) -> sha256 of the sdist
     ("kvcached", "0.1.5"): "1c82029fff197b5fa8a16b1e3dde9584844a446d996cf1fcefbeb0474b443614",
     ("kvcached", "0.1.6"): "4a1a428244b5e3667841e28f03a4a20be7066a21a856b2deaef727e18f845068",
 }
-INDEX = os.environ.get("LASTCALL_PYPI", "https://pypi.org")
+INDEX = envvars.text("LASTCALL_PYPI") or "https://pypi.org"
 MARKER = ".lastcall-sha256"
 
 
 def cache_dir() -> Path:
-    return Path(os.environ.get("LASTCALL_CACHE") or Path.home() / ".cache" / "lastcall")
+    return Path(envvars.text("LASTCALL_CACHE") or Path.home() / ".cache" / "lastcall")
 
 
 def parse_pin(spec: str) -> tuple[str, str]:

@@ -54,7 +54,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from harness import events, failpoints
+from harness import envvars, events, failpoints
 from harness.errors import BackendError, ConfigError, FrameDecodeError
 from harness.reference import wire
 
@@ -108,7 +108,7 @@ def source_for(version: str | None) -> Path | None:
         from harness.targets.fetch import cached_source
 
         return cached_source("kvcached", version)
-    given = os.environ.get(SRC_ENV)
+    given = envvars.text(SRC_ENV)
     if given:
         return Path(given)
     return None
@@ -261,7 +261,7 @@ class KvcachedWorker:
         device = spec.get("device", "cpu")
         self.allocator = KVAllocator(device=f"cuda:{self.rank}" if device == "cuda" else device)
         self.allocator.create_kv_tensors(0, int(spec.get("capacity", 1 << 30)))
-        real = os.environ.get(REAL_OPS_ENV) == "1" and device == "cuda"
+        real = envvars.flag(REAL_OPS_ENV) and device == "cuda"
         kv_errors = _try_import("kvcached.errors", target, spec)
         self.t = target.import_tp_ipc(spec, None if real else stub_ops(self.allocator, self.seen, kv_errors))
         self._instrument()

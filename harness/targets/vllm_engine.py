@@ -32,6 +32,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from harness import envvars
+
 __all__ = ["EngineTarget", "EngineCommand", "EngineFlags", "diagnose", "FIXES", "ENGINE_CAPABILITIES", "TARGET",
            "STANDIN", "STANDIN_VARIANTS", "ENGINE_TARGETS"]
 
@@ -177,7 +179,7 @@ class EngineTarget:
     def launch_bound(self) -> float:
         """Seconds one launch may take to be ready: ``launch_s``; for real vLLM ``LASTCALL_ENGINE_LAUNCH_S``
         where set (a machine other work loads launches slower than the 30-50 s of an idle 2-core one)."""
-        if self.kind == "vllm" and os.environ.get("LASTCALL_ENGINE_LAUNCH_S"):
+        if self.kind == "vllm" and envvars.text("LASTCALL_ENGINE_LAUNCH_S"):
             from harness.envvars import number
 
             return number("LASTCALL_ENGINE_LAUNCH_S")
