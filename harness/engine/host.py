@@ -31,6 +31,7 @@ from typing import Any
 
 from harness.engine.tree import EngineStartError, EngineTree, GoneWatch, Member, shm_mapped, wait_accepting
 from harness.errors import ConfigError
+from harness.launch.pauses import resume_before_kill
 from harness.probes.model import Snapshot
 from harness.probes.snapshot import take
 from harness.timeouts import bound_scale, scale, scaled
@@ -344,6 +345,7 @@ class EngineHost:
                 with contextlib.suppress(Exception):  # the stacks must never stop the kill
                     self._dump_stacks(tree, f"e{n}")
         for tree in self.trees:
+            resume_before_kill(m.pid for m in tree.members())  # nothing the harness paused is killed stopped
             if tree.sid is not None:
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.killpg(tree.sid, signal.SIGKILL)
