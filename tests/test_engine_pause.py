@@ -267,3 +267,21 @@ def test_the_planted_bug_waits_on_the_paused_worker_until_the_harness_resumes_it
     (resumed,) = _of(result, "process_resumed")
     assert resumed.data["reason"] == "run_end" and resumed.data["alive"] is True
     _resumed_before_every_kill(result)
+
+
+def test_an_engine_paused_after_its_restart_is_not_handed_to_the_next_scenario() -> None:
+    """A chained run hands on only an untouched launch: one whose process was paused (even if resumed since)
+    may have lost time or a child, so the next scenario launches its own."""
+    from harness.scenario.chain import run_chain
+
+    paused = loads("name: restart-then-pause\nabout: a pause after the restart\ntarget: engine_standin\n"
+                   "catches: [engine_keeps_port]\n"
+                   "steps:\n  - start: engine\n  - engine_signal: {to: api_server, sig: SIGTERM, as: t}\n"
+                   "  - wait_gone: {timeout: 5s, as: g}\n  - engine_restart: {as: again}\n"
+                   "  - pause: {to: worker, as: p}\n  - resume: p\n"
+                   "expect:\n  - engine_port_released\n", "chain.yaml")
+    first, second = run_chain([expand(paused)[0], expand(loads(
+        (SCENARIOS / "engine-sigkill-engine-core.yaml").read_text(), "core.yaml"))[0]], variant="engine_standin")
+    assert first.passed and second.passed, (first.verdicts, second.verdicts)
+    assert _of(second, "engine_handed") == [] and len(_of(second, "engine_launched")) == 1
+    assert [e.data["reason"] for e in _of(first, "process_resumed")] == ["step"]

@@ -373,8 +373,8 @@ class EngineHost:
     # ------------------------------------------------------ a chained run
     def untouched(self) -> int | None:
         """The last launch, if it can be handed to a chained run's next scenario as that one's start: it became
-        ready, every process of it is alive, and no step signalled it or sent it a request since its ready line
-        (so it is what a fresh launch would be once ready); None otherwise."""
+        ready, every process of it is alive, and no step signalled it, paused one of its processes or sent it a
+        request since its ready line (so it is what a fresh launch would be once ready); None otherwise."""
         if not self.trees or (n := len(self.trees) - 1) in self.ended:
             return None
         tree = self.trees[n]
@@ -388,7 +388,8 @@ class EngineHost:
         if ready is None:
             return None
         for e in self.c.rec.events("step_started"):
-            if e.t_ns > ready.t_ns and e.data.get("kind") in ("engine_signal", "engine_request", "engine_start"):
+            if e.t_ns > ready.t_ns and e.data.get("kind") in ("engine_signal", "engine_request", "engine_start",
+                                                               "pause"):
                 return None
         return n
 
