@@ -285,3 +285,13 @@ def test_an_engine_paused_after_its_restart_is_not_handed_to_the_next_scenario()
     assert first.passed and second.passed, (first.verdicts, second.verdicts)
     assert _of(second, "engine_handed") == [] and len(_of(second, "engine_launched")) == 1
     assert [e.data["reason"] for e in _of(first, "process_resumed")] == ["step"]
+
+
+def test_the_leak_check_resumes_and_reports_a_pause_left_behind(child: subprocess.Popen[bytes]) -> None:
+    from harness import leakguard
+
+    before = leakguard.take()
+    pauses.pause(child.pid, step="p1", process="child", bound=20, emit=Events())
+    assert _wait_stopped(child)
+    assert leakguard.diff(before) == [f"processes left paused (SIGSTOP): [{child.pid}] (resumed)"]
+    assert _state(child.pid) != "T" and pauses.paused_pids() == []
