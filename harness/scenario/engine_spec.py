@@ -75,7 +75,8 @@ class Pause(_OneProcess):
 
     resume_after: Duration = Field(DEFAULT_BOUND_S, gt=0, le=MAX_BOUND_S, description=(
         f"the bound: the harness resumes the process this long after the pause at the latest (at most "
-        f"{MAX_BOUND_S:g}s, well below the launch bound: nothing stays stopped)"))
+        f"{MAX_BOUND_S:g}s, well below the launch bound: nothing stays stopped; scaled by the target's "
+        f"bound_scale as the scenario's other bounds)"))
     as_: StepName | None = _AS
 
 
