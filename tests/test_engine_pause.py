@@ -295,3 +295,17 @@ def test_the_leak_check_resumes_and_reports_a_pause_left_behind(child: subproces
     assert _wait_stopped(child)
     assert leakguard.diff(before) == [f"processes left paused (SIGSTOP): [{child.pid}] (resumed)"]
     assert _state(child.pid) != "T" and pauses.paused_pids() == []
+
+
+@pytest.mark.slow  # it waits out the run's deadline
+def test_the_watchdog_resumes_a_paused_process_before_it_kills_the_tree() -> None:
+    from tests.test_engine_host import HUNG
+
+    text = HUNG.replace("  - engine_signal:", "  - pause: {to: worker, resume_after: 20s, as: p1}\n  - engine_signal:")
+    result = run_item(expand(loads(text, "<hung>"))[0])
+    assert result.outcome.status == "hung"
+    kinds = [e.kind for e in result.events]
+    (resumed,) = _of(result, "process_resumed")
+    assert resumed.data["reason"] == "before_kill" and resumed.data["alive"] is True
+    assert kinds.index("watchdog_fired") < kinds.index("process_resumed") < kinds.index("engine_closed")
+    assert pauses.paused_pids() == []
