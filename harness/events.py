@@ -262,6 +262,15 @@ _BUILTIN: tuple[EventKind, ...] = (
        "step)", {**_STEP, "line": "str"}),
     _k("engine_starting", "harness", "a launch that does not wait for ready is starting (gated: the stand-in's "
        "engine core waits on the harness's start gate)", {**_STEP, "gated": "bool"}, {"launched": "bool"}),
+    # the pause nemesis (harness.launch.pauses): SIGSTOP of one process, SIGCONT before any kill or at its bound
+    _k("process_paused", "harness", "the harness paused one process (SIGSTOP; not its group) by a pause step: it "
+       "is resumed by a resume step, at its bound (seconds), before any signal or kill the harness sends it, or "
+       "at the end of the run's steps", {**_STEP, "pid": "int", "process": "str", "bound": "float"}),
+    _k("process_resumed", "harness", "the harness resumed a process it paused (SIGCONT), before any kill of it; "
+       "reason: step (a resume step), bound (its pause's bound passed), before_kill (the harness was about to "
+       "signal or kill it) or run_end (the run's steps ended); alive: whether it was still there to resume",
+       {"pid": "int", "process": "str", "reason": "str", "paused_by": "str", "paused_s": "float", "alive": "bool"},
+       {**_STEP}),
     _k("engine_closed", "harness", "the harness ended an engine tree: terminated (SIGTERM), then killed (SIGKILL) "
        "what was still alive, and removed the /dev/shm segments it held that outlived it",
        {"killed": "list"}, {"terminated": "list", "removed": "list"}),

@@ -15,7 +15,8 @@ After each checked test (its teardown included) the guard looks, for this proces
 * lastcall threads of the system under test, and the harness's own per-run threads (a run's control
   acceptor and readers), still alive (joined for a short grace first),
 * child processes of this process other than the fork server and its idle state,
-* TCP ports this process LISTENs on.
+* TCP ports this process LISTENs on,
+* processes the harness paused (a ``pause`` step) and never resumed.
 
 Anything new since the test began fails that test's teardown with a located
 message naming it, so the session fails, also under pytest-xdist.  At session
@@ -32,6 +33,7 @@ from dataclasses import dataclass
 
 import pytest
 
+from harness.launch.pauses import paused_pids, resume_before_kill
 from harness.names import TMP, process_tag
 from harness.probes.procs import process_umask
 
@@ -207,6 +209,10 @@ def diff(before: Inventory) -> list[str]:
         _reap_grace(kids)
     after = take()
     out = []
+    stopped = paused_pids()  # a pause the harness never resumed (harness.launch.pauses): resumed now, then reported
+    if stopped:
+        resume_before_kill(stopped)
+        out.append(f"processes left paused (SIGSTOP): {stopped} (resumed)")
     if after.paths - before.paths:
         out.append(f"paths left in {TMP}: {sorted(after.paths - before.paths)}")
     if after.shm - before.shm:

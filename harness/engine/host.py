@@ -31,6 +31,7 @@ from typing import Any
 
 from harness.engine.tree import EngineStartError, EngineTree, GoneWatch, Member, shm_mapped, wait_accepting
 from harness.errors import ConfigError
+from harness.launch.pauses import resume_before_kill
 from harness.probes.model import Snapshot
 from harness.probes.snapshot import take
 from harness.timeouts import bound_scale, scale, scaled
@@ -334,6 +335,7 @@ class EngineHost:
                 with contextlib.suppress(Exception):  # the stacks must never stop the kill
                     self._dump_stacks(tree, f"e{n}")
         for tree in self.trees:
+            resume_before_kill(m.pid for m in tree.members())  # nothing the harness paused is killed stopped
             if tree.sid is not None:
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.killpg(tree.sid, signal.SIGKILL)
@@ -361,8 +363,8 @@ class EngineHost:
     # ------------------------------------------------------ a chained run
     def untouched(self) -> int | None:
         """The last launch, if it can be handed to a chained run's next scenario as that one's start: it became
-        ready, every process of it is alive, and no step signalled it or sent it a request since its ready line
-        (so it is what a fresh launch would be once ready); None otherwise."""
+        ready, every process of it is alive, and no step signalled it, paused one of its processes or sent it a
+        request since its ready line (so it is what a fresh launch would be once ready); None otherwise."""
         if not self.trees or (n := len(self.trees) - 1) in self.ended:
             return None
         tree = self.trees[n]
@@ -376,7 +378,8 @@ class EngineHost:
         if ready is None:
             return None
         for e in self.c.rec.events("step_started"):
-            if e.t_ns > ready.t_ns and e.data.get("kind") in ("engine_signal", "engine_request", "engine_start"):
+            if e.t_ns > ready.t_ns and e.data.get("kind") in ("engine_signal", "engine_request", "engine_start",
+                                                               "pause"):
                 return None
         return n
 

@@ -25,13 +25,15 @@ vLLM's own flags, with vLLM 0.32's meaning:
 Stopping, correctly: SIGTERM or SIGINT to the API server prints vLLM's ``[shutdown] API server: shutdown
 triggered`` once admission is closed, drains or aborts the requests in flight (a connection whose client
 stopped reading is closed after a grace: a stalled reader cannot hold the stop), then stops its engine core
-(a stop byte on its control pipe), which stops its workers, waits for them, removes its socket and file, closes
-its side channel and exits 0; the API server exits 0 once its engine core is reaped: children first, nothing
-left.  A signal to the engine core or a worker stops that part the same way, and the API server, finding its
-engine core gone unasked, exits 1.  SIGKILL of the API server: the engine core sees its control pipe close
-without a stop byte and stops as above (a parent-death watch, as vLLM's engine core has).  A stop signal
-during the start stops the tree before it is ready.  Everything waits on file descriptors (a signal wake-up
-pipe, pipes, pidfds): no polling, no sleeps.  Only the standard library: it starts in well under a second.
+(a stop byte on its control pipe), which stops its workers, waits for them (a bound, then SIGKILL of a worker
+that neither answered nor died: a paused one), removes its socket and file, closes its side channel and exits
+0; the API server exits 0 once its engine core is reaped (the same bound, then SIGKILL, and it removes what a
+killed one left): children first, nothing left.  A signal to the engine core or a worker stops that part the
+same way, and the API server, finding its engine core gone unasked, exits 1.  SIGKILL of the API server: the
+engine core sees its control pipe close without a stop byte and stops as above (a parent-death watch, as vLLM's
+engine core has).  A stop signal during the start stops the tree before it is ready.  Everything waits on file
+descriptors (a signal wake-up pipe, pipes, pidfds): no polling, no sleeps.  Only the standard library: it
+starts in well under a second.
 
 The start gate (the harness's ``engine_start`` step): when the run directory (the tree's cwd) holds a Unix
 socket ``start-gate.sock``, the engine core connects to it while it "loads the model", and goes on only once
@@ -45,7 +47,9 @@ exit, and holds the API server's listening socket, inherited: a restart cannot b
 ``exits_zero_after_engine_died`` (the API server exits 0 although its engine core died), ``hangs_stream``
 (a stream in flight at SIGTERM never ends and never errors: the stop waits for it forever),
 ``loses_signal_during_start`` (SIGTERM is ignored until the tree is ready: one sent during the start is
-lost and the tree keeps running), ``keeps_port`` (the engine core inherits the API server's listening socket
+lost and the tree keeps running), ``waits_on_paused_child`` (a stop waits however long its child takes, with
+no bound and no SIGKILL: a paused worker or engine core holds the stop), ``keeps_port`` (the engine core
+inherits the API server's listening socket
 and has no parent-death watch: after the API server dies it lives on holding the port), ``late_generation``
 (a request that arrives after shutdown began is admitted and generated), ``hangs_on_held_side_channel`` (a held
 NIXL side-channel port kills the engine core's listener thread and the start waits for it forever, as vLLM's
@@ -70,16 +74,20 @@ from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from harness.engine.standin_flags import bounded, seconds, side_channel
+
 __all__ = ["VARIANTS", "READY_LINE", "SHUTDOWN_LINE", "GATE", "main"]
 
 VARIANTS = ("standin", "ignores_sigterm", "leaves_socket_file", "keeps_child", "exits_zero_after_engine_died",
             "hangs_stream", "loses_signal_during_start", "keeps_port", "late_generation",
-            "hangs_on_held_side_channel")
+            "hangs_on_held_side_channel", "waits_on_paused_child")
 READY_LINE = "INFO:     Application startup complete."
 SHUTDOWN_LINE = "INFO:     [shutdown] API server: shutdown triggered"  # vLLM's own words (its launcher)
 GATE = "start-gate.sock"  # in the tree's cwd (the run directory): the harness's start gate
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 ABORT_GRACE_S = 2.0  # seconds aborted requests get to write their end before their connections are closed
+WORKER_STOP_GRACE_S = 0.5  # seconds a stopped child has to exit before its SIGKILL: a paused one must not hold
+CORE_STOP_GRACE_S = 1.0  # the stop; the engine core's grace covers its workers'
 MAX_TP = 16
 
 
@@ -134,6 +142,21 @@ def _stop(ctl_w: int) -> None:
     except OSError:
         pass
     os.close(ctl_w)
+
+
+def _reap(children: list[tuple[int, int]], grace: float, o: Options) -> list[int]:
+    """Wait for children asked to stop, (pid, pidfd) each: up to ``grace`` seconds in all, then SIGKILL of those
+    still there (a paused child never exits by itself); their exit codes.  waits_on_paused_child: waits
+    however long it takes."""
+    end = time.monotonic() + grace
+    codes = []
+    for pid, fd in children:
+        if o.variant != "waits_on_paused_child" and not select.select([fd], [], [], max(0, end - time.monotonic()))[0]:
+            print(f"WARNING:  pid {pid} did not exit {grace:g}s after its stop: killing it", flush=True)
+            os.kill(pid, signal.SIGKILL)  # it works on a stopped process too
+        _, status = os.waitpid(pid, 0)
+        codes.append(os.waitstatus_to_exitcode(status))
+    return codes
 
 
 # --------------------------------------------------------------------- the workers
@@ -223,8 +246,7 @@ def _engine_core(o: Options) -> Callable[[int, int], int]:
             for _, w_w, _ in workers:
                 _stop(w_w)  # keeps_child: its workers do not listen
             if o.variant != "keeps_child":
-                for pid, _, _ in workers:
-                    os.waitpid(pid, 0)
+                _reap([(pid, fd) for pid, _, fd in workers], WORKER_STOP_GRACE_S, o)
             for s in held:
                 s.close()
             for path in made:
@@ -384,6 +406,21 @@ def _drain(st: _State) -> None:
         st.drained(ABORT_GRACE_S)
 
 
+def _stop_core(pid: int, core_fd: int, o: Options) -> int:
+    """Wait for the engine core asked to stop (a bound, then SIGKILL); a killed one's socket and state file are
+    removed here, as it could not (nothing a stop leaves behind).  Its exit code."""
+    code = _reap([(pid, core_fd)], CORE_STOP_GRACE_S, o)[0]
+    if code == -signal.SIGKILL:
+        base = os.environ.get("VLLM_RPC_BASE_PATH") or tempfile.gettempdir()
+        for path in (os.path.join(base, f"standin-engine-{pid}.sock"),
+                     os.path.join(tempfile.gettempdir(), f"standin-engine-{pid}.state")):
+            try:
+                os.unlink(path)
+            except FileNotFoundError:
+                pass
+    return code
+
+
 def serve(port: int, o: Options) -> int:
     sigs = (signal.SIGINT,) if o.variant == "ignores_sigterm" else STOP_SIGNALS
     st = _State(o)
@@ -404,7 +441,7 @@ def serve(port: int, o: Options) -> int:
     if sig_r in readable:
         print("INFO:     Shutdown requested during start: stopping the engine core", flush=True)
         _stop(ctl_w)
-        os.waitpid(pid, 0)
+        _stop_core(pid, core_fd, o)
         return 0
     if not os.read(ready_r, 1):
         _, status = os.waitpid(pid, 0)
@@ -428,56 +465,11 @@ def serve(port: int, o: Options) -> int:
     httpd.shutdown()
     httpd.server_close()
     _stop(ctl_w)  # stop the engine core; it stops its workers first
-    _, status = os.waitpid(pid, 0)
-    print(f"INFO:     Shutting down: engine core exited with {os.waitstatus_to_exitcode(status)}", flush=True)
+    code = _stop_core(pid, core_fd, o)
+    print(f"INFO:     Shutting down: engine core exited with {code}", flush=True)
     if died and o.variant != "exits_zero_after_engine_died":
         return 1
     return 0
-
-
-def _side_channel(kv_config: str | None) -> tuple[str, int] | None:
-    """NIXL's side channel when --kv-transfer-config names NixlConnector, from vLLM's variables.
-
-    Error handling: ValueError with a one-line message for bad JSON or a bad port."""
-    if kv_config is None:
-        return None
-    try:
-        cfg = json.loads(kv_config)
-    except ValueError as exc:
-        raise ValueError(f"--kv-transfer-config is not JSON: {exc}") from None
-    if not isinstance(cfg, dict):
-        raise ValueError(f"--kv-transfer-config is a JSON object, found {kv_config!r}")
-    if cfg.get("kv_connector") != "NixlConnector":
-        return None
-    host = os.environ.get("VLLM_NIXL_SIDE_CHANNEL_HOST", "localhost")
-    raw = os.environ.get("VLLM_NIXL_SIDE_CHANNEL_PORT", "5600")
-    try:
-        port = int(raw)
-    except ValueError:
-        raise ValueError(f"VLLM_NIXL_SIDE_CHANNEL_PORT={raw!r} is not a port number") from None
-    if not 0 < port < 65536:
-        raise ValueError(f"VLLM_NIXL_SIDE_CHANNEL_PORT={raw!r} is not a port number (1 to 65535)")
-    return host, port
-
-
-def _seconds(low: float, high: float) -> Callable[[str], float]:
-    def parse(text: str) -> float:
-        value = float(text)
-        if not low <= value <= high:  # nan fails too
-            raise argparse.ArgumentTypeError(f"{value} is not from {low:g} to {high:g}")
-        return value
-    parse.__name__ = "seconds"
-    return parse
-
-
-def _bounded(low: int, high: int) -> Callable[[str], int]:
-    def parse(text: str) -> int:
-        value = int(text)
-        if not low <= value <= high:
-            raise argparse.ArgumentTypeError(f"{value} is not from {low} to {high}")
-        return value
-    parse.__name__ = "int"
-    return parse
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -488,15 +480,15 @@ def main(argv: list[str] | None = None) -> int:
     sv.add_argument("--port", type=int, required=True)
     sv.add_argument("--variant", choices=VARIANTS, default="standin")
     sv.add_argument("--token-interval", type=float, default=0.01, help="seconds per generated token")
-    sv.add_argument("--tensor-parallel-size", "-tp", type=_bounded(1, MAX_TP), default=1,
+    sv.add_argument("--tensor-parallel-size", "-tp", type=bounded(1, MAX_TP), default=1,
                     help="worker processes under the engine core (vLLM's flag)")
-    sv.add_argument("--shutdown-timeout", type=_seconds(0, 3600), default=0,
+    sv.add_argument("--shutdown-timeout", type=seconds(0, 3600), default=0,
                     help="seconds requests in flight may finish after SIGTERM; 0: abort (vLLM's flag)")
     sv.add_argument("--kv-transfer-config", default=None, help="vLLM's KV connector config (JSON)")
     a, _ = ap.parse_known_args(argv)  # vLLM's other options (--dtype, ...) are accepted and ignored
     try:
         o = Options(a.variant, a.token_interval, a.tensor_parallel_size, a.shutdown_timeout,
-                    _side_channel(a.kv_transfer_config))
+                    side_channel(a.kv_transfer_config))
         return serve(a.port, o)
     except (OSError, ValueError) as exc:
         print(f"ERROR: {exc}", flush=True)

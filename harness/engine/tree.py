@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.errors import HarnessError
+from harness.launch.pauses import resume_before_kill
 from harness.launch.spawn import SPAWN_LOCK, become_subreaper
 from harness.launch.zygote import Zygote, ZygoteProcess
 from harness.probes.procs import all_stats, read_stat
@@ -289,10 +290,12 @@ class EngineTree:
         return {m.pid: process_stacks(m.pid, timeout) for m in self.members() if m.state != "Z"}
 
     def signal(self, sig: int, pid: int | None = None) -> None:
-        """Send ``sig`` to ``pid`` (default: the API server, the session leader); a gone pid is ignored."""
+        """Send ``sig`` to ``pid`` (default: the API server, the session leader); a gone pid is ignored.  One the
+        harness paused is resumed first (harness.launch.pauses): a stop signal to a stopped process would wait."""
         target = pid if pid is not None else self.sid
         if target is None:
             return
+        resume_before_kill([target])
         with contextlib.suppress(ProcessLookupError):
             os.kill(target, sig)
 
@@ -353,6 +356,7 @@ class EngineTree:
         if grace > 0:
             self.wait_gone(grace)
         left = [m for m in self.members() if m.state != "Z"]
+        resume_before_kill(m.pid for m in left)  # nothing the harness paused is killed stopped
         if self.sid is not None:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(self.sid, signal.SIGKILL)

@@ -40,6 +40,7 @@ from harness.errors import HarnessError
 from harness.history import Event, Recorder
 from harness.launch.channel import Channel
 from harness.launch.parts import WORKER, Cast, cast_named
+from harness.launch.pauses import resume_before_kill
 from harness.launch.spawn import SPAWN_LOCK, ForkServer, LaunchError, become_subreaper
 from harness.names import TMP, new_run_id
 from harness.timeouts import scaled
@@ -183,6 +184,7 @@ class Proc:
     def kill(self, sig: int = signal.SIGKILL) -> None:
         if self.exited.is_set():
             return  # reaped: its pid may belong to someone else by now
+        resume_before_kill([self.pid])  # one the harness paused is resumed first (harness.launch.pauses)
         try:
             os.kill(self.pid, sig)
         except ProcessLookupError:
@@ -437,6 +439,7 @@ class Cluster:
     def _kill_all(self) -> None:
         if self.host is not None:
             self.host.kill()
+        resume_before_kill(p.pid for p in self._procs.values() if not p.exited.is_set())
         if self.pgid:
             try:
                 os.killpg(self.pgid, signal.SIGKILL)

@@ -1,7 +1,8 @@
 """The parameters of the engine steps (played by harness.scenario.engine_steps), bounded for the loader.
 
 A real engine's tree (``vllm serve``, or the stand-in engine) driven from outside: requests and their client
-faults, signals to each of its processes, the wait for its end, and starts again on the same port.
+faults, signals to each of its processes, pauses of one of them (SIGSTOP, resumed by SIGCONT), the wait for its
+end, and starts again on the same port.
 """
 
 from __future__ import annotations
@@ -10,9 +11,10 @@ from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
+from harness.launch.pauses import DEFAULT_BOUND_S, MAX_BOUND_S
 from harness.scenario.fields import AS_DESCRIPTION, MAX_COUNT, MAX_RANKS, Duration, StepName, Strict
 
-__all__ = ["EngineRequest", "EngineSignal", "WaitGone", "EngineRestart", "EngineStart"]
+__all__ = ["EngineRequest", "EngineSignal", "WaitGone", "EngineRestart", "EngineStart", "Pause", "PROCESS"]
 
 _AS: Any = Field(None, alias="as", description=AS_DESCRIPTION)
 
@@ -44,19 +46,38 @@ class EngineRequest(Strict):
         return self
 
 
-class EngineSignal(Strict):
-    """Send a signal to one process of the engine's tree: the API server, the engine core or a worker."""
+PROCESS = Literal["api_server", "engine_core", "worker"]  # the processes of an engine's tree a step names
 
-    to: Literal["api_server", "engine_core", "worker"] = Field("api_server", description="which process")
-    sig: Literal["SIGTERM", "SIGINT", "SIGKILL"] = Field("SIGTERM", description="the signal")
+
+class _OneProcess(Strict):
+    to: PROCESS = Field("api_server", description="which process")
     index: int = Field(0, ge=0, le=MAX_RANKS - 1, description="to: worker: which worker (its tensor-parallel rank)")
-    as_: StepName | None = _AS
 
     @model_validator(mode="after")
-    def _index_of_a_worker(self) -> EngineSignal:
+    def _index_of_a_worker(self) -> _OneProcess:
         if self.index and self.to != "worker":
             raise ValueError(f"index names a worker; the {self.to} is one process")
         return self
+
+
+class EngineSignal(_OneProcess):
+    """Send a signal to one process of the engine's tree: the API server, the engine core or a worker."""
+
+    sig: Literal["SIGTERM", "SIGINT", "SIGKILL"] = Field("SIGTERM", description="the signal")
+    as_: StepName | None = _AS
+
+
+class Pause(_OneProcess):
+    """Pause one process of the engine's tree (SIGSTOP: it stops running without dying, as under a debugger, a
+    stalled disk or an overloaded host): that process alone, not its process group. It is resumed (SIGCONT) by a
+    resume step naming this one, at resume_after, before any signal or kill the harness sends it, or when the
+    run's steps end, whichever comes first."""
+
+    resume_after: Duration = Field(DEFAULT_BOUND_S, gt=0, le=MAX_BOUND_S, description=(
+        f"the bound: the harness resumes the process this long after the pause at the latest (at most "
+        f"{MAX_BOUND_S:g}s, well below the launch bound: nothing stays stopped; scaled by the target's "
+        f"bound_scale as the scenario's other bounds)"))
+    as_: StepName | None = _AS
 
 
 class WaitGone(Strict):

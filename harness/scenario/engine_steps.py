@@ -213,18 +213,20 @@ def _rank(m: Member) -> tuple[int, int]:
     return (int(found.group(1)) if found else -1, m.pid)
 
 
-def _pid_of(tree: EngineTree, to: str, index: int = 0) -> tuple[int, str]:
+def _pid_of(tree: EngineTree, to: str, index: int = 0, kind: str = "engine_signal") -> tuple[int, str]:
+    """The pid and name of the tree's process ``to`` (``index``: which worker); a StepError of step ``kind``
+    names what the tree has instead."""
     if to == "api_server":
         assert tree.proc is not None
         if tree.proc.poll() is not None:
-            raise StepError("engine_signal: the API server has already exited")
+            raise StepError(f"{kind}: the API server has already exited")
         return tree.proc.pid, "api_server"
     found = sorted(tree.find(PROCESS_NAMES[to]), key=_rank)
     if not found:
-        raise StepError(f"engine_signal: no live {to} in the tree (its processes: "
+        raise StepError(f"{kind}: no live {to} in the tree (its processes: "
                         f"{', '.join(m.name for m in tree.members()) or 'none'})")
     if index >= len(found):
-        raise StepError(f"engine_signal: no {to} {index}: the tree has {len(found)} ({_names(found)})")
+        raise StepError(f"{kind}: no {to} {index}: the tree has {len(found)} ({_names(found)})")
     return found[index].pid, found[index].name
 
 

@@ -45,6 +45,7 @@ from typing import Any, TypeVar
 from harness.categories import CATEGORIES
 from harness.faults import client as cf
 from harness.history import Event
+from harness.launch import pauses
 from harness.launch.cluster import Cluster, Proc, RemoteError
 from harness.probes.model import Snapshot
 from harness.scenario.loader import MatrixItem
@@ -135,6 +136,7 @@ class Player:
         self.held: list[Any] = []  # what the harness holds until the run ends (sockets, replaced paths)
         self.ports: dict[str, int] = {}  # step name -> the TCP port it holds (hold_port) or bound
         self.stuck: list[Proc] = []  # processes with a command that never answered
+        self.paused: dict[str, int] = {}  # pause step -> the pid it paused (resumed by finish_up at the latest)
         self.mark = 0
         self._scratch: dict[type, Any] = {}
         self._played = 0  # steps already played (play_prelude)
@@ -293,7 +295,10 @@ class Player:
     def finish_up(self) -> None:
         """Release every armed fault (a failed step may have left a handler parked), let the steps still
         running return (each within its bound), end a process whose command never answered with SIGKILL rather
-        than the slow exit, SIGTERM, SIGKILL of the close, and close the harness's own connections."""
+        than the slow exit, SIGTERM, SIGKILL of the close, and close the harness's own connections.  First,
+        whatever a pause step paused and is still stopped is resumed (``process_resumed``, reason ``run_end``):
+        a step still running may be waiting on it, and the close must find it running."""
+        pauses.resume_all(self.paused.values(), "run_end")
         for proc in {p for p, _, _ in self.armed.values()}:
             if proc.alive:
                 try:

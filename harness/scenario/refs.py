@@ -131,6 +131,8 @@ class _Refs:
         at: KeyPath = ("steps", i, step.kind)
         if step.kind == "release":
             self.ref(at, step.spec, ("arm",), i)
+        elif step.kind == "resume":
+            self.ref(at, step.spec, ("pause",), i)
         elif step.kind == "finish":
             target = self.ref(at, step.spec, ("send",), i)
             if target is not None and target.step.spec.fault not in WITHHOLDING_FAULTS:

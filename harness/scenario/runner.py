@@ -17,6 +17,7 @@ from typing import Any
 
 import harness.scenario.engine_steps
 import harness.scenario.handshake_steps
+import harness.scenario.pause_steps
 import harness.scenario.stress
 import harness.scenario.worker_steps  # noqa: F401 - registers the worker run's step kinds
 from harness.checkers import RunRecord, judge

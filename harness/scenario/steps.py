@@ -53,7 +53,7 @@ from harness.scenario.common_spec import (
     Wait,
     Workload,
 )
-from harness.scenario.engine_spec import EngineRequest, EngineRestart, EngineSignal, EngineStart, WaitGone
+from harness.scenario.engine_spec import EngineRequest, EngineRestart, EngineSignal, EngineStart, Pause, WaitGone
 from harness.scenario.fields import StepName, Strict
 from harness.scenario.handshake_spec import (
     Cycle,
@@ -70,7 +70,7 @@ __all__ = [
     "Step", "StepBase", "STEP_TYPES", "SEND_FAULTS", "WITHHOLDING_FAULTS", "FAILPOINT_ACTIONS", "EVENT_KINDS",
     "Send", "Connections", "Arm", "Call", "Wait", "Stop", "Shutdown", "Restart", "Kill", "PathFault",
     "HoldPort", "Workload", "HandshakeStart", "Handshake", "Hammer", "MalformedHandshake", "HandshakeShutdown",
-    "Cycle", "EngineRequest", "EngineSignal", "WaitGone", "EngineRestart", "EngineStart", "ENGINE_STEPS",
+    "Cycle", "EngineRequest", "EngineSignal", "Pause", "WaitGone", "EngineRestart", "EngineStart", "ENGINE_STEPS",
     "HANDSHAKE_STEPS", "WORKER_STEPS", "is_handshake", "Pipeline", "Pipelined", "StaleSocket", "StartListener",
     "READER_FAULTS",
 ]
@@ -342,6 +342,18 @@ class EngineSignalStep(StepBase):
     engine_signal: EngineSignal = Field(description=EngineSignal.__doc__)
 
 
+class PauseStep(StepBase):
+    kind: ClassVar[str] = "pause"
+    example: ClassVar[str] = "- start: engine\n- pause: {to: worker, index: 0, resume_after: 2s, as: p1}"
+    pause: Pause = Field(description=Pause.__doc__)
+
+
+class ResumeStep(StepBase):
+    kind: ClassVar[str] = "resume"
+    example: ClassVar[str] = "- start: engine\n- pause: {to: engine_core, as: p1}\n- resume: p1"
+    resume: StepName = Field(description="a pause step's name: resume (SIGCONT) the process it paused, now")
+
+
 class WaitGoneStep(StepBase):
     kind: ClassVar[str] = "wait_gone"
     example: ClassVar[str] = (
@@ -366,7 +378,7 @@ class EngineStartStep(StepBase):
 
 
 _STEPS: tuple[type[StepBase], ...] = (
-    EngineRequestStep, EngineSignalStep, WaitGoneStep, EngineRestartStep, EngineStartStep,
+    EngineRequestStep, EngineSignalStep, WaitGoneStep, EngineRestartStep, EngineStartStep, PauseStep, ResumeStep,
     StartStep, SendStep, IdleStep, FloodStep, ArmStep, CallStep, WaitStep, ReleaseStep, StopStep, ShutdownStep,
     RestartStep, KillStep, RemoveStep, ReplaceStep, HoldPortStep, FinishStep, WorkloadStep, StressStep, ExitStep,
     HandshakeStartStep, HandshakeStep, HammerStep, StopHammerStep, MalformedHandshakeStep, HandshakeShutdownStep,
@@ -379,7 +391,7 @@ STEP_TYPES: dict[str, type[StepBase]] = {c.kind: c for c in sorted(_STEPS, key=l
 HANDSHAKE_STEPS = ("handshake_start", "handshake", "hammer", "stop_hammer", "malformed_handshake",
                    "handshake_shutdown", "cycle")
 # harness.scenario.engine_steps (their parameters: harness.scenario.engine_spec)
-ENGINE_STEPS = ("engine_request", "engine_signal", "wait_gone", "engine_restart", "engine_start")
+ENGINE_STEPS = ("engine_request", "engine_signal", "wait_gone", "engine_restart", "engine_start", "pause", "resume")
 WORKER_STEPS = ("send", "idle", "flood", "call", "stop", "shutdown", "restart", "exit", "finish", "remove", "replace",
                 "workload", "ctl", "pipeline", "stale_socket", "start_listener", "stress", "measure_idle", "fd_limit")
 
@@ -401,7 +413,8 @@ Step = Annotated[
     Annotated[ArmStep, Tag("arm")] | Annotated[CallStep, Tag("call")] | Annotated[CtlStep, Tag("ctl")]
     | Annotated[CycleStep, Tag("cycle")] | Annotated[EngineRequestStep, Tag("engine_request")]
     | Annotated[EngineRestartStep, Tag("engine_restart")] | Annotated[EngineSignalStep, Tag("engine_signal")]
-    | Annotated[EngineStartStep, Tag("engine_start")]
+    | Annotated[EngineStartStep, Tag("engine_start")] | Annotated[PauseStep, Tag("pause")]
+    | Annotated[ResumeStep, Tag("resume")]
     | Annotated[WaitGoneStep, Tag("wait_gone")]
     | Annotated[ExitStep, Tag("exit")] | Annotated[FinishStep, Tag("finish")] | Annotated[FloodStep, Tag("flood")]
     | Annotated[HammerStep, Tag("hammer")] | Annotated[HandshakeStep, Tag("handshake")]

@@ -14,8 +14,8 @@ ready and failure lines, the environment, how long a launch may take and whether
 * ``engine_standin``: ``python -m harness.engine.standin serve`` (stdlib only, ready in ~0.2 s), and its
   planted-bug variants ``engine_ignores_sigterm``, ``engine_leaves_socket_file``, ``engine_keeps_child``,
   ``engine_exits_zero_after_engine_died``, ``engine_hangs_stream``, ``engine_loses_signal_during_start``,
-  ``engine_keeps_port``, ``engine_late_generation``, ``engine_hangs_on_held_side_channel`` (harness.engine.standin
-  says what each does wrong).
+  ``engine_keeps_port``, ``engine_late_generation``, ``engine_hangs_on_held_side_channel``,
+  ``engine_waits_on_paused_child`` (harness.engine.standin says what each does wrong).
 
 This module imports neither vLLM nor the engine package: validation and collection load target names
 everywhere.
@@ -217,6 +217,8 @@ _BUGS = {
     "keeps_port": "the engine core outlives a killed API server, holding its listening port (inherited)",
     "late_generation": "a request that arrives after shutdown began is admitted and generated",
     "hangs_on_held_side_channel": "a held NIXL side-channel port: the failure is printed, the start waits forever",
+    "waits_on_paused_child": "a stop waits forever on a child that neither answers nor dies (a paused worker or "
+                             "engine core), instead of a bounded wait then SIGKILL",
 }
 _LAUNCH_S = {"hangs_on_held_side_channel": 2.0}  # a start that hangs costs its whole launch bound: keep it short
 STANDIN_VARIANTS: dict[str, EngineTarget] = {
@@ -232,4 +234,5 @@ ENGINE_LOSES_SIGNAL_DURING_START = STANDIN_VARIANTS["engine_loses_signal_during_
 ENGINE_KEEPS_PORT = STANDIN_VARIANTS["engine_keeps_port"]
 ENGINE_LATE_GENERATION = STANDIN_VARIANTS["engine_late_generation"]
 ENGINE_HANGS_ON_HELD_SIDE_CHANNEL = STANDIN_VARIANTS["engine_hangs_on_held_side_channel"]
+ENGINE_WAITS_ON_PAUSED_CHILD = STANDIN_VARIANTS["engine_waits_on_paused_child"]
 ENGINE_TARGETS: dict[str, EngineTarget] = {"vllm_engine": TARGET, "engine_standin": STANDIN, **STANDIN_VARIANTS}

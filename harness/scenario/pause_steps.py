@@ -1,0 +1,59 @@
+"""The pause nemesis of an engine run (cast ``engine``): ``pause`` and ``resume`` of one process of its tree.
+
+* ``pause`` (fault): SIGSTOP to the API server, the engine core or a worker (``to``, ``index`` as for
+  ``engine_signal``): that one process, not its process group, as Jepsen pauses one node; the rest of the
+  tree runs on and must cope with a child, parent or sibling that neither answers nor dies.  Recorded as
+  ``process_paused``; its value is the pid.  Played at any point of the steps: during a start (after an
+  ``engine_start`` returned, the engine core held at its gate), with a request in flight (after a background
+  ``engine_request`` and a ``wait: {event: engine_stream_started}``), or during a stop (before or after an
+  ``engine_signal``).
+* ``resume`` (fault): SIGCONT to what a named pause step paused, now (``process_resumed``, reason ``step``);
+  ok when it was still paused.
+
+Nothing stays stopped (harness.launch.pauses): a pause is resumed at its ``resume_after`` bound by a timer, and
+before any signal or kill the harness sends it (an ``engine_signal`` to it, the close of its tree, the
+watchdog), and when the run's steps end (the player's finish_up), each recorded as ``process_resumed``.
+
+Registered in harness.scenario.player's registry on import (harness.scenario.runner imports this module).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from harness.launch import pauses
+from harness.scenario.engine_steps import ENGINE, _host, _pid_of
+from harness.scenario.player import Player, StepError, step_kind
+
+__all__: list[str] = []
+
+E = ENGINE.name
+
+
+@step_kind("pause", "fault", cast=E)
+def pause(pl: Player, s: Any, name: str) -> None:
+    host = _host(pl)
+    pid, process = _pid_of(host.tree, s.to, s.index, "pause")
+    bound = min(host.scaled(s.resume_after), pauses.MAX_BOUND_S)  # as every bound of the scenario is scaled
+    pl.started(name, "pause", to=s.to, index=s.index, pid=pid, process=process, resume_after=bound)
+    try:
+        pauses.pause(pid, step=name, process=process, bound=bound, emit=pl.emit)
+    except ProcessLookupError:
+        pl.returned(name, "pause", False, None, to=s.to, error=f"{process} (pid {pid}) is gone")
+        raise StepError(f"pause: {process} (pid {pid}) exited before it could be paused") from None
+    except ValueError as exc:
+        pl.returned(name, "pause", False, None, to=s.to, error=str(exc))
+        raise StepError(f"pause: {exc}") from None
+    pl.paused[name] = pid
+    pl.returned(name, "pause", True, pid, to=s.to)
+
+
+@step_kind("resume", "fault", cast=E)
+def resume(pl: Player, paused_by: str, name: str) -> None:
+    pid = pl.paused.get(paused_by)
+    if pid is None:
+        raise StepError(f"resume: step {paused_by!r} paused nothing (it failed, or is not a pause step)")
+    pl.started(name, "resume", pid=pid, paused_by=paused_by)
+    resumed = pauses.resume(pid, "step", step=name)
+    pl.returned(name, "resume", resumed, resumed, pid=pid, paused_by=paused_by)
+
