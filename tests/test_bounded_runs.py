@@ -399,7 +399,8 @@ def test_a_wait_looks_at_each_event_once_however_many_arrive_while_it_waits() ->
 def test_a_chained_run_cut_at_its_budget_ends_each_item_from_the_cut_on(monkeypatch: pytest.MonkeyPatch) -> None:
     """An engine chain shares one history: the items before the cut are judged as ever; the item it was cut in
     and every one after end with the outcome, judged on what was stored, the later ones holding the marker."""
-    from harness.scenario.chain import plan, run_chain
+    from harness.scenario.chain import plan
+    from harness.scenario.runner import run_chain
 
     library = [expand(loads(p.read_text(), str(p)))[0]
                for p in sorted((Path(__file__).resolve().parent.parent / "scenarios").glob("engine-*.yaml"))]

@@ -18,9 +18,10 @@ from harness.errors import ConfigError
 from harness.report.rejudge import report_history
 from harness.report.write import write_run
 from harness.scenario import load
-from harness.scenario.chain import gives, launch_key, plan, run_chain
+from harness.scenario.chain import gives, launch_key, plan
 from harness.scenario.loader import MatrixItem, expand
 from harness.scenario.result import RunResult
+from harness.scenario.runner import run_chain
 
 SCENARIOS = Path(__file__).resolve().parent.parent / "scenarios"
 

@@ -272,7 +272,7 @@ def test_the_planted_bug_waits_on_the_paused_worker_until_the_harness_resumes_it
 def test_an_engine_paused_after_its_restart_is_not_handed_to_the_next_scenario() -> None:
     """A chained run hands on only an untouched launch: one whose process was paused (even if resumed since)
     may have lost time or a child, so the next scenario launches its own."""
-    from harness.scenario.chain import run_chain
+    from harness.scenario.runner import run_chain
 
     paused = loads("name: restart-then-pause\nabout: a pause after the restart\ntarget: engine_standin\n"
                    "catches: [engine_keeps_port]\n"

@@ -145,7 +145,7 @@ def test_engine_scenario_on_vllm_gives_its_expected_outcome(chain: list[str]) ->
     from harness.engine.expected import differences, load_expected
     from harness.report.write import write_run
     from harness.scenario import load
-    from harness.scenario.chain import run_chain
+    from harness.scenario.runner import run_chain
     from harness.scenario.loader import expand
 
     expected = load_expected(FINDINGS / "expected.yaml")

@@ -4,7 +4,7 @@ Once collection is done (and after ``-k``/``-m`` deselected what they deselect),
 of an engine run are grouped per target (the run's variant: a catches item's planted bug is its own group)
 and planned by :func:`harness.scenario.chain.plan`: a scenario that ends by restarting its engine hands that
 ready, untouched engine to the next one of the same launch flags.  Every chain of two or more becomes one
-chained run (:func:`harness.scenario.chain.run_chain`), played when its first item runs; each item then takes
+chained run (:func:`harness.scenario.runner.run_chain`), played when its first item runs; each item then takes
 its own result (its own window, report and verdicts) and passes or fails as it would alone.  The items of a
 chain are moved next to each other, at the place of the first one; every other item keeps its place.
 
@@ -50,7 +50,7 @@ class Chain:
 
     def result(self, item: Any) -> Any:
         if self._results is None:
-            from harness.scenario.chain import run_chain
+            from harness.scenario.runner import run_chain
 
             out = run_chain([i.matrix for i in self.items], variant=self.variant)
             self._results = {id(i): r for i, r in zip(self.items, out, strict=True)}
