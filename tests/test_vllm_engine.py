@@ -145,8 +145,8 @@ def test_engine_scenario_on_vllm_gives_its_expected_outcome(chain: list[str]) ->
     from harness.engine.expected import differences, load_expected
     from harness.report.write import write_run
     from harness.scenario import load
-    from harness.scenario.runner import run_chain
     from harness.scenario.loader import expand
+    from harness.scenario.runner import run_chain
 
     expected = load_expected(FINDINGS / "expected.yaml")
     items = [expand(load(str(ROOT / "scenarios" / f"{name}.yaml")))[0] for name in chain]

@@ -24,7 +24,7 @@ import inspect
 import re
 import traceback
 import typing
-from collections.abc import Callable, Hashable, Mapping
+from collections.abc import Callable, Hashable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Any, TypeVar
@@ -327,8 +327,18 @@ def cut_text(run: RunRecord, cut: Event) -> str:
     return f"history budget reached at {max(0, cut.t_ns - first) // 1_000_000} ms"
 
 
-def judge_all(run: RunRecord, expect: list[tuple[str, dict[str, Any]]]) -> list[Verdict]:
-    return [judge(name, run, params) for name, params in expect]
+ExpectEntry = str | tuple[str, Any] | tuple[str, Any, "str | None"]
+
+
+def judge_all(run: RunRecord, expect: Iterable[ExpectEntry]) -> list[Verdict]:
+    """The verdicts of an expect list on ``run``, in its order: the one reading of an expect list for every
+    caller (a scenario's run, its re-judging from a report, the contract's checks, a test's cluster).  An entry
+    is a checker's name, or (name, params), or (name, params, allow_unknown)."""
+    out = []
+    for entry in expect:
+        name, params, allow = (entry, None, None) if isinstance(entry, str) else (*entry, None)[:3]
+        out.append(judge(name, run, params, allow_unknown=allow))
+    return out
 
 
 def ok(name: str, message: str = "", notes: tuple[str, ...] = ()) -> Verdict:

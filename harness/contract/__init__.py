@@ -21,7 +21,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from harness.checkers import RunRecord, Verdict, judge
+from harness.checkers import RunRecord, Verdict, judge_all
 from harness.contract import lines
 from harness.contract.exit_probe import EXIT_BUDGET_S, exit_hook_bounded, exit_hook_retries
 from harness.contract.rig import ContractViolation, recorded
@@ -195,8 +195,8 @@ def run_check(check: Check, variant: Variant, root: Path | None = None) -> Outco
                 harness = str(exc)
             except PeerClosed as exc:  # a reply the check waited for never came: the listener dropped the connection
                 harness = f"a reply was lost: the listener closed the connection under its request ({exc})"
-        verdicts = tuple(judge(name, RunRecord(tuple(h.rec.events()), dict(h.snapshots), scale=scale()), params)
-                         for h in histories for name, params in check.judged)
+        verdicts = tuple(v for h in histories for v in judge_all(
+            RunRecord(tuple(h.rec.events()), dict(h.snapshots), scale=scale()), check.judged))
     except Exception as exc:
         detail = f"check crashed: {type(exc).__name__}: {exc}\n{traceback.format_exc()}"
         return Outcome(check.name, variant.name, False, detail, time.monotonic() - t0)

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from hypothesis.stateful import invariant
 
-from harness.checkers import RunRecord, Verdict, judge
+from harness.checkers import RunRecord, Verdict, judge_all
 from harness.contract import line_of
 from harness.contract.catalogue import HISTORY_CHECKERS, STEP_CHECKERS
 from harness.contract.rig import ContractViolation, Rig
@@ -98,8 +98,11 @@ class ContractInvariants:
         """Each verdict with the line its violation breaks: the contract table's line of the checker, or for
         a step checker (stop_result, restart_refused) the line that says what that step must return."""
         run = RunRecord(tuple(self.rig.rec.events()), dict(self.rig.taken.snapshots), scale=scale())
-        return [(judge(name, run), line_of(name)) for name in HISTORY_CHECKERS if name not in STEP_CHECKERS] + [
-            (judge(name, run, params), line) for name, params, line in list(self.expect)]
+        history = judge_all(run, [name for name in HISTORY_CHECKERS if name not in STEP_CHECKERS])
+        steps = list(self.expect)
+        return ([(v, line_of(v.checker)) for v in history]
+                + list(zip(judge_all(run, [(name, params) for name, params, _ in steps]),
+                           [line for *_, line in steps], strict=True)))
 
     def _violated(self) -> list[tuple[Verdict, int]]:
         """The checkers of HISTORY_CHECKERS violated over the history so far, each with its line (none if

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from harness.checkers import RunRecord, Verdict, judge
+from harness.checkers import RunRecord, Verdict, judge_all
 from harness.launch.cluster import Cluster, RunOutcome
 from harness.launch.snapshots import for_cluster
 from harness.probes.model import Snapshot
@@ -61,9 +61,4 @@ class JudgedCluster(Cluster):
     def verdicts(self, *checks: str | tuple[str, dict[str, Any]]) -> list[Verdict]:
         """Close the run (if needed) and judge it with each named checker (optionally with parameters)."""
         self.close()
-        run = self.record()
-        out = []
-        for c in checks:
-            name, params = (c, None) if isinstance(c, str) else c
-            out.append(judge(name, run, params))
-        return out
+        return judge_all(self.record(), checks)

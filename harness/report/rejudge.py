@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.artifacts import ArtifactError, read_json, shown
-from harness.checkers import CHECKERS, RunRecord, Verdict, judge
+from harness.checkers import CHECKERS, RunRecord, Verdict, judge_all
 from harness.errors import ConfigError
 from harness.history import Event, read_jsonl
 from harness.probes.model import Snapshot
@@ -124,7 +124,7 @@ def report_history(history: str | Path, out: str | Path | None = None, checks: S
     snaps = _snapshots(path.parent / SNAPSHOTS, problems)
     expect, source = _expect(meta, checks)
     record = RunRecord(tuple(events), snaps, float(meta.get("scale", 1.0)), absent=_absent(meta))
-    verdicts = [judge(name, record, params, allow_unknown=allow) for name, params, allow in expect]
+    verdicts = judge_all(record, expect)
     was = {i: d["status"] for i, d in enumerate(meta.get("verdicts", ()))}
 
     if unread:

@@ -22,7 +22,7 @@ import harness.scenario.handshake_steps
 import harness.scenario.pause_steps
 import harness.scenario.stress
 import harness.scenario.worker_steps  # noqa: F401 - registers the worker run's step kinds
-from harness.checkers import RunRecord, judge
+from harness.checkers import RunRecord, judge_all
 from harness.checkers.base import cut_text
 from harness.errors import ConfigError, HarnessError
 from harness.events import BUDGET_KIND, declare
@@ -255,7 +255,7 @@ def judge_expect(scn: Any, record: RunRecord, *, armed: bool) -> list[Any]:
     expect: list[tuple[str, Any, Any]] = [(e.checker, e.params, e.allow_unknown) for e in scn.expect]
     if armed and "fault_fired" not in [name for name, _, _ in expect]:
         expect.append(("fault_fired", None, None))
-    return [judge(name, record, params, allow_unknown=allow) for name, params, allow in expect]
+    return judge_all(record, expect)
 
 
 def failed(c: Cluster, exc: Exception, started: bool) -> tuple[str, str]:
