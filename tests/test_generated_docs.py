@@ -24,6 +24,8 @@ ROOT = Path(__file__).resolve().parent.parent
 GENERATED = [("harness.events", "docs/events.md"), ("harness.checkers.docs", "docs/checkers.md"),
              ("harness.scenario.stepdocs", "docs/steps.md"), ("harness.clidocs", "docs/cli.md"),
              ("harness.envvars", "docs/environment.md")]
+# what the code says that is no page, committed so that a change to it is seen in review: the scenario JSON Schema
+SNAPSHOTS = [(["schema"], "fixtures/schema.json")]
 
 
 def _generated(module: str) -> str:
@@ -99,3 +101,12 @@ def test_the_exit_code_table_holds_every_code_the_cli_returns() -> None:
     assert list(codes) == sorted(codes)
     page = (ROOT / "docs" / "cli.md").read_text()
     assert all(f"\n| {code} | " in page for code in codes)
+
+
+@pytest.mark.parametrize(("args", "path"), SNAPSHOTS, ids=[path for _, path in SNAPSHOTS])
+def test_the_committed_cli_output_is_current(args: list[str], path: str) -> None:
+    """``lastcall schema`` equals the committed copy: an editor's schema changes only where the change is seen."""
+    out = subprocess.run([sys.executable, "-m", "harness.cli", *args], capture_output=True, text=True, check=True,
+                         cwd=ROOT).stdout
+    assert (ROOT / path).read_text() == out, (
+        f"{path} is stale: regenerate it with: .venv/bin/python -m harness.cli {' '.join(args)} > {path}")

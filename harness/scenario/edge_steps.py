@@ -57,7 +57,7 @@ def send_reader_fault(pl: Player, s: Any, name: str, path: str, req: wire.Reques
     pl.background(name, read)
 
 
-@step_kind("pipeline", "request", cast=W)
+@step_kind("pipeline")
 def pipeline(pl: Player, s: Any, name: str) -> None:
     path = pl.proc(s.to).path
     reqs = [wire.Request(cmd=r.cmd, offsets=list(r.offsets), group_id=r.group_id,
@@ -117,7 +117,7 @@ def decided(pl: Player, to: Any, ids: list[str]) -> list[str]:
     return [short_id(i) or "" for i in ids if id_key(stored_id(i)) in seen]
 
 
-@step_kind("stale_socket", "environment", cast=W)
+@step_kind("stale_socket")
 def stale_socket(pl: Player, s: Any, name: str) -> None:
     c = pl.c
     if s.ipc == c.ipc:
@@ -132,7 +132,7 @@ def stale_socket(pl: Player, s: Any, name: str) -> None:
     pl.returned(name, "stale_socket", True, pid, path=path)
 
 
-@step_kind("start_listener", "start", cast=W)
+@step_kind("start_listener")
 def start_listener(pl: Player, s: Any, name: str) -> None:
     """A throw-away listener in worker ``on``'s process (harness.reference.probe): its start's outcome is this
     step's value (True: started), each stop after it a step ``NAME.stopN`` of kind stop (value: what it

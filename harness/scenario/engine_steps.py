@@ -176,7 +176,7 @@ def _shutdown_began(pl: Player, s: Any) -> Event | None:
     return pl.c.rec.wait_for("engine_shutdown_began", pl.c.host.scaled(s.timeout), after=signals[-1])
 
 
-@step_kind("engine_request", "request", cast=E)
+@step_kind("engine_request")
 def engine_request(pl: Player, s: Any, name: str) -> None:
     host = _host(pl)
     data = {"stream": s.stream, "max_tokens": s.max_tokens}
@@ -252,7 +252,7 @@ def _watch_shutdown(pl: Player, tree: EngineTree, step: str) -> None:
     tree.on_line = on_line
 
 
-@step_kind("engine_signal", "signal", cast=E)
+@step_kind("engine_signal")
 def engine_signal(pl: Player, s: Any, name: str) -> None:
     host = _host(pl)
     tree = host.tree
@@ -286,7 +286,7 @@ def _left(pl: Player, tree: EngineTree) -> list[dict[str, str]]:
     return out + [{"path": p, "kind": "shm"} for p in sorted(held) if os.path.exists(p)]
 
 
-@step_kind("wait_gone", "sync", cast=E)
+@step_kind("wait_gone")
 def wait_gone(pl: Player, s: Any, name: str) -> None:
     host = _host(pl)
     tree = host.tree
@@ -329,7 +329,7 @@ def _bindable(port: int) -> bool:
         return True
 
 
-@step_kind("engine_restart", "start", cast=E)
+@step_kind("engine_restart")
 def engine_restart(pl: Player, s: Any, name: str) -> None:
     host = _host(pl)
     pl.started(name, "engine_restart", port=host.port)
@@ -366,7 +366,7 @@ def _gate(pl: Player, host: EngineHost) -> socket.socket | None:
     return gate
 
 
-@step_kind("engine_start", "start", cast=E)
+@step_kind("engine_start")
 def engine_start(pl: Player, s: Any, name: str) -> None:
     host = _host(pl)
     st = pl.scratch(EngineRunState)

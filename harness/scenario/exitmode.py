@@ -30,10 +30,10 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from harness.scenario.loader import MatrixItem
+from harness.scenario.steps import EXIT_STEPS
 
 __all__ = ["EXIT_STEPS", "EXIT_EVENTS", "fast_exit_for", "observes_exit"]
 
-EXIT_STEPS = frozenset({"exit", "kill", "wait_gone"})
 EXIT_EVENTS = frozenset({"process_exited", "exit_requested", "exit_hook_started", "exit_hook_finished",
                          "main_returned", "engine_died"})
 

@@ -61,7 +61,7 @@ def _serving(pl: Player) -> int:
     return port
 
 
-@step_kind("handshake_start", "start", cast=H)
+@step_kind("handshake_start")
 def handshake_start(pl: Player, s: Any, name: str) -> None:
     st = pl.scratch(HandshakeState)
     port = _port_of(pl, s.port)
@@ -73,7 +73,7 @@ def handshake_start(pl: Player, s: Any, name: str) -> None:
         st.port = pl.ports[name] = int(value)
 
 
-@step_kind("handshake", "request", cast=H)
+@step_kind("handshake")
 def handshake(pl: Player, s: Any, name: str) -> None:
     port = _serving(pl)
     args = {"port": port, "pp": s.pp, "tp": s.tp, "within": scaled(s.within)}
@@ -84,7 +84,7 @@ def handshake(pl: Player, s: Any, name: str) -> None:
         pl.command(name, "handshake", pl.c.peer, "fetch", args, scaled(s.within) + scaled(GRACE_S), **data)
 
 
-@step_kind("hammer", "traffic", cast=H)
+@step_kind("hammer")
 def hammer(pl: Player, s: Any, name: str) -> None:
     st = pl.scratch(HandshakeState)
     if st.hammering:
@@ -94,12 +94,12 @@ def hammer(pl: Player, s: Any, name: str) -> None:
     pl.command(name, "hammer", pl.c.peer, "hammer", {"port": port}, pl.timeout(), port=port)
 
 
-@step_kind("stop_hammer", "traffic", cast=H)
+@step_kind("stop_hammer")
 def stop_hammer(pl: Player, target: str, name: str) -> None:
     pl.command(name, "stop_hammer", pl.c.peer, "stop_hammering", {}, pl.timeout(), hammer=target)
 
 
-@step_kind("malformed_handshake", "request", cast=H)
+@step_kind("malformed_handshake")
 def malformed_handshake(pl: Player, s: Any, name: str) -> None:
     port = _serving(pl)
     says = {} if s.says is None else {"says": s.says}
@@ -109,7 +109,7 @@ def malformed_handshake(pl: Player, s: Any, name: str) -> None:
                fault="garbage_body", bad=s.kind, port=port, **says)
 
 
-@step_kind("handshake_shutdown", "stop", cast=H)
+@step_kind("handshake_shutdown")
 def handshake_shutdown(pl: Player, s: Any, name: str) -> None:
     st = pl.scratch(HandshakeState)
     bound = st.join_timeout + scaled(GRACE_S)  # a shutdown that outlives its own join bound (and a grace) hangs
@@ -117,7 +117,7 @@ def handshake_shutdown(pl: Player, s: Any, name: str) -> None:
                 probe=True, stuck=True, join=bound + scaled(pl.cfg.ipc_timeout), port=st.port)
 
 
-@step_kind("cycle", "cycle", cast=H)
+@step_kind("cycle")
 def cycle(pl: Player, s: Any, name: str) -> None:
     st = pl.scratch(HandshakeState)
     eng = pl.proc("engine")

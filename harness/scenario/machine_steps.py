@@ -62,7 +62,7 @@ def cpu_share(spin_s: float = CALIBRATION_S) -> float:
     return (r1 - r0) / max(1, (r1 - r0) + (w1 - w0))
 
 
-@step_kind("measure_idle", "measure", cast=W)
+@step_kind("measure_idle")
 def measure_idle(pl: Player, s: Any, name: str) -> None:
     proc = pl.proc(s.of)
     pl.started(name, "measure_idle", pid=proc.pid, window=s.window)
@@ -96,7 +96,7 @@ class _Limit:
                 pass  # the process is gone: nothing to put back
 
 
-@step_kind("fd_limit", "environment", cast=W)
+@step_kind("fd_limit")
 def fd_limit(pl: Player, s: Any, name: str) -> None:
     proc = pl.proc(s.of)
     limits = [h for h in pl.held if isinstance(h, _Limit) and h.pid == proc.pid and not h.done]

@@ -30,7 +30,7 @@ __all__: list[str] = []
 E = ENGINE.name
 
 
-@step_kind("pause", "fault", cast=E)
+@step_kind("pause")
 def pause(pl: Player, s: Any, name: str) -> None:
     host = _host(pl)
     pid, process = _pid_of(host.tree, s.to, s.index, "pause")
@@ -48,7 +48,7 @@ def pause(pl: Player, s: Any, name: str) -> None:
     pl.returned(name, "pause", True, pid, to=s.to)
 
 
-@step_kind("resume", "fault", cast=E)
+@step_kind("resume")
 def resume(pl: Player, paused_by: str, name: str) -> None:
     pid = pl.paused.get(paused_by)
     if pid is None:

@@ -19,7 +19,7 @@ its workers inside it):
 
 1. a :class:`~harness.launch.parts.Cast` registered in harness.launch.parts, its parts naming the role mains
    (harness.launch.roles.ROLE_MAINS) and the target attribute each runs (``engine_server``, say);
-2. its step kinds, in a module of their own: ``@step_kind("serve_request", "request", cast="vllm")`` on a
+2. its step kinds, in a module of their own: ``@step_kind("serve_request")`` on a
    function of (player, spec, name), the step's parameter model in harness.scenario.steps (or in a
    ``*_spec`` module it imports) with the step's ``example`` (docs/steps.md), and the module imported by
    harness.scenario.runner;
@@ -42,14 +42,13 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from harness.categories import CATEGORIES
 from harness.faults import client as cf
 from harness.history import Event
 from harness.launch import pauses
 from harness.launch.cluster import Cluster, Proc, RemoteError
 from harness.probes.model import Snapshot
 from harness.scenario.loader import MatrixItem
-from harness.scenario.steps import StepBase
+from harness.scenario.steps import STEP_TYPES, StepBase
 from harness.timeouts import scaled
 
 __all__ = ["Player", "StepKind", "StepError", "HistoryBudgetReached", "STEP_KINDS", "step_kind", "cast_for",
@@ -96,16 +95,15 @@ def engine_launches(scenario: Any) -> int:
                    if (k := STEP_KINDS.get(s.kind)) is not None and k.cast == "engine" and k.category == "start")
 
 
-def step_kind(kind: str, category: str, *, cast: str | None = None, marks: bool = True) -> Callable[[Play], Play]:
-    """Register the decorated ``play(player, spec, name)`` as step kind ``kind`` (one of
-    harness.scenario.steps.STEP_TYPES) in ``category`` (harness.categories.CATEGORIES)."""
-    if category not in CATEGORIES:
-        raise ValueError(f"step kind {kind!r}: unknown category {category!r}; known: {', '.join(CATEGORIES)}")
+def step_kind(kind: str) -> Callable[[Play], Play]:
+    """Register the decorated ``play(player, spec, name)`` as how step kind ``kind`` is played; what the kind is
+    (its category, cast, marks) is its class's declaration in harness.scenario.steps.STEP_TYPES."""
+    model = STEP_TYPES[kind]
 
     def register(fn: Play) -> Play:
         if kind in STEP_KINDS:
             raise ValueError(f"step kind {kind!r} is registered twice")
-        STEP_KINDS[kind] = StepKind(kind, category, fn, cast, marks)
+        STEP_KINDS[kind] = StepKind(kind, model.category, fn, model.cast, model.marks)
         return fn
 
     return register
@@ -320,12 +318,12 @@ class Player:
 
 
 # ------------------------------------------------------------ any run's steps
-@step_kind("start", "launch", marks=False)  # its events came before it: a wait right after it must see them
+@step_kind("start")  # its events came before it: a wait right after it must see them
 def start(pl: Player, spec: Any, name: str) -> None:
     return None  # the cluster is started by the runner before the first step
 
 
-@step_kind("arm", "fault")
+@step_kind("arm")
 def arm(pl: Player, s: Any, name: str) -> None:
     proc = pl.proc(s.on)
     t = time.monotonic_ns()  # before the arm: a hit right after arming counts
@@ -337,13 +335,13 @@ def arm(pl: Player, s: Any, name: str) -> None:
     pl.emit("armed", step=name, site=s.site, pid=proc.pid, action=s.action, since_ns=t)
 
 
-@step_kind("release", "fault")
+@step_kind("release")
 def release(pl: Player, armed: str, name: str) -> None:
     proc, site, _ = pl.armed[armed]
     proc.call("release", site=site)
 
 
-@step_kind("wait", "sync", marks=False)
+@step_kind("wait")
 def wait(pl: Player, s: Any, name: str) -> None:
     limit = pl.timeout(s.timeout)
     rec = pl.c.rec
@@ -382,7 +380,7 @@ def counting(n: int, match: Callable[[Event], bool]) -> Callable[[Event], bool]:
     return nth
 
 
-@step_kind("kill", "signal")
+@step_kind("kill")
 def kill(pl: Player, s: Any, name: str) -> None:
     proc = pl.proc(s.target)
     pl.started(name, "kill", signal=s.signal, pid=proc.pid)
@@ -391,7 +389,7 @@ def kill(pl: Player, s: Any, name: str) -> None:
     pl.returned(name, "kill", exited, proc.exit_code)
 
 
-@step_kind("hold_port", "environment")
+@step_kind("hold_port")
 def hold_port(pl: Player, s: Any, name: str) -> None:
     """Bind and listen on a TCP port of 127.0.0.1 (0: any free one) and keep it until the run ends."""
     pl.started(name, "hold_port", port=s.port)

@@ -22,10 +22,11 @@ engine owning it and a peer engine) instead of the worker listener::
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Annotated, Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, Union
 
 from pydantic import Discriminator, Field, Tag
 
+from harness.categories import CATEGORIES
 from harness.scenario.client_spec import (
     READER_FAULTS,
     SEND_FAULTS,
@@ -71,16 +72,28 @@ __all__ = [
     "Send", "Connections", "Arm", "Call", "Wait", "Stop", "Shutdown", "Restart", "Kill", "PathFault",
     "HoldPort", "Workload", "HandshakeStart", "Handshake", "Hammer", "MalformedHandshake", "HandshakeShutdown",
     "Cycle", "EngineRequest", "EngineSignal", "Pause", "WaitGone", "EngineRestart", "EngineStart", "ENGINE_STEPS",
-    "HANDSHAKE_STEPS", "WORKER_STEPS", "is_handshake", "Pipeline", "Pipelined", "StaleSocket", "StartListener",
+    "HANDSHAKE_STEPS", "WORKER_STEPS", "EXIT_STEPS", "is_handshake", "Pipeline", "Pipelined", "StaleSocket",
+    "StartListener",
     "READER_FAULTS",
 ]
 
 
 # -------------------------------------------------------------------- the steps
 class StepBase(Strict):
-    """One step: a mapping with exactly one key, its ``kind``."""
+    """One step: a mapping with exactly one key, its ``kind``.
+
+    Each kind is declared once, by its class here: ``kind``, its ``category`` (harness.categories), the ``cast``
+    whose listener it drives (None: any run plays it), whether it ``observes_exit`` (it judges how a process
+    exits, so the fast exit is off in its run: harness.scenario.exitmode), whether the event mark ``marks`` moves
+    to "now" before it plays (a later ``wait: {event}`` looks after it), and its ``example``.  The ``Step`` union,
+    :data:`STEP_TYPES` and the cast tuples are made from these classes; the player registers how each is
+    played (``@step_kind(kind)``, harness.scenario.player)."""
 
     kind: ClassVar[str]
+    category: ClassVar[str]
+    cast: ClassVar[str | None] = None
+    observes_exit: ClassVar[bool] = False
+    marks: ClassVar[bool] = True
     # the step in a short list of steps, written once here: docs/steps.md shows it and a test loads it
     # (harness.scenario.stepdocs wraps it in a scenario) through the loader
     example: ClassVar[str]
@@ -98,6 +111,8 @@ class StepBase(Strict):
 
 class StartStep(StepBase):
     kind: ClassVar[str] = "start"
+    category: ClassVar[str] = "launch"
+    marks: ClassVar[bool] = False
     example: ClassVar[str] = "- start: cluster"
     start: Literal["cluster", "engine"] = Field(
         description="start the run's processes (cluster: the engine and its tp x pp workers; engine: the "
@@ -106,6 +121,8 @@ class StartStep(StepBase):
 
 class SendStep(StepBase):
     kind: ClassVar[str] = "send"
+    category: ClassVar[str] = "request"
+    cast: ClassVar[str | None] = "worker"
     example: ClassVar[str] = (
         "- start: cluster\n- send: {cmd: map_to_kv_tensors, offsets: [0, 2MiB], timeout: 2s, as: r1}"
     )
@@ -114,6 +131,8 @@ class SendStep(StepBase):
 
 class IdleStep(StepBase):
     kind: ClassVar[str] = "idle"
+    category: ClassVar[str] = "traffic"
+    cast: ClassVar[str | None] = "worker"
     example: ClassVar[str] = (
         "- start: cluster\n- idle: {count: 8, as: quiet}\n- stop: {as: s1}\n- wait: {closed: quiet}"
     )
@@ -122,12 +141,15 @@ class IdleStep(StepBase):
 
 class FloodStep(StepBase):
     kind: ClassVar[str] = "flood"
+    category: ClassVar[str] = "traffic"
+    cast: ClassVar[str | None] = "worker"
     example: ClassVar[str] = "- start: cluster\n- stop: {as: s1}\n- flood: {count: 64}\n- wait: {returned: s1}"
     flood: Connections = Field(description="open connections as fast as possible (e.g. during stop)")
 
 
 class ArmStep(StepBase):
     kind: ClassVar[str] = "arm"
+    category: ClassVar[str] = "fault"
     example: ClassVar[str] = (
         "- start: cluster\n- arm: {site: backend.map_to_kv_tensors, action: pause, count: 1, as: f1}\n"
         "- call: {op: map, offsets: [0], as: c1}\n- wait: {reached: f1}\n- release: f1"
@@ -137,12 +159,16 @@ class ArmStep(StepBase):
 
 class CallStep(StepBase):
     kind: ClassVar[str] = "call"
+    category: ClassVar[str] = "call"
+    cast: ClassVar[str | None] = "worker"
     example: ClassVar[str] = "- start: cluster\n- call: {op: kv_tensors_created, as: c1}\n- wait: {returned: c1}"
     call: Call = Field(description=Call.__doc__)
 
 
 class WaitStep(StepBase):
     kind: ClassVar[str] = "wait"
+    category: ClassVar[str] = "sync"
+    marks: ClassVar[bool] = False
     example: ClassVar[str] = (
         "- start: cluster\n- stop: {as: s1}\n- wait: {event: stop_started}\n- wait: {returned: s1, timeout: 5s}"
     )
@@ -151,6 +177,7 @@ class WaitStep(StepBase):
 
 class ReleaseStep(StepBase):
     kind: ClassVar[str] = "release"
+    category: ClassVar[str] = "fault"
     example: ClassVar[str] = (
         "- start: cluster\n- arm: {site: listener.frame_read, as: f1}\n"
         "- send: {cmd: kv_tensors_created, fault: stall_after_header, as: r1}\n- wait: {reached: f1}\n"
@@ -161,6 +188,8 @@ class ReleaseStep(StepBase):
 
 class StopStep(StepBase):
     kind: ClassVar[str] = "stop"
+    category: ClassVar[str] = "stop"
+    cast: ClassVar[str | None] = "worker"
     example: ClassVar[str] = (
         "- start: cluster\n- stop: {on: {rank: 0}, timeout: 500ms, as: s1}\n- wait: {returned: s1}"
     )
@@ -169,12 +198,16 @@ class StopStep(StepBase):
 
 class ShutdownStep(StepBase):
     kind: ClassVar[str] = "shutdown"
+    category: ClassVar[str] = "stop"
+    cast: ClassVar[str | None] = "worker"
     example: ClassVar[str] = "- start: cluster\n- shutdown: {as: sd}\n- wait: {returned: sd}"
     shutdown: Shutdown = Field(description=Shutdown.__doc__)
 
 
 class RestartStep(StepBase):
     kind: ClassVar[str] = "restart"
+    category: ClassVar[str] = "start"
+    cast: ClassVar[str | None] = "worker"
     example: ClassVar[str] = (
         "- start: cluster\n- stop: {as: s1}\n- wait: {returned: s1}\n- restart: {on: {rank: 0}, as: again}\n"
         "- wait: {returned: again}"
@@ -184,36 +217,48 @@ class RestartStep(StepBase):
 
 class ExitStep(StepBase):
     kind: ClassVar[str] = "exit"
+    category: ClassVar[str] = "exit"
+    cast: ClassVar[str | None] = "worker"
+    observes_exit: ClassVar[bool] = True
     example: ClassVar[str] = "- start: cluster\n- exit: {shutdown: false, as: bye}\n- wait: {returned: bye}"
     exit: Exit = Field(description=Exit.__doc__)
 
 
 class KillStep(StepBase):
     kind: ClassVar[str] = "kill"
+    category: ClassVar[str] = "signal"
+    observes_exit: ClassVar[bool] = True
     example: ClassVar[str] = "- start: cluster\n- kill: {target: {rank: 0}, signal: SIGKILL}"
     kill: Kill = Field(description=Kill.__doc__)
 
 
 class RemoveStep(StepBase):
     kind: ClassVar[str] = "remove"
+    category: ClassVar[str] = "environment"
+    cast: ClassVar[str | None] = "worker"
     example: ClassVar[str] = "- start: cluster\n- remove: {what: dir, of: {rank: 0}}"
     remove: PathFault = Field(description="delete a worker's socket file or directory while it is live")
 
 
 class ReplaceStep(StepBase):
     kind: ClassVar[str] = "replace"
+    category: ClassVar[str] = "environment"
+    cast: ClassVar[str | None] = "worker"
     example: ClassVar[str] = "- start: cluster\n- replace: {what: socket}"
     replace: PathFault = Field(description="put a different file at a worker's socket path while it is live")
 
 
 class HoldPortStep(StepBase):
     kind: ClassVar[str] = "hold_port"
+    category: ClassVar[str] = "environment"
     example: ClassVar[str] = "- hold_port: {as: held}\n- start: cluster\n- handshake_start: {port: held, as: l1}"
     hold_port: HoldPort = Field(description=HoldPort.__doc__)
 
 
 class PipelineStep(StepBase):
     kind: ClassVar[str] = "pipeline"
+    category: ClassVar[str] = "request"
+    cast: ClassVar[str | None] = "worker"
     example: ClassVar[str] = (
         "- start: cluster\n"
         "- pipeline: {requests: [{cmd: kv_tensors_created}, {cmd: map_to_kv_tensors, offsets: [0]}],\n"
@@ -225,6 +270,8 @@ class PipelineStep(StepBase):
 
 class StaleSocketStep(StepBase):
     kind: ClassVar[str] = "stale_socket"
+    category: ClassVar[str] = "environment"
+    cast: ClassVar[str | None] = "worker"
     example: ClassVar[str] = (
         "- start: cluster\n- stale_socket: {ipc: predecessor}\n- start_listener: {ipc: predecessor, as: l1}"
     )
@@ -233,12 +280,16 @@ class StaleSocketStep(StepBase):
 
 class StartListenerStep(StepBase):
     kind: ClassVar[str] = "start_listener"
+    category: ClassVar[str] = "start"
+    cast: ClassVar[str | None] = "worker"
     example: ClassVar[str] = "- start: cluster\n- start_listener: {stops: 2, again: true, as: l1}"
     start_listener: StartListener = Field(description=StartListener.__doc__)
 
 
 class FinishStep(StepBase):
     kind: ClassVar[str] = "finish"
+    category: ClassVar[str] = "traffic"
+    cast: ClassVar[str | None] = "worker"
     example: ClassVar[str] = (
         "- start: cluster\n- send: {cmd: map_to_kv_tensors, offsets: [0], fault: stall_after_header, as: r1}\n"
         "- stop: {as: s1}\n- wait: {returned: s1}\n- finish: r1"
@@ -248,48 +299,64 @@ class FinishStep(StepBase):
 
 class StressStep(StepBase):
     kind: ClassVar[str] = "stress"
+    category: ClassVar[str] = "workload"
+    cast: ClassVar[str | None] = "worker"
     example: ClassVar[str] = "- start: cluster\n- stress: {clients: 4, requests: 60, stops: 3, as: storm}"
     stress: Stress = Field(description=Stress.__doc__)
 
 
 class MeasureIdleStep(StepBase):
     kind: ClassVar[str] = "measure_idle"
+    category: ClassVar[str] = "measure"
+    cast: ClassVar[str | None] = "worker"
     example: ClassVar[str] = "- start: cluster\n- idle: {count: 4}\n- measure_idle: {window: 300ms, as: m1}"
     measure_idle: MeasureIdle = Field(description=MeasureIdle.__doc__)
 
 
 class FdLimitStep(StepBase):
     kind: ClassVar[str] = "fd_limit"
+    category: ClassVar[str] = "environment"
+    cast: ClassVar[str | None] = "worker"
     example: ClassVar[str] = "- start: cluster\n- fd_limit: {}\n- idle: {count: 1}\n- fd_limit: {restore: true}"
     fd_limit: FdLimit = Field(description=FdLimit.__doc__)
 
 
 class WorkloadStep(StepBase):
     kind: ClassVar[str] = "workload"
+    category: ClassVar[str] = "workload"
+    cast: ClassVar[str | None] = "worker"
     example: ClassVar[str] = "- start: cluster\n- workload: {waves: 5, pages: 8, stop_at: 2}"
     workload: Workload = Field(description=Workload.__doc__)
 
 
 class CtlStep(StepBase):
     kind: ClassVar[str] = "ctl"
+    category: ClassVar[str] = "control"
+    cast: ClassVar[str | None] = "worker"
     example: ClassVar[str] = "- start: cluster\n- kill: {target: {rank: 0}}\n- ctl: {action: delete, as: cleaned}"
     ctl: Ctl = Field(description=Ctl.__doc__)
 
 
 class HandshakeStartStep(StepBase):
     kind: ClassVar[str] = "handshake_start"
+    category: ClassVar[str] = "start"
+    cast: ClassVar[str | None] = "handshake"
     example: ClassVar[str] = "- start: cluster\n- handshake_start: {start_timeout: 1s, join_timeout: 5s, as: l1}"
     handshake_start: HandshakeStart = Field(description=HandshakeStart.__doc__)
 
 
 class HandshakeStep(StepBase):
     kind: ClassVar[str] = "handshake"
+    category: ClassVar[str] = "request"
+    cast: ClassVar[str | None] = "handshake"
     example: ClassVar[str] = "- start: cluster\n- handshake_start: {as: l1}\n- handshake: {pp: 0, tp: 0, as: h1}"
     handshake: Handshake = Field(description=Handshake.__doc__)
 
 
 class HammerStep(StepBase):
     kind: ClassVar[str] = "hammer"
+    category: ClassVar[str] = "traffic"
+    cast: ClassVar[str | None] = "handshake"
     example: ClassVar[str] = (
         "- start: cluster\n- handshake_start: {as: l1}\n- hammer: {as: traffic}\n- handshake_shutdown: {as: s1}\n"
         "- wait: {returned: s1}\n- stop_hammer: traffic"
@@ -299,6 +366,8 @@ class HammerStep(StepBase):
 
 class StopHammerStep(StepBase):
     kind: ClassVar[str] = "stop_hammer"
+    category: ClassVar[str] = "traffic"
+    cast: ClassVar[str | None] = "handshake"
     example: ClassVar[str] = (
         "- start: cluster\n- handshake_start: {as: l1}\n- hammer: {as: traffic}\n"
         "- wait: {event: handshake_served}\n- stop_hammer: traffic"
@@ -308,6 +377,8 @@ class StopHammerStep(StepBase):
 
 class MalformedHandshakeStep(StepBase):
     kind: ClassVar[str] = "malformed_handshake"
+    category: ClassVar[str] = "request"
+    cast: ClassVar[str | None] = "handshake"
     example: ClassVar[str] = (
         "- start: cluster\n- handshake_start: {as: l1}\n- malformed_handshake: {kind: wrong_tag, as: bad}"
     )
@@ -316,6 +387,8 @@ class MalformedHandshakeStep(StepBase):
 
 class HandshakeShutdownStep(StepBase):
     kind: ClassVar[str] = "handshake_shutdown"
+    category: ClassVar[str] = "stop"
+    cast: ClassVar[str | None] = "handshake"
     example: ClassVar[str] = (
         "- start: cluster\n- handshake_start: {as: l1}\n- handshake_shutdown: {as: s1}\n- wait: {returned: s1}"
     )
@@ -324,18 +397,24 @@ class HandshakeShutdownStep(StepBase):
 
 class CycleStep(StepBase):
     kind: ClassVar[str] = "cycle"
+    category: ClassVar[str] = "cycle"
+    cast: ClassVar[str | None] = "handshake"
     example: ClassVar[str] = "- start: cluster\n- cycle: {n: 5, as: rounds}"
     cycle: Cycle = Field(description=Cycle.__doc__)
 
 
 class EngineRequestStep(StepBase):
     kind: ClassVar[str] = "engine_request"
+    category: ClassVar[str] = "request"
+    cast: ClassVar[str | None] = "engine"
     example: ClassVar[str] = "- start: engine\n- engine_request: {stream: true, max_tokens: 8, as: r1}"
     engine_request: EngineRequest = Field(description=EngineRequest.__doc__)
 
 
 class EngineSignalStep(StepBase):
     kind: ClassVar[str] = "engine_signal"
+    category: ClassVar[str] = "signal"
+    cast: ClassVar[str | None] = "engine"
     example: ClassVar[str] = (
         "- start: engine\n- engine_signal: {to: api_server, sig: SIGTERM, as: term}\n- wait_gone: {timeout: 10s}"
     )
@@ -344,18 +423,25 @@ class EngineSignalStep(StepBase):
 
 class PauseStep(StepBase):
     kind: ClassVar[str] = "pause"
+    category: ClassVar[str] = "fault"
+    cast: ClassVar[str | None] = "engine"
     example: ClassVar[str] = "- start: engine\n- pause: {to: worker, index: 0, resume_after: 2s, as: p1}"
     pause: Pause = Field(description=Pause.__doc__)
 
 
 class ResumeStep(StepBase):
     kind: ClassVar[str] = "resume"
+    category: ClassVar[str] = "fault"
+    cast: ClassVar[str | None] = "engine"
     example: ClassVar[str] = "- start: engine\n- pause: {to: engine_core, as: p1}\n- resume: p1"
     resume: StepName = Field(description="a pause step's name: resume (SIGCONT) the process it paused, now")
 
 
 class WaitGoneStep(StepBase):
     kind: ClassVar[str] = "wait_gone"
+    category: ClassVar[str] = "sync"
+    cast: ClassVar[str | None] = "engine"
+    observes_exit: ClassVar[bool] = True
     example: ClassVar[str] = (
         "- start: engine\n- engine_signal: {to: worker, index: 0, sig: SIGKILL}\n"
         "- wait_gone: {timeout: 5s, as: gone}"
@@ -365,35 +451,42 @@ class WaitGoneStep(StepBase):
 
 class EngineRestartStep(StepBase):
     kind: ClassVar[str] = "engine_restart"
+    category: ClassVar[str] = "start"
+    cast: ClassVar[str | None] = "engine"
     example: ClassVar[str] = "- start: engine\n- engine_signal: {sig: SIGKILL}\n- engine_restart: {as: again}"
     engine_restart: EngineRestart = Field(description=EngineRestart.__doc__)
 
 
 class EngineStartStep(StepBase):
     kind: ClassVar[str] = "engine_start"
+    category: ClassVar[str] = "start"
+    cast: ClassVar[str | None] = "engine"
     example: ClassVar[str] = (
         "- start: engine\n- engine_signal: {sig: SIGTERM}\n- wait_gone: {}\n- engine_start: {as: second}"
     )
     engine_start: EngineStart = Field(description=EngineStart.__doc__)
 
 
-_STEPS: tuple[type[StepBase], ...] = (
-    EngineRequestStep, EngineSignalStep, WaitGoneStep, EngineRestartStep, EngineStartStep, PauseStep, ResumeStep,
-    StartStep, SendStep, IdleStep, FloodStep, ArmStep, CallStep, WaitStep, ReleaseStep, StopStep, ShutdownStep,
-    RestartStep, KillStep, RemoveStep, ReplaceStep, HoldPortStep, FinishStep, WorkloadStep, StressStep, ExitStep,
-    HandshakeStartStep, HandshakeStep, HammerStep, StopHammerStep, MalformedHandshakeStep, HandshakeShutdownStep,
-    CycleStep, CtlStep, PipelineStep, StaleSocketStep, StartListenerStep, MeasureIdleStep, FdLimitStep,
-)
+_STEPS: tuple[type[StepBase], ...] = tuple(
+    c for c in list(globals().values()) if isinstance(c, type) and issubclass(c, StepBase) and c is not StepBase)
+
+
+def check_categories(classes: Iterable[type[StepBase]]) -> None:
+    """ValueError naming a step class whose category harness.categories does not know."""
+    for c in classes:
+        if c.category not in CATEGORIES:
+            raise ValueError(f"step kind {c.kind!r}: unknown category {c.category!r}; known: {', '.join(CATEGORIES)}")
+
+
+check_categories(_STEPS)
 STEP_TYPES: dict[str, type[StepBase]] = {c.kind: c for c in sorted(_STEPS, key=lambda c: c.kind)}  # alphabetical
 # Steps that drive a handshake listener: a scenario with any of them is a handshake scenario (an engine owning
 # the listener and a peer engine; harness.scenario.handshake_steps).  hold_port, arm, release, wait and kill (of the
-# engine) work in both kinds of scenario; the worker-listener steps below work only without these.
-HANDSHAKE_STEPS = ("handshake_start", "handshake", "hammer", "stop_hammer", "malformed_handshake",
-                   "handshake_shutdown", "cycle")
-# harness.scenario.engine_steps (their parameters: harness.scenario.engine_spec)
-ENGINE_STEPS = ("engine_request", "engine_signal", "wait_gone", "engine_restart", "engine_start", "pause", "resume")
-WORKER_STEPS = ("send", "idle", "flood", "call", "stop", "shutdown", "restart", "exit", "finish", "remove", "replace",
-                "workload", "ctl", "pipeline", "stale_socket", "start_listener", "stress", "measure_idle", "fd_limit")
+# engine) work in both kinds of scenario; the worker-listener steps work only without these.
+HANDSHAKE_STEPS = tuple(k for k, c in STEP_TYPES.items() if c.cast == "handshake")
+ENGINE_STEPS = tuple(k for k, c in STEP_TYPES.items() if c.cast == "engine")  # harness.scenario.engine_steps
+WORKER_STEPS = tuple(k for k, c in STEP_TYPES.items() if c.cast == "worker")
+EXIT_STEPS = frozenset(k for k, c in STEP_TYPES.items() if c.observes_exit)
 
 
 def is_handshake(steps: Iterable[StepBase]) -> bool:
@@ -409,28 +502,11 @@ def _step_kind(value: object) -> str | None:
     return None
 
 
-Step = Annotated[
-    Annotated[ArmStep, Tag("arm")] | Annotated[CallStep, Tag("call")] | Annotated[CtlStep, Tag("ctl")]
-    | Annotated[CycleStep, Tag("cycle")] | Annotated[EngineRequestStep, Tag("engine_request")]
-    | Annotated[EngineRestartStep, Tag("engine_restart")] | Annotated[EngineSignalStep, Tag("engine_signal")]
-    | Annotated[EngineStartStep, Tag("engine_start")] | Annotated[PauseStep, Tag("pause")]
-    | Annotated[ResumeStep, Tag("resume")]
-    | Annotated[WaitGoneStep, Tag("wait_gone")]
-    | Annotated[ExitStep, Tag("exit")] | Annotated[FinishStep, Tag("finish")] | Annotated[FloodStep, Tag("flood")]
-    | Annotated[HammerStep, Tag("hammer")] | Annotated[HandshakeStep, Tag("handshake")]
-    | Annotated[HandshakeShutdownStep, Tag("handshake_shutdown")]
-    | Annotated[HandshakeStartStep, Tag("handshake_start")] | Annotated[HoldPortStep, Tag("hold_port")]
-    | Annotated[IdleStep, Tag("idle")] | Annotated[KillStep, Tag("kill")]
-    | Annotated[MalformedHandshakeStep, Tag("malformed_handshake")] | Annotated[ReleaseStep, Tag("release")]
-    | Annotated[PipelineStep, Tag("pipeline")] | Annotated[StaleSocketStep, Tag("stale_socket")]
-    | Annotated[StartListenerStep, Tag("start_listener")]
-    | Annotated[RemoveStep, Tag("remove")] | Annotated[ReplaceStep, Tag("replace")]
-    | Annotated[RestartStep, Tag("restart")] | Annotated[SendStep, Tag("send")]
-    | Annotated[ShutdownStep, Tag("shutdown")] | Annotated[StartStep, Tag("start")]
-    | Annotated[StopStep, Tag("stop")] | Annotated[StopHammerStep, Tag("stop_hammer")]
-    | Annotated[WaitStep, Tag("wait")] | Annotated[WorkloadStep, Tag("workload")]
-    | Annotated[StressStep, Tag("stress")] | Annotated[MeasureIdleStep, Tag("measure_idle")]
-    | Annotated[FdLimitStep, Tag("fd_limit")],
-    Discriminator(_step_kind, custom_error_type="unknown_step",
-                  custom_error_message="a step is a mapping with one key, its kind (e.g. - start: cluster)"),
-]
+if TYPE_CHECKING:
+    Step = StepBase
+else:  # one tagged member per declared kind, alphabetical
+    Step = Annotated[
+        Union[tuple(Annotated[c, Tag(k)] for k, c in STEP_TYPES.items())],  # noqa: UP007 - built from a tuple
+        Discriminator(_step_kind, custom_error_type="unknown_step",
+                      custom_error_message="a step is a mapping with one key, its kind (e.g. - start: cluster)"),
+    ]

@@ -264,7 +264,7 @@ def _issue_stop(pl: Player, s: Any, stop_name: str, tally: _Tally) -> None:
     stop(pl, _Obj(on=s.on, timeout=None), stop_name)
 
 
-@step_kind("stress", "workload", cast="worker")
+@step_kind("stress")
 def stress(pl: Player, s: Any, name: str) -> None:
     seed = s.seed if s.seed is not None else (pl.item.scenario.seed or 0)
     rounds = schedule(seed, s.schedule_params())

@@ -26,7 +26,7 @@ W = "worker"
 STALLS = ("stall_after_header", "stall_mid_body", "partial_header", "stall_byte_by_byte")
 
 
-@step_kind("send", "request", cast=W)
+@step_kind("send")
 def send(pl: Player, s: Any, name: str) -> None:
     path = pl.proc(s.to).path
     req = wire.Request(cmd=s.cmd or "kv_tensors_created", group_id=s.group_id, offsets=list(s.offsets),
@@ -80,42 +80,42 @@ def _whole(path: str, data: bytes) -> cf.Peer:
     return cf.Peer(s)
 
 
-@step_kind("idle", "traffic", cast=W)
+@step_kind("idle")
 def idle(pl: Player, s: Any, name: str) -> None:
     pl.peers[name] = cf.idle_connections(pl.proc(s.to).path, s.count)
     pl.emit("peer_idle", step=name, count=s.count)
 
 
-@step_kind("flood", "traffic", cast=W)
+@step_kind("flood")
 def flood(pl: Player, s: Any, name: str) -> None:
     pl.peers[name] = cf.flood(pl.proc(s.to).path, s.count)
     pl.emit("peer_flood", step=name, count=len(pl.peers[name]))
 
 
-@step_kind("call", "call", cast=W)
+@step_kind("call")
 def call(pl: Player, s: Any, name: str) -> None:
     args: dict[str, Any] = {"group_id": s.group_id} if s.op == "kv_tensors_created" else \
         {"offsets": list(s.offsets), "group_id": s.group_id}
     pl.commands(name, "call", [(pl.proc("engine"), s.op, args)], lambda v: v[0], op=s.op, offsets=list(s.offsets))
 
 
-@step_kind("stop", "stop", cast=W)
+@step_kind("stop")
 def stop(pl: Player, s: Any, name: str) -> None:
     args = {} if s.timeout is None else {"timeout": s.timeout}
     pl.commands(name, "stop", [(p, "stop", args) for p in pl.procs(s.on)], all)
 
 
-@step_kind("shutdown", "stop", cast=W)
+@step_kind("shutdown")
 def shutdown(pl: Player, s: Any, name: str) -> None:
     pl.commands(name, "shutdown", [(p, "shutdown", {}) for p in pl.procs(s.on)], all)
 
 
-@step_kind("restart", "start", cast=W)
+@step_kind("restart")
 def restart(pl: Player, s: Any, name: str) -> None:
     pl.commands(name, "restart", [(pl.proc(s.on), "restart", {})], lambda v: v[0])
 
 
-@step_kind("finish", "traffic", cast=W)
+@step_kind("finish")
 def finish(pl: Player, target: str, name: str) -> None:
     for peer in pl.peers.get(target, []):
         if peer.finish():
@@ -125,7 +125,7 @@ def finish(pl: Player, target: str, name: str) -> None:
                         else {"status": reply.status, "error_type": reply.error_type})
 
 
-@step_kind("exit", "exit", cast=W)
+@step_kind("exit")
 def exit_(pl: Player, s: Any, name: str) -> None:
     procs: list[Proc] = pl.procs(s.on)
     pl.started(name, "exit", shutdown=s.shutdown)
@@ -139,21 +139,21 @@ def exit_(pl: Player, s: Any, name: str) -> None:
     pl.background(name, collect)
 
 
-@step_kind("remove", "environment", cast=W)
+@step_kind("remove")
 def remove(pl: Player, s: Any, name: str) -> None:
     path = pl.proc(s.of).path
     (env.remove_socket if s.what == "socket" else env.remove_socket_dir)(path)
     pl.emit("path_removed", step=name, path=path, what=s.what)
 
 
-@step_kind("replace", "environment", cast=W)
+@step_kind("replace")
 def replace(pl: Player, s: Any, name: str) -> None:
     path = pl.proc(s.of).path
     pl.held.append(env.replace_socket(path))
     pl.emit("path_replaced", step=name, path=path, ino=os.stat(path).st_ino)  # unlinks_only_own_socket looks for it
 
 
-@step_kind("ctl", "control", cast=W)
+@step_kind("ctl")
 def ctl(pl: Player, s: Any, name: str) -> None:
     """``lastcall ctl list`` / ``delete`` on this run's socket root and /dev/shm, in-process."""
     from harness.reference.ctl import delete_instance, list_instances
@@ -181,7 +181,7 @@ class _Obj:
         self.__dict__.update(kw)
 
 
-@step_kind("workload", "workload", cast=W)
+@step_kind("workload")
 def workload(pl: Player, s: Any, name: str) -> None:
     """Waves of map/unmap from the scenario's seed: a ``random.Random`` seeded by it picks the wave a
     ``stop_at: random`` interrupts and each wave's pages, so a seed replays the same workload.  Each wave is
