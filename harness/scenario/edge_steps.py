@@ -20,7 +20,6 @@ from harness.scenario.player import Player, StepError, step_kind
 
 __all__ = ["send_reader_fault", "short_id"]
 
-W = "worker"
 
 
 def short_id(rid: str | None) -> str | None:

@@ -56,8 +56,8 @@ from harness.timeouts import scaled
 
 __all__ = ["EngineRunState", "PROCESS_NAMES", "ENGINE", "SHUTDOWN_RX"]
 
-E = "engine"
-ENGINE = register_cast(Cast(E, (Part("engine", "engine_tree", needs="engine_command"),),
+
+ENGINE = register_cast(Cast("engine", (Part("engine", "engine_tree", needs="engine_command"),),
                             "a real engine's process tree (vllm serve, or the stand-in engine), launched by the "
                             "harness itself", host=EngineHost))
 PROCESS_NAMES = {"engine_core": r"^VLLM::EngineCor", "worker": r"^VLLM::Worker"}  # the kernel keeps 15 bytes

@@ -31,7 +31,6 @@ from harness.timeouts import scaled
 
 __all__ = ["HandshakeState"]
 
-H = "handshake"
 
 
 @dataclass

@@ -22,7 +22,6 @@ __all__ = ["cpu_ns", "cpu_share", "lowest_free_fd", "CALIBRATION_S"]
 # window's CPU time against it): long enough to span several of the kernel's time slices (a few ms each)
 CALIBRATION_S = 0.05
 
-W = "worker"
 
 
 def cpu_ns(pid: int) -> tuple[int, int]:

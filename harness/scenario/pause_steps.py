@@ -22,12 +22,11 @@ from __future__ import annotations
 from typing import Any
 
 from harness.launch import pauses
-from harness.scenario.engine_steps import ENGINE, _host, _pid_of
+from harness.scenario.engine_steps import _host, _pid_of
 from harness.scenario.player import Player, StepError, step_kind
 
 __all__: list[str] = []
 
-E = ENGINE.name
 
 
 @step_kind("pause")

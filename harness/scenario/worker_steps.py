@@ -22,7 +22,6 @@ from harness.timeouts import scaled
 __all__ = ["MiB"]
 
 MiB = 1 << 20
-W = "worker"
 STALLS = ("stall_after_header", "stall_mid_body", "partial_header", "stall_byte_by_byte")
 
 
