@@ -34,8 +34,10 @@ def _declared(group: str) -> dict[str, str]:
 
 def test_pyproject_registers_every_builtin_target_by_its_static_name() -> None:
     declared = _declared(entrypoints.TARGETS)
-    assert declared == builtin.entry_point_values()
+    assert declared == builtin.entry_point_values(), "regenerate them: python -m harness.targets.builtin"
     assert list(declared) == list(dict.fromkeys(names.target_names()))
+    text = (ROOT / "pyproject.toml").read_text()
+    assert builtin.with_entry_points(text) == text  # the writer leaves a current file as it is
 
 
 def test_the_installed_metadata_is_what_pyproject_declares() -> None:

@@ -15,7 +15,7 @@ from typing import Any
 
 from harness.targets import names
 
-__all__: list[str] = []  # every attribute is a target's name, made on access (PEP 562)
+__all__: list[str] = []  # every other attribute is a target's name, made on access (PEP 562)
 
 
 def __getattr__(name: str) -> Any:
@@ -35,5 +35,28 @@ def __getattr__(name: str) -> Any:
 
 def entry_point_values() -> dict[str, str]:
     """What each built-in name's ``lastcall.targets`` entry point must say (pyproject.toml), in names' order."""
-    out = {n: f"{__name__}:{n}" for n in (*names.WORKER_VARIANTS, *names.HANDSHAKE_VARIANTS)}
+    out = {n: f"harness.targets.builtin:{n}" for n in (*names.WORKER_VARIANTS, *names.HANDSHAKE_VARIANTS)}
     return {**out, **names.NAMED}
+
+
+SECTION = '[project.entry-points."lastcall.targets"]'
+
+
+def with_entry_points(pyproject: str) -> str:
+    """``pyproject`` (pyproject.toml's text) with its ``lastcall.targets`` section written from
+    :func:`entry_point_values`: the section's lines up to the next blank line are replaced, nothing else."""
+    head, sep, rest = pyproject.partition(SECTION + "\n")
+    if not sep:
+        raise ValueError(f"pyproject.toml has no {SECTION} section")
+    _, blank, tail = rest.partition("\n\n")
+    lines = [f'{name} = "{value}"' for name, value in entry_point_values().items()]
+    return head + sep + "\n".join(lines) + blank + tail
+
+
+if __name__ == "__main__":  # python -m harness.targets.builtin: rewrite pyproject.toml's entry points
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "pyproject.toml"
+    path.write_text(with_entry_points(path.read_text()))
+    print(f"{path}: the lastcall.targets entry points written from harness.targets.names; now run "
+          "pip install --no-deps -e .")
