@@ -5,7 +5,7 @@ The distribution is ``lastcall``; the import package is ``harness``.
 
 from __future__ import annotations
 
-from harness.errors import HarnessError
+from harness.errors import HarnessError, TargetError
 
-__all__ = ["HarnessError", "__version__"]
+__all__ = ["HarnessError", "TargetError", "__version__"]
 __version__ = "0.1.0"

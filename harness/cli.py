@@ -39,7 +39,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, NoReturn
 
 from harness import __version__, envvars
-from harness.errors import ConfigError, HarnessError
+from harness.errors import ConfigError, HarnessError, TargetError
 from harness.interrupts import sigterm_interrupts
 from harness.units import parse_duration, parse_size
 
@@ -573,7 +573,7 @@ def main(argv: list[str] | None = None) -> int:
     except UsageError as exc:
         print(exc, file=sys.stderr)
         return EXIT_USAGE
-    except HarnessError as exc:
+    except (HarnessError, TargetError) as exc:  # lastcall's own error, or the system under test's
         print(f"lastcall: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:

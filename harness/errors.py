@@ -1,8 +1,13 @@
 """Every exception lastcall raises, in one place.
 
-One root, :class:`HarnessError`.  Errors about a value the caller passed also
-subclass the matching builtin (``ValueError``/``TypeError``) so generic handlers
-still catch them.  Each message names the bad value and, where known, the fix.
+Two roots.  :class:`HarnessError`: lastcall's own (a bad argument, a launch that
+failed, misuse of an API).  :class:`TargetError`: the system under test's (the
+reference listener, its allocator, backend and client, a handshake listener):
+what a run observes and judges, never a failure of lastcall itself.  Errors about
+a value the caller passed also subclass the matching builtin
+(``ValueError``/``TypeError``) so generic handlers still catch them.  Each
+message names the bad value and, where known, the fix.  ``lastcall`` ends with
+exit 2 on either kind (docs/cli.md).
 
 Errors that travel over the wire carry an ``error_type`` (the reply key of
 docs/stop-contract.md, wire protocol): ``bad_request``, ``state_consistency``, ``map_quarantined``,
@@ -13,6 +18,7 @@ from __future__ import annotations
 
 __all__ = [
     "HarnessError",
+    "TargetError",
     "ConfigError",
     "SocketPathTooLong",
     "WireError",
@@ -41,6 +47,10 @@ class HarnessError(Exception):
     """Root of every error lastcall raises on purpose."""
 
 
+class TargetError(Exception):
+    """Root of every error the system under test raises: what a run records and the checkers judge."""
+
+
 class ConfigError(HarnessError, ValueError):
     """A bad argument to a public API: the message names the value and the fix."""
 
@@ -49,7 +59,7 @@ class SocketPathTooLong(ConfigError):
     """Raised before bind when a socket path does not fit sun_path (107 bytes + NUL)."""
 
 
-class WireError(HarnessError, ValueError):
+class WireError(TargetError, ValueError):
     """A frame that cannot be accepted. ``error_type`` is always ``bad_request``."""
 
     error_type = "bad_request"
@@ -63,7 +73,7 @@ class FrameDecodeError(WireError):
     """The body is not a msgpack map of the expected shape (types, keys, cmd)."""
 
 
-class BackendError(HarnessError):
+class BackendError(TargetError):
     """An error a backend reports to its client, with the wire ``error_type``."""
 
     error_type = "operation_failed"
@@ -107,7 +117,7 @@ class AllocatorTornDown(OperationFailed):
     """A backend call reached an allocator that was already torn down: always a bug."""
 
 
-class ListenerError(HarnessError):
+class ListenerError(TargetError):
     """A listener could not be started (bind failed, path refused)."""
 
 
@@ -115,7 +125,7 @@ class ListenerBusy(ListenerError):
     """start() on a (rank, pp) whose old listener could not be stopped; the old one is intact."""
 
 
-class ClientError(HarnessError):
+class ClientError(TargetError):
     """A client-side request failed; ``rank`` names where ("pp1/rank3")."""
 
     def __init__(self, message: str, *, rank: str | None = None,
@@ -142,11 +152,11 @@ class FailpointError(HarnessError):
     """Misuse of the failpoint API (unknown action, waiting on an unarmed site)."""
 
 
-class InjectedFault(HarnessError):
+class InjectedFault(TargetError):
     """Raised by a failpoint armed with action ``raise``."""
 
 
-class HandshakeError(HarnessError):
+class HandshakeError(TargetError):
     """A handshake failed: no reply in time, an error reply, or a reply that cannot be decoded.
 
     The message names the listener's host:port and the (pp_rank, tp_rank) asked for.

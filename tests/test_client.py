@@ -21,6 +21,7 @@ from harness.errors import (
     OperationFailed,
     RankError,
     StateConsistencyError,
+    TargetError,
 )
 from harness.history import Recorder
 from harness.reference import wire
@@ -225,7 +226,7 @@ def fake_listener(path: Path, answer: bytes | None) -> Iterator[None]:
     srv.listen(1)
 
     def run() -> None:
-        with contextlib.suppress(OSError, HarnessError):
+        with contextlib.suppress(OSError, HarnessError, TargetError):
             conn, _ = srv.accept()
             with conn:
                 wire.recv_frame(conn)

@@ -18,7 +18,7 @@ from typing import Annotated, Literal
 
 import msgspec
 
-from harness.errors import FrameDecodeError, FrameTooLarge, HarnessError
+from harness.errors import FrameDecodeError, FrameTooLarge, TargetError
 
 __all__ = [
     "HEADER",
@@ -84,7 +84,7 @@ _REQUEST_DECODER = msgspec.msgpack.Decoder(Request)
 _REPLY_DECODER = msgspec.msgpack.Decoder(Reply)
 
 
-class PeerClosed(HarnessError, ConnectionError):
+class PeerClosed(TargetError, ConnectionError):
     """The peer closed the connection before a whole frame arrived."""
 
 

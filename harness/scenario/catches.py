@@ -16,7 +16,7 @@ The rule (:func:`judge_catch`, also the planted-bug table's): a catch counts whe
 is violated, unless
 
 * the run is broken: it did not start, the harness itself crashed (an exception that is neither a StepError
-  nor a HarnessError), or it recorded an event outside harness.events (LASTCALL_STRICT_EVENTS=1);
+  nor a HarnessError or TargetError), or it recorded an event outside harness.events (LASTCALL_STRICT_EVENTS=1);
 * the run stopped (a step error, or the watchdog's hang) before every armed fault fired (fault_fired on the
   history is violated): the bug's path may never have been walked, and a checker that fires on a run cut
   short proves nothing about the bug.  One exception: a step error that is a ``wait`` timing out on an

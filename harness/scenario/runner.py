@@ -24,7 +24,7 @@ import harness.scenario.stress
 import harness.scenario.worker_steps  # noqa: F401 - registers the worker run's step kinds
 from harness.checkers import RunRecord, judge_all
 from harness.checkers.base import cut_text
-from harness.errors import ConfigError, HarnessError
+from harness.errors import ConfigError, HarnessError, TargetError
 from harness.events import BUDGET_KIND, declare
 from harness.history import Event
 from harness.launch.cluster import Cluster, RunOutcome
@@ -270,11 +270,11 @@ def failed(c: Cluster, exc: Exception, started: bool) -> tuple[str, str]:
 def _broken(exc: Exception, started: bool, step_error: str) -> str:
     """Why a run that raised ``exc`` shows nothing a planted-bug catch may count (harness.scenario.catches),
     or "": a run that never started, and a crash of the harness itself (an exception that is neither a
-    StepError, a HarnessError nor an OSError of talking to the system under test, e.g. a KeyError; or a
-    ConfigError), are broken; a failed step of a started run is not."""
+    StepError, a HarnessError, the system under test's TargetError nor an OSError of talking to it, e.g. a
+    KeyError; or a ConfigError), are broken; a failed step of a started run is not."""
     if not started:
         return f"it did not start ({step_error})"
-    if not isinstance(exc, (StepError, HarnessError, OSError)) or isinstance(exc, ConfigError):
+    if not isinstance(exc, (StepError, HarnessError, TargetError, OSError)) or isinstance(exc, ConfigError):
         return f"the harness crashed ({step_error})"
     return ""
 
