@@ -11,11 +11,27 @@ from typing import Any
 
 import pytest
 
+from harness.checkers import RunRecord, Verdict, judge
+from harness.history import Event
 from harness.launch.cluster import RemoteError
 from harness.launch.judged import JudgedCluster
+from harness.probes.model import Snapshot
 from harness.scenario.runner import STEP_KINDS
 
 Make = Callable[..., JudgedCluster]
+
+
+def harness_events(pid: int = 1) -> Callable[..., Event]:
+    """``H(kind, t_ns, **data)``: an event of the harness (pid ``pid``), for the checkers' tests' histories."""
+    def make(kind: str, t: int, /, **data: Any) -> Event:
+        return Event(t, pid, "harness", "", "MainThread", kind, data)
+
+    return make
+
+
+def check(name: str, events: list[Event], params: dict[str, Any] | None = None, **snapshots: Snapshot) -> Verdict:
+    """The verdict of checker ``name`` on a history of ``events`` (and probe ``snapshots`` by label)."""
+    return judge(name, RunRecord(tuple(events), dict(snapshots)), params)
 
 
 def refused_at_load(step: str, says: str, expect: str = "stop_result") -> None:

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from lc_helpers import check, harness_events
 
 from harness.checkers import CHECKER_PARAMS, CHECKERS, Checker, RunRecord, Verdict, judge, judge_all
 from harness.checkers.params import Params, StopLatency
@@ -45,13 +46,7 @@ def LE(kind: str, t: int, /, pid: int = W, listener: str = L0, **data: Any) -> E
     return Event(t, pid, "worker", listener, f"lastcall-listener-{listener}", kind, {"listener": listener, **data})
 
 
-def H(kind: str, t: int, /, **data: Any) -> Event:
-    """The harness's own event (steps, peers, armed faults)."""
-    return Event(t, HARNESS, "harness", "", "MainThread", kind, data)
-
-
-def check(name: str, events: list[Event], params: dict[str, Any] | None = None, **snapshots: Snapshot) -> Verdict:
-    return judge(name, RunRecord(tuple(events), dict(snapshots)), params)
+H = harness_events(HARNESS)
 
 
 def ev(v: Verdict, *keys: str) -> list[tuple[Any, ...]]:

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from harness.checkers import RunRecord, Verdict, judge
+from lc_helpers import check, harness_events
+
+from harness.checkers import RunRecord, judge
 from harness.history import Event
 from harness.probes.model import PathEntry, Snapshot
 
@@ -32,12 +34,7 @@ def LE(kind: str, t: int, /, pid: int = W, listener: str = L0, **data: Any) -> E
     return E(kind, t, pid, listener=listener, **data)
 
 
-def H(kind: str, t: int, /, **data: Any) -> Event:
-    return Event(t, HARNESS, "harness", "", "MainThread", kind, data)
-
-
-def check(name: str, events: list[Event], params: dict[str, Any] | None = None, **snapshots: Snapshot) -> Verdict:
-    return judge(name, RunRecord(tuple(events), dict(snapshots)), params)
+H = harness_events(HARNESS)
 
 
 def snap(label: str, t: int, *paths: PathEntry, root: str | None = ROOT) -> Snapshot:

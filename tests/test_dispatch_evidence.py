@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from harness.checkers import RunRecord, Verdict, judge
+from lc_helpers import check, harness_events
+
 from harness.history import Event
 
 W, HARNESS, L0 = 10, 1, "pp0/rank0"
@@ -17,12 +18,7 @@ def LE(kind: str, t: int, /, **data: Any) -> Event:
     return Event(t, W, "worker", L0, "MainThread", kind, {"listener": L0, **data})
 
 
-def H(kind: str, t: int, /, **data: Any) -> Event:
-    return Event(t, HARNESS, "harness", "", "MainThread", kind, data)
-
-
-def check(name: str, events: list[Event]) -> Verdict:
-    return judge(name, RunRecord(tuple(events)))
+H = harness_events(HARNESS)
 
 
 def served(t: int) -> Event:

@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from lc_helpers import check, harness_events
 
-from harness.checkers import RunRecord, Verdict, judge
 from harness.history import Event
 from harness.scenario import load
 from harness.scenario.loader import expand
@@ -25,8 +25,7 @@ HARNESS = 100
 S = 1_000_000_000
 
 
-def H(kind: str, t: int, /, **data: Any) -> Event:
-    return Event(t, HARNESS, "harness", "", "MainThread", kind, data)
+H = harness_events(HARNESS)
 
 
 def started(step: str, kind: str, t: int, **data: Any) -> Event:
@@ -51,10 +50,6 @@ def gone(*, ok: bool = True, seconds: float = 0.1, survivors: list[dict[str, Any
              "status": status, "left": left or [], "after": after}
     return [started("gone", "wait_gone", t, category="sync", timeout=5.0, after=after),
             returned("gone", "wait_gone", t + 1, True, value, category="sync")]
-
-
-def check(name: str, events: list[Event], params: dict[str, Any] | None = None) -> Verdict:
-    return judge(name, RunRecord(tuple(events)), params)
 
 
 WORKER = {"pid": 7, "ppid": 100, "name": "VLLM::Worker"}

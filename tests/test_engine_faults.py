@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from lc_helpers import check
 
-from harness.checkers import RunRecord, Verdict, judge
 from harness.history import Event
 from harness.scenario import load
 from harness.scenario.loader import expand
@@ -30,10 +30,6 @@ def started(step: str, kind: str, t: float, **data: Any) -> Event:
 
 def returned(step: str, kind: str, t: float, ok: bool, value: Any, **data: Any) -> Event:
     return H("step_returned", t, step=step, kind=kind, ok=ok, value=value, **data)
-
-
-def check(name: str, events: list[Event], params: dict[str, Any] | None = None) -> Verdict:
-    return judge(name, RunRecord(tuple(events)), params)
 
 
 def launch(n: int, t: float, pid: int) -> Event:

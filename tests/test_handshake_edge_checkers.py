@@ -10,24 +10,20 @@ from __future__ import annotations
 
 from typing import Any
 
-from harness.checkers import RunRecord, Verdict, judge
+from lc_helpers import check, harness_events
+
 from harness.history import Event
 
 S = 1_000_000_000  # one second in ns
 ENGINE, HARNESS, W = 20, 1, 10
 
 
-def H(kind: str, t: int, /, **data: Any) -> Event:
-    return Event(t, HARNESS, "harness", "", "MainThread", kind, data)
+H = harness_events(HARNESS)
 
 
 def L(kind: str, t: int, /, **data: Any) -> Event:
     """The handshake engine's listener event (no label)."""
     return Event(t, ENGINE, "hs_engine", "", "lc-handshake", kind, data)
-
-
-def check(name: str, events: list[Event]) -> Verdict:
-    return judge(name, RunRecord(tuple(events)))
 
 
 # ------------------------------------------------------------ failed_start_never_serves

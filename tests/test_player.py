@@ -11,9 +11,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from lc_helpers import check, harness_events
 
 from harness.categories import CATEGORY_OF_KIND, category_of
-from harness.checkers import RunRecord, Verdict, judge
 from harness.history import Event
 from harness.launch.judged import JudgedCluster
 from harness.launch.parts import CASTS, HANDSHAKE, WORKER, missing_parts
@@ -27,12 +27,7 @@ from harness.targets import load_target
 SCENARIOS = Path(__file__).resolve().parent.parent / "scenarios"
 
 
-def H(kind: str, t: int, /, **data: Any) -> Event:
-    return Event(t, 1, "harness", "", "MainThread", kind, data)
-
-
-def check(name: str, events: list[Event], params: dict[str, Any] | None = None) -> Verdict:
-    return judge(name, RunRecord(tuple(events), {}), params)
+H = harness_events(1)
 
 
 # ------------------------------------------------------------------ the registry
