@@ -5,6 +5,7 @@ from __future__ import annotations
 import ctypes
 import os
 import select
+import socket
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -19,6 +20,13 @@ from harness.probes.model import Snapshot
 from harness.scenario.runner import STEP_KINDS
 
 Make = Callable[..., JudgedCluster]
+
+
+def free_port() -> int:
+    """A TCP port of 127.0.0.1 nothing listened on a moment ago (the kernel's pick)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
 
 
 def harness_events(pid: int = 1) -> Callable[..., Event]:

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from lc_helpers import free_port
 
 from harness.engine.standin import READY_LINE
 from harness.engine.tree import EngineTree
@@ -22,7 +23,6 @@ from harness.probes.procs import read_stat
 from harness.scenario import ScenarioError, loads
 from harness.scenario.loader import expand
 from harness.scenario.runner import run_item
-from tests.test_engine_standin import _free_port
 
 HEAD = """\
 name: engine-pause-test
@@ -158,7 +158,7 @@ def test_a_pause_bound_outside_its_range_is_refused(child: subprocess.Popen[byte
 # ------------------------------------------------------------------ SIGCONT before every kill
 @pytest.fixture
 def tree(tmp_path: Path) -> Iterator[EngineTree]:
-    t = EngineTree([sys.executable, "-m", "harness.engine.standin", "serve", "--port", str(_free_port())],
+    t = EngineTree([sys.executable, "-m", "harness.engine.standin", "serve", "--port", str(free_port())],
                    tmp_path / "run", ready=READY_LINE, failed=r"^ERROR: ", path_vars=("VLLM_RPC_BASE_PATH",))
     t.start(timeout=30)
     yield t

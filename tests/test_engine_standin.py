@@ -8,12 +8,12 @@ from __future__ import annotations
 import http.client
 import json
 import signal
-import socket
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from lc_helpers import free_port
 
 from harness.engine.standin import READY_LINE
 from harness.engine.tree import EngineTree
@@ -22,10 +22,6 @@ from harness.scenario.quick import catch_id
 Launch = Callable[..., tuple[EngineTree, int]]
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.fixture
@@ -33,7 +29,7 @@ def launch(tmp_path: Path) -> Iterator[Launch]:
     trees: list[EngineTree] = []
 
     def start(variant: str = "standin", *extra: str) -> tuple[EngineTree, int]:
-        port = _free_port()
+        port = free_port()
         tree = EngineTree([sys.executable, "-m", "harness.engine.standin", "serve", "--port", str(port),
                            "--variant", variant, *extra], tmp_path / f"run{len(trees)}", ready=READY_LINE,
                           failed=r"^ERROR: ", path_vars=("VLLM_RPC_BASE_PATH",))

@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from lc_helpers import free_port
 
 from harness.engine.standin import ABORT_GRACE_S, GATE, READY_LINE, SHUTDOWN_LINE
 from harness.engine.tree import EngineStartError, EngineTree
@@ -26,10 +27,6 @@ from harness.scenario.quick import catch_id
 Make = Callable[..., tuple[EngineTree, int]]
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.fixture
@@ -38,7 +35,7 @@ def make(tmp_path: Path) -> Iterator[Make]:
     trees: list[EngineTree] = []
 
     def build(variant: str = "standin", *extra: str, env: dict[str, str] | None = None) -> tuple[EngineTree, int]:
-        port = _free_port()
+        port = free_port()
         tree = EngineTree([sys.executable, "-m", "harness.engine.standin", "serve", "--port", str(port),
                            "--variant", variant, *extra], tmp_path / f"run{len(trees)}", ready=READY_LINE,
                           failed=r"^ERROR: ", path_vars=("VLLM_RPC_BASE_PATH",), env=env)
@@ -167,7 +164,7 @@ NIXL = ("--kv-transfer-config", '{"kv_connector": "NixlConnector", "kv_role": "k
 
 
 def test_nixl_side_channel_listens_in_the_engine_core_and_is_closed_at_shutdown(make: Make) -> None:
-    side = _free_port()
+    side = free_port()
     tree, _ = make("standin", *NIXL, env={"VLLM_NIXL_SIDE_CHANNEL_HOST": "127.0.0.1",
                                           "VLLM_NIXL_SIDE_CHANNEL_PORT": str(side)})
     tree.start(timeout=30)

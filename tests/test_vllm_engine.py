@@ -13,7 +13,6 @@ import fcntl
 import json
 import os
 import signal
-import socket
 import sys
 import time
 import urllib.request
@@ -21,6 +20,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from lc_helpers import free_port
 
 from harness.engine.host import remove_segments, shm_owners
 from harness.engine.tree import EngineTree, wait_accepting
@@ -38,10 +38,6 @@ ENV = {"HF_HUB_OFFLINE": "1", "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_NO_USAGE_STAT
        "VLLM_DO_NOT_TRACK": "1"}
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _observe(name: str, data: dict[str, object]) -> None:
@@ -71,7 +67,7 @@ def test_vllm_serve_becomes_ready_answers_and_leaves_nothing_running(tmp_path: P
     from harness.targets.vllm_model import tiny_model
 
     model = tiny_model()
-    port = _free_port()
+    port = free_port()
     vllm_bin = Path(sys.executable).parent / "vllm"
     tree = EngineTree([str(vllm_bin), "serve", str(model), "--port", str(port), *SERVE], tmp_path / "run",
                       ready=r"Application startup complete", env=ENV, path_vars=("VLLM_RPC_BASE_PATH",))
