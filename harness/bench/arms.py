@@ -30,24 +30,26 @@ The harness side: :class:`Client` sends the ops of a workload (:data:`OPS`,
 
 from __future__ import annotations
 
+import ast
 import difflib
 import functools
+import inspect
 import itertools
 import os
 import re
-import select
 import socket
 import statistics
+import textwrap
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any, Protocol, cast
 
-from harness import failpoints
 from harness.bench.interleave import Request, Step
 from harness.errors import ConfigError
 from harness.reference import wire
 from harness.reference.backend import NoopBackend
-from harness.reference.listener import _PEERCRED, WorkerListener, _Conn
+from harness.reference.listener import WorkerListener, _Conn
 from harness.reference.variants import Variant, load_variant
 from harness.reference.worker import ReferenceWorker
 
@@ -115,6 +117,31 @@ BUSY_WAIT = calibrate()  # once per process, at import: in a worker, after the f
 
 
 # ----------------------------------------------------------------- listeners
+def less_tracking(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """A method of the reference, compiled from its own source with each ``with self._lock:`` block of its body
+    unwrapped and each ``if self._stopping:`` block of it dropped: the reference's code less its tracking."""
+    def strip(stmts: list[ast.stmt]) -> list[ast.stmt]:
+        out: list[ast.stmt] = []
+        for st in stmts:
+            if isinstance(st, ast.With) and ast.unparse(st.items[0].context_expr) == "self._lock":
+                out += strip(st.body)
+            elif not (isinstance(st, ast.If) and ast.unparse(st.test) == "self._stopping"):
+                out.append(st)
+        return out or [ast.Pass()]
+
+    lines, first = inspect.getsourcelines(fn)
+    tree = ast.parse(textwrap.dedent("".join(lines)))
+    ast.increment_lineno(tree, first - 1)  # a traceback points at the reference's line
+    fdef = tree.body[0]
+    assert isinstance(fdef, ast.FunctionDef)
+    fdef.body = strip(fdef.body)
+    namespace: dict[str, Any] = {}
+    exec(compile(ast.fix_missing_locations(tree), inspect.getsourcefile(fn) or "<reference>", "exec"),
+         fn.__globals__, namespace)
+    made: Callable[..., Any] = namespace[fn.__name__]
+    return made
+
+
 class TrackingNoop(WorkerListener):
     """The reference with connection tracking a no-op (see the module docstring)."""
 
@@ -130,44 +157,9 @@ class TrackingNoop(WorkerListener):
     def _cancel_reads(self, victims: list[_Conn]) -> None:
         self.rec.emit("reads_cancelled", listener=self.label, n=0, conns=[])
 
-    def _accept(self) -> None:  # the reference's, less the lock and the stop check (tests/test_bench_arm.py)
-        assert self._server is not None
-        try:
-            fd, _addr = self._server._accept()  # type: ignore[attr-defined]
-        except (BlockingIOError, InterruptedError):
-            return
-        except OSError as exc:  # EMFILE and friends: leave it pending, pause accepting, keep serving the rest
-            self._accept_failed(exc)
-            return
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM, 0, fd)
-        failpoints.hit("listener.accepted")
-        if self.config.check_peer_uid:
-            pid, uid, _gid = _PEERCRED.unpack(
-                sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _PEERCRED.size))
-            if uid != self._uid:
-                self.rec.emit("peer_rejected", listener=self.label, peer_pid=pid, peer_uid=uid)
-                sock.close()
-                return
-        sock.setblocking(False)
-        self._next_cid += 1
-        cid = self._next_cid
-        failpoints.hit("listener.accept_decided")  # a racing point (harness.scenario.stress)
-        conn = _Conn(sock, cid, self.config.max_frame)
-        self._conns[sock.fileno()] = conn
-        if self._on:
-            self.rec.emit("accepted", listener=self.label, conn=cid)
-        self._ep.register(sock.fileno(), select.EPOLLIN)
-        self._on_readable(conn)  # a client's frame has usually arrived with its connect
-
-    def _close(self, conn: _Conn, *, why: str) -> None:  # the reference's, less the lock
-        if conn.sock.fileno() == -1:
-            return  # already closed (a failed reply, then the close of a lost framing)
-        self._conns.pop(conn.sock.fileno(), None)
-        conn.sock.close()  # closing the only descriptor also takes it out of the epoll set
-        conn.bodies.clear()
-        conn.out.clear()
-        if self._on:
-            self.rec.emit("connection_closed", listener=self.label, conn=conn.cid, why=why)
+    # the reference's own, made from its source less the lock and the stop check: they cannot drift from it
+    _accept = less_tracking(WorkerListener._accept)
+    _close = less_tracking(WorkerListener._close)
 
 
 class PlantedDelay(WorkerListener):
