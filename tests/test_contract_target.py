@@ -49,8 +49,9 @@ def test_the_worked_example_keeps_what_it_can_take_and_its_bugs_break_it(capsys:
                     ("retained_for_retry", "timed_join_teardown"): "BROKEN",
                     ("retained_for_retry", "teardown_while_alive"): "BROKEN",
                     ("stop_from_handler_returns", "stop_from_handler_deadlocks"): "BROKEN"}, rows
-    assert re.fullmatch(rf"{re.escape(SPEC)} keeps 10/10 of the checks it can take \(5 not applicable\); 5/5 of its planted bugs' "
-                        r"rows broken by the checks that name them; 0 surprises \(\d+\.\ds\)", rows[-1])
+    assert re.fullmatch(rf"{re.escape(SPEC)} keeps 10/10 of the checks it can take \(5 not applicable\); "
+                        r"5/5 of its planted bugs' rows broken by the checks that name them; 0 surprises "
+                        r"\(\d+\.\ds\)", rows[-1])
 
 
 def test_a_planted_bug_the_check_misses_is_a_surprise(capsys: pytest.CaptureFixture[str]) -> None:
