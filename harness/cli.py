@@ -122,13 +122,11 @@ def _first_line(text: str) -> str:
 
 
 def _cmd_contract(args: argparse.Namespace) -> int:
-    from harness.contract import CHECKS, run_check
+    from harness.contract import CHECKS, of_target, run_check
     from harness.reference.variants import VARIANTS
 
     if args.target:
-        from harness.contract.of_target import run_target_contract
-
-        return run_target_contract(args.target, args.check)
+        return of_target.run_target_contract(args.target, args.check)
     by_name = {c.name: c for c in CHECKS}
     checks = [by_name[_pick("check", n, list(by_name))] for n in _unique(args.check)] or list(CHECKS)
     chosen = [_pick("variant", n, list(VARIANTS)) for n in _unique(args.variant)]
