@@ -52,7 +52,8 @@ def no_late_dispatch(variant: Variant, root: Path) -> None:
     Checker no_late_dispatch judges the dispatches, requests_served the two replies (each recorded as a
     harness step: the first must reach the client, though stop began while its handler ran, and so must the
     queued request's answer; a bug that cuts a reply may cut either, as load has it); asserted here: the
-    first reply's success and the queued request's shutting_down."""
+    first reply's success and the queued request's shutting_down, or, from a listener that reads one frame
+    at a time and so never completed the queued one (one frame_completed), its connection closed unread."""
     with open_rig(variant, root) as rig:
         w = rig.worker()
         fp = failpoints.arm(f"backend.{MAP}", "pause", count=1)
