@@ -37,7 +37,7 @@ def test_the_page_has_the_whole_package() -> None:
             (name, harness)
 
 
-@pytest.mark.slow  # about 2.5 s: nine scenario runs in worker processes, then the contract checks
+@pytest.mark.slow  # about 4 s: nine scenario runs in worker processes (the bug's wait 1 s for a drain), the contract
 def test_the_page_target_passes_library_scenarios_and_its_bug_is_caught(tmp_path: Path) -> None:
     src = tmp_path / "src"
     for name, body in blocks(PAGE.read_text()).items():
