@@ -122,9 +122,11 @@ def _first_line(text: str) -> str:
 
 
 def _cmd_contract(args: argparse.Namespace) -> int:
-    from harness.contract import CHECKS, run_check
+    from harness.contract import CHECKS, of_target, run_check
     from harness.reference.variants import VARIANTS
 
+    if args.target:
+        return of_target.run_target_contract(args.target, args.check)
     by_name = {c.name: c for c in CHECKS}
     checks = [by_name[_pick("check", n, list(by_name))] for n in _unique(args.check)] or list(CHECKS)
     chosen = [_pick("variant", n, list(VARIANTS)) for n in _unique(args.variant)]
@@ -367,6 +369,7 @@ def build_parser() -> argparse.ArgumentParser:
     group.add_argument("--variant", action="append", default=[], metavar="NAME",
                        help="run against these variants instead (repeatable; 'reference' is one)")
     group.add_argument("--all", action="store_true", help="the full matrix: every check x every variant")
+    group.add_argument("--target", metavar="T", help="the checks against target T and its planted bugs (variants)")
     p.add_argument("--check", action="append", default=[], metavar="NAME", help="only these checks (repeatable)")
     p.set_defaults(func=_cmd_contract)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -47,3 +48,32 @@ def test_no_file_cites_design_md() -> None:
     citing = [p for p in tracked.split() if p.endswith((".py", ".md", ".yaml", ".toml"))
               and (ROOT / p).is_file() and "DESIGN" + ".md" in (ROOT / p).read_text(errors="replace")]
     assert citing == []
+
+
+def _asked_of_a_listener() -> dict[str, set[str]]:
+    """What the worker-side library scenarios wait for a listener to record, and the errors their sends must
+    get back: name -> the scenarios asking it."""
+    import yaml
+
+    asked: dict[str, set[str]] = {}
+    for path in sorted((ROOT / "scenarios").glob("*.yaml")):
+        sc = yaml.safe_load(path.read_text())
+        for step in sc.get("steps", []):
+            (kind, body), = step.items()
+            if not isinstance(body, dict) or body.get("on") == "engine" or path.stem.startswith(("engine-",
+                                                                                                "handshake-")):
+                continue
+            name = body.get("event") if kind == "wait" else body.get("refused") if kind == "send" else None
+            if name:
+                asked.setdefault(name, set()).add(path.stem)
+    return asked
+
+
+def test_every_event_a_scenario_waits_for_and_every_refusal_is_a_line_of_the_contract() -> None:
+    """A scenario that waits for a listener's event (or a refusal) places an obligation on every target: the page
+    says it, as a line or a lettered line, by the event's name."""
+    said = " ".join(text for ln in LINES for text in (ln.text, *ln.clauses))
+    asked = _asked_of_a_listener()
+    assert {"drain_started", "stop_started", "bad_request"} <= set(asked), asked
+    assert {name: sorted(by) for name, by in asked.items() if not re.search(rf"\b{name}\b", said)} == {}
+    assert re.search(r"\b6a\. [^\n]*own drain_started", render())

@@ -20,10 +20,10 @@ from pathlib import Path
 
 from harness import failpoints
 from harness.contract.rig import MiB, Pending, Rig, violated
+from harness.contract.target_rig import open_rig
 from harness.errors import ListenerBusy
 from harness.faults.client import closed
 from harness.reference import wire
-from harness.reference.listener import WorkerListener
 from harness.reference.variants import Variant
 from harness.reference.worker import ReferenceWorker
 from harness.timeouts import AT_ONCE_S, scaled
@@ -52,8 +52,9 @@ def no_late_dispatch(variant: Variant, root: Path) -> None:
     Checker no_late_dispatch judges the dispatches, requests_served the two replies (each recorded as a
     harness step: the first must reach the client, though stop began while its handler ran, and so must the
     queued request's answer; a bug that cuts a reply may cut either, as load has it); asserted here: the
-    first reply's success and the queued request's shutting_down."""
-    with Rig(variant, root) as rig:
+    first reply's success and the queued request's shutting_down, or, from a listener that reads one frame
+    at a time and so never completed the queued one (one frame_completed), its connection closed unread."""
+    with open_rig(variant, root) as rig:
         w = rig.worker()
         fp = failpoints.arm(f"backend.{MAP}", "pause", count=1)
         s = rig.connect(w)
@@ -65,10 +66,16 @@ def no_late_dispatch(variant: Variant, root: Path) -> None:
         fp.release()
         if stop.result() is not True:
             raise violated("stop did not return True after the handler finished")
+        # a listener that reads one frame at a time never read the queued one: it is not dispatched, and its
+        # connection closes with it unread (line 1 asks shutting_down of a frame completed, queued for the backend)
+        read = len(rig.events("frame_completed"))
+        names = ("first", "queued") if read >= 2 else ("first",)
         replies = [rig.step("send", name, lambda: wire.decode_reply(wire.recv_frame(s)), category="request")
-                   for name in ("first", "queued")]
-        if replies[0].status != "success" or replies[1].error_type != "shutting_down":
+                   for name in names]
+        if replies[0].status != "success" or (read >= 2 and replies[1].error_type != "shutting_down"):
             raise violated(f"expected success then shutting_down, got {[(r.status, r.error_type) for r in replies]}")
+        if read < 2 and not closed(s, scaled(AT_ONCE_S)):
+            raise violated("the queued request was never read, yet its connection stayed open after the stop")
 
 
 # --------------------------------------------------------------------------- 2
@@ -77,7 +84,7 @@ def reads_cancelled(variant: Variant, root: Path) -> None:
 
     Checkers reads_cancelled and no_late_dispatch judge the history (the withheld body, sent too late,
     must not be dispatched); asserted here: the client sees its connection closed at once."""
-    with Rig(variant, root) as rig:
+    with open_rig(variant, root) as rig:
         w = rig.worker()
         stalled = rig.connect(w)
         mark = rig.mark()
@@ -105,7 +112,7 @@ def handler_drained(variant: Variant, root: Path) -> None:
 
     Checker handler_drained judges that stop returned only after the handler finished; asserted here:
     stop did not return before the drain began, and the reply arrived."""
-    with Rig(variant, root) as rig:
+    with open_rig(variant, root) as rig:
         w = rig.worker()
         fp, parked = _park_map(rig, w)
         stop = rig.call_async(lambda: rig.listener(w).stop(), "stop")
@@ -127,7 +134,7 @@ def teardown_keeps_other_ranks(variant: Variant, root: Path) -> None:
     The stops and rank 1's request after rank 0 stopped are recorded as harness steps: checkers
     stop_result (every stop True) and requests_served judge them; asserted here too: which sockets and
     directories are left at each point."""
-    with Rig(variant, root) as rig:
+    with open_rig(variant, root) as rig:
         w0, w1, p1 = rig.worker(0), rig.worker(1), rig.worker(0, pp=1)
         if rig.step("stop", "rank0", rig.listener(w0).stop) is not True:
             raise violated("stop of rank 0 did not return True")
@@ -159,7 +166,7 @@ def unlink_only_own_socket(variant: Variant, root: Path) -> None:
     (black-box: the replacement is still there) and stop_result (True) judge them; asserted here too: the
     same, by looking at the path.  Nothing is parked, so the reference's stop returns at once; the drain is the
     "at once" bound, not 5 s that a stop that cannot wake its thread (wake_by_connect) waits out twice."""
-    with Rig(variant, root, drain_timeout=scaled(AT_ONCE_S)) as rig:
+    with open_rig(variant, root, drain_timeout=scaled(AT_ONCE_S)) as rig:
         w = rig.worker()
         os.unlink(w.path)
         other = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -173,7 +180,7 @@ def unlink_only_own_socket(variant: Variant, root: Path) -> None:
             other.close()
             if os.path.exists(w.path):
                 os.unlink(w.path)
-            rig.listener(w)._remove_empty_dirs()
+            rig.tidy(w)
         if ok is not True:
             raise violated("stop did not return True with the path replaced")
         if not survived:
@@ -186,19 +193,19 @@ def retained_for_retry(variant: Variant, root: Path) -> None:
 
     Checkers retained_for_retry, handler_drained and stop_result (s1 False, the retry s2 True) judge the
     history; asserted here: the socket and registration kept, the drained reply, the retry's cleanup."""
-    with Rig(variant, root, drain_timeout=SHORT_DRAIN_S) as rig:
+    with open_rig(variant, root, drain_timeout=SHORT_DRAIN_S) as rig:
         w = rig.worker()
         fp, parked = _park_map(rig, w)
         listener = rig.listener(w)
-        rig.step("stop", "s1", rig.registry.stop_all)  # stop_result judges what it returned: False
-        kept = os.path.exists(w.path) and rig.registry.get(rig.registry.key_of(listener)) is listener
+        rig.step("stop", "s1", rig.stop_all)  # stop_result judges what it returned: False
+        kept = os.path.exists(w.path) and rig.registered(listener)
         fp.release()
         reply = parked.result()
         if not kept:
             raise violated("a stop that timed out tore down the socket or dropped the registration")
         if reply.status != "success":
             raise violated(f"the drained handler's reply was {reply.status}")
-        rig.step("stop", "s2", rig.registry.stop_all)  # the retry: True
+        rig.step("stop", "s2", rig.stop_all)  # the retry: True
         if os.path.exists(w.path):
             raise violated("the retry after the drain did not clean up")
 
@@ -209,14 +216,14 @@ def concurrent_stop_waits(variant: Variant, root: Path) -> None:
 
     Both stops are recorded as harness steps: checker handler_drained judges that neither reported True
     while the parked handler was inside the backend; asserted here too: the second's value then."""
-    with Rig(variant, root) as rig:
+    with open_rig(variant, root) as rig:
         w = rig.worker()
         fp, parked = _park_map(rig, w)
-        first = rig.call_async(lambda: rig.step("stop", "s1", rig.registry.stop_all), "stop-1")
+        first = rig.call_async(lambda: rig.step("stop", "s1", rig.stop_all), "stop-1")
         # its drain, or its return without one (a stop that tears down at once, teardown_while_alive): either
         # way the second stop comes while the handler is parked, instead of after a 10 s wait for a drain
         rig.wait(lambda e: e.kind == "drain_started" or (e.kind == "step_returned" and e.data.get("step") == "s1"))
-        second = rig.call_async(lambda: rig.step("stop", "s2", rig.registry.stop_all), "stop-2")
+        second = rig.call_async(lambda: rig.step("stop", "s2", rig.stop_all), "stop-2")
         rig.rec.wait_until(lambda evs: sum(e.kind == "drain_started" for e in evs) >= 2
                            or any(e.kind == "step_returned" and e.data.get("step") == "s2" for e in evs), scaled())
         early = second.done and second.result() is True and not parked.done
@@ -230,24 +237,19 @@ def concurrent_stop_waits(variant: Variant, root: Path) -> None:
 def stop_from_handler_returns(variant: Variant, root: Path) -> None:
     """6. stop() called from a handler returns False at once instead of waiting for itself.
 
-    The stop inside the handler is recorded as a harness step: checkers stop_result (False) and
-    stop_latency (within 0.5 s) judge it; asserted here too: what it returned, how long it took, and
-    that a stop after the handler finishes the stop."""
+    The stop inside the handler (run there by a ``call`` failpoint at its backend site) is recorded as a
+    harness step: checkers stop_result (False) and stop_latency (within 0.5 s) judge it; asserted here too:
+    what it returned, how long it took, and that a stop after the handler finishes the stop."""
     seen: dict[str, object] = {}
+    with open_rig(variant, root, drain_timeout=1.0) as rig:
+        w = rig.worker()
 
-    class StopInside:
-        def handle(self, req: wire.Request) -> wire.Reply:
+        def stop_inside() -> None:
             t0 = _now()
-            seen["ok"] = rigs[0].step("stop", "inner", listener_ref[0].stop)
+            seen["ok"] = rig.step("stop", "inner", rig.listener(w).stop)
             seen["s"] = _now() - t0
-            return wire.Reply(status="success")
 
-    listener_ref: list[WorkerListener] = []
-    rigs: list[Rig] = []
-    with Rig(variant, root, drain_timeout=1.0) as rig:
-        rigs.append(rig)
-        w = rig.worker(backend=StopInside())
-        listener_ref.append(rig.listener(w))
+        failpoints.arm("backend.kv_tensors_created", "call", count=1, fn=stop_inside)
         rig.request(w, wire.Request(cmd="kv_tensors_created"))
         final = rig.listener(w).stop()
     if seen.get("ok") is not False:
@@ -266,17 +268,17 @@ def cleanup_error_keeps_registration(variant: Variant, root: Path) -> None:
     registration_kept (the registry's events: the listener leaves it only once stopped), stop_result (s1
     False, the retry s2 True) and no_leftover_paths judge them; asserted here too: the registry's size, what
     each stop returned, the socket after the retry."""
-    with Rig(variant, root) as rig:
+    with open_rig(variant, root) as rig:
         rig.snapshot("before")
         w = rig.worker()
         failpoints.arm("cleanup.unlink", "raise", count=1, message="unlink failed")
         ok: object
         try:
-            ok = rig.step("stop", "s1", rig.registry.stop_all)
+            ok = rig.step("stop", "s1", rig.stop_all)
         except Exception as exc:
             ok = exc
         kept = len(rig.registry) == 1
-        retry = rig.step("stop", "s2", rig.registry.stop_all)
+        retry = rig.step("stop", "s2", rig.stop_all)
         rig.snapshot("after")
         if ok is not False:
             raise violated(f"stop_all with a failing cleanup returned {ok!r}, not False")
@@ -292,7 +294,7 @@ def stop_without_socket_path(variant: Variant, root: Path) -> None:
 
     Checker stop_result judges that each stop returned True; nothing else is asserted here."""
     for remove_dir in (False, True):
-        with Rig(variant, root, drain_timeout=SHORT_DRAIN_S) as rig:
+        with open_rig(variant, root, drain_timeout=SHORT_DRAIN_S) as rig:
             w = rig.worker()
             os.unlink(w.path)
             Path(w.path).with_suffix(".owner").unlink(missing_ok=True)  # a variant may write none (no_owner_record)
@@ -309,7 +311,7 @@ def restart_refused_while_draining(variant: Variant, root: Path) -> None:
     restart_refused (r1 refused with ListenerBusy), stop_result (r2, after the drain, started) and
     registration_kept (the old listener stays registered) judge them; asserted here too: the refusal, the old
     listener registered with its socket, the restart after the drain."""
-    with Rig(variant, root, drain_timeout=SHORT_DRAIN_S) as rig:
+    with open_rig(variant, root, drain_timeout=SHORT_DRAIN_S) as rig:
         w = rig.worker()
         old = rig.listener(w)
         fp, parked = _park_map(rig, w)
@@ -318,7 +320,7 @@ def restart_refused_while_draining(variant: Variant, root: Path) -> None:
             raised: Exception | None = None
         except Exception as exc:
             raised = exc
-        intact = rig.registry.get(rig.registry.key_of(old)) is old and os.path.exists(w.path)
+        intact = rig.registered(old) and os.path.exists(w.path)
         fp.release()
         parked.result()
         if not isinstance(raised, ListenerBusy):
@@ -336,11 +338,11 @@ def teardown_deferred(variant: Variant, root: Path) -> None:
     Checkers teardown_deferred, no_dispatch_after_teardown and stop_result (x1 False, x2 and x3 True) judge
     the history; asserted here too: what shutdown returned, the allocator kept while parked, one teardown
     over the retries."""
-    with Rig(variant, root, drain_timeout=SHORT_DRAIN_S) as rig:
+    with open_rig(variant, root, drain_timeout=SHORT_DRAIN_S) as rig:
         w = rig.worker()
         fp, parked = _park_map(rig, w)
         first = rig.step("shutdown", "x1", w.shutdown)  # stop_result judges the three: False, True, True
-        torn_early = w.allocator.torn_down
+        torn_early = rig.torn_down(w)
         fp.release()
         reply = parked.result()
         second, third = rig.step("shutdown", "x2", w.shutdown), rig.step("shutdown", "x3", w.shutdown)
@@ -360,7 +362,7 @@ def served_while_stalled(variant: Variant, root: Path) -> None:
     The idle and stalled clients and the request are recorded as the Player records them (peer_idle,
     peer_stalled, a request step), so checkers served_while_stalled and requests_served judge the
     history; asserted here too: the request was answered, with success."""
-    with Rig(variant, root) as rig:
+    with open_rig(variant, root) as rig:
         w = rig.worker()
         mark = rig.mark()
         rig.connect(w)  # idle

@@ -144,6 +144,22 @@ class Rig:
         assert w.listener is not None
         return w.listener
 
+    def stop_all(self) -> bool:
+        """Stop every worker of the rig (the registry's stop_all): True only when each stopped."""
+        return self.registry.stop_all()
+
+    def registered(self, listener: WorkerListener) -> bool:
+        """Whether ``listener`` is still the one registered on its key."""
+        return self.registry.get(self.registry.key_of(listener)) is listener
+
+    def torn_down(self, w: ReferenceWorker) -> bool:
+        """Whether ``w``'s backend (the allocator) has been torn down."""
+        return w.allocator.torn_down
+
+    def tidy(self, w: ReferenceWorker) -> None:
+        """Remove the directories ``w``'s listener made that are left empty (a check removed its socket)."""
+        self.listener(w)._remove_empty_dirs()
+
     # ---------------------------------------------------------------- clients
     def connect(self, w: ReferenceWorker) -> socket.socket:
         s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)

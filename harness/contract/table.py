@@ -27,6 +27,11 @@ class ContractLine:
     title: str
     text: str
     also: tuple[str, ...] = ()  # checkers that judge this line in the scenario library (real processes)
+    clauses: tuple[str, ...] = ()  # what the scenarios ask of a target beside the line: its lettered lines (6a...)
+
+    def lettered(self) -> list[tuple[str, str]]:
+        """(``6a``, text) for each clause, in order."""
+        return [(f"{self.number}{chr(ord('a') + i)}", text) for i, text in enumerate(self.clauses)]
 
 
 LINES: tuple[ContractLine, ...] = (
@@ -36,17 +41,24 @@ LINES: tuple[ContractLine, ...] = (
                  "are still queued behind the (serialised) backend are not dispatched either: they get error_type "
                  "shutting_down. The stop_started event and every dispatch decision are taken under one lock, so "
                  "the history orders them exactly.",
-                 ("no_late_dispatch",)),
+                 ("no_late_dispatch",),
+                 ("A stop emits stop_started when it begins, before it cancels a read or refuses a request: the "
+                  "scenarios wait for it before their next step (`wait: {event: stop_started}`).",)),
     ContractLine(2, "reads in progress are cancelled at once",
                  "Reads in progress (a header sent, the body withheld; an idle kept-alive connection) are cancelled "
                  "at once.",
-                 ("reads_cancelled", "stop_latency")),
+                 ("reads_cancelled", "stop_latency"),
+                 ("A connection is recorded as accepted once accepted, and a request as frame_started once its "
+                  "first byte is read: the scenarios wait for each before they stop (idle-client-does-not-block-"
+                  "others, stalled-*).",)),
     ContractLine(3, "a handler inside the backend is drained",
                  "A handler already inside a backend call is drained: stop() waits for it, up to drain_timeout, "
                  "and its reply is still delivered to its client (cancel reads, not writes). A reply its client "
                  "does not read is waited for up to drain_timeout too; then its connection is closed and the stop "
                  "goes on (nothing of the listener is in use by it).",
-                 ("handler_drained", "calls_answered")),
+                 ("handler_drained", "calls_answered"),
+                 ("A handler records dispatch_finished when its backend call returns, before it writes the reply "
+                  "(unread-reply-is-bounded-by-the-drain waits for it).",)),
     ContractLine(4, "drained: the thread exits, then only what is ours is torn down",
                  "Drained: the serving thread has exited; then, and only then, the server socket is closed, the "
                  "socket file unlinked (only if it is still the one this listener bound: same inode), and its "
@@ -62,7 +74,10 @@ LINES: tuple[ContractLine, ...] = (
                  "stop() is idempotent and thread-safe: a concurrent stop never reports True while another is still "
                  "draining. Called from a handler it returns False at once instead of deadlocking. It never raises: "
                  "a cleanup error is False with the registration kept.",
-                 ("stop_result", "stop_latency")),
+                 ("stop_result", "stop_latency"),
+                 ("Each stop that waits for a drain emits its own drain_started as it begins to wait, and "
+                  "drain_finished when the wait ends: a stop concurrent with a draining one too, which "
+                  "concurrent-stops-wait-for-the-drain waits for before it releases the handler.",)),
     ContractLine(7, "stop never depends on the socket path",
                  "stop() never depends on the socket path: it still works if the file was deleted or replaced "
                  "while live.",
@@ -83,7 +98,16 @@ LINES: tuple[ContractLine, ...] = (
                  "While one client stalls (or sits idle, or does not read its reply), other clients are still "
                  "served: a reply is written without blocking, and what its client has not read yet waits on that "
                  "client's connection alone.",
-                 ("served_while_stalled", "requests_served")),
+                 ("served_while_stalled", "requests_served"),
+                 ("Bad input is answered, never fatal: a malformed frame gets error_type bad_request where the "
+                  "framing still allows a reply, else its connection is closed (and bad_frame recorded where the "
+                  "listener can tell one); a well-framed request whose offset is no page's (negative, or not a "
+                  "multiple of the 2 MiB page the library's offsets are written in) is refused with bad_request "
+                  "and not dispatched; the listener serves everyone else on (malformed-frames-of-every-kind, "
+                  "the-listener-records-what-happened).",
+                  "A failed accept (out of descriptors) is recorded as accept_failed and the listener keeps "
+                  "accepting once it can, without spinning meanwhile (accept-failure-keeps-serving); a connection "
+                  "that ends, its client's close included, is recorded as connection_closed.")),
 )
 
 

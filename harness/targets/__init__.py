@@ -143,6 +143,10 @@ def load_target(spec: str) -> Any:
         factory = _import(listener)
         if not callable(factory):
             raise ConfigError(f"target {spec!r}: {listener} is a {type(factory).__name__}, not a listener factory")
+        problems = listener_problems(factory)
+        if problems:
+            raise ConfigError(f"target {spec!r}: {listener} is not a listener factory the reference can use: "
+                              + "; ".join(problems))
         from dataclasses import replace
 
         return replace(base, name=spec, listener=factory)
@@ -169,6 +173,40 @@ def load_target(spec: str) -> Any:
         return _checked(f"{name} (entry point {entrypoints.value_of(entrypoints.TARGETS, name)})",
                         entrypoints.load(entrypoints.TARGETS, name))
     raise ConfigError(names.unknown_target(name))
+
+
+LISTENER_CALL = "(path, backend, *, rank, pp, ipc, config, recorder)"  # how ReferenceWorker builds a listener
+LISTENER_METHODS = {"start": 0, "stop": 1, "_begin_stop": 0}  # what the worker and registry call, and with how many
+
+
+def listener_problems(factory: Any) -> list[str]:
+    """Every way ``factory`` misses what the reference's worker and registry use of a listener, one line each.
+
+    A listener is built as ``factory(path, backend, rank=, pp=, ipc=, config=, recorder=)`` (LISTENER_CALL);
+    a class must have ``start()``, ``stop(timeout)`` and ``_begin_stop()`` (the exit hook's), and its instances
+    ``label``, ``ipc``, ``rank`` and ``pp`` (set by the constructor: not checked here)."""
+    import inspect
+
+    out = []
+    try:
+        inspect.signature(factory).bind("path", None, rank=0, pp=0, ipc="", config=None, recorder=None)
+    except TypeError as exc:
+        out.append(f"it cannot be called as {LISTENER_CALL} ({exc})")
+    except ValueError:
+        pass  # a builtin without a signature: trust it
+    if isinstance(factory, type):
+        for name, n in LISTENER_METHODS.items():
+            meth = getattr(factory, name, None)
+            if not callable(meth):
+                out.append(f"it has no method {name}()")
+                continue
+            try:
+                inspect.signature(meth).bind(None, *([None] * n))  # self, then its arguments
+            except TypeError as exc:
+                out.append(f"its {name}() cannot be called with {n} argument(s) ({exc})")
+            except ValueError:
+                pass
+    return out
 
 
 def _checked(spec: str, obj: Any) -> Any:
