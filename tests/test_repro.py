@@ -131,3 +131,26 @@ def test_quoting_survives_in_an_allowed_model_path(tmp_path: Path) -> None:
 def test_the_literal_check_fires_on_code(tmp_path: Path) -> None:
     with pytest.raises(AssertionError):
         _literals_only("PARAMS = {'a': __import__('os')}\n")
+
+
+def test_check_dry_run_lists_every_reproducer(capsys: pytest.CaptureFixture[str]) -> None:
+    from harness.repro import check
+
+    assert check.main(["--dry-run", "--dir", str(REPRO)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert [line.split()[1].rsplit("/", 1)[-1] for line in out] == sorted(PLANTED)
+
+
+def test_check_fails_on_a_lost_finding(capsys: pytest.CaptureFixture[str]) -> None:
+    """The well-behaved stand-in shows neither defect: against expected.yaml that is two lost findings."""
+    from harness.repro import check
+
+    cmd = f"{sys.executable} -m harness.engine.standin"
+    assert check.main(["--engine-cmd", cmd, "--dir", str(REPRO)]) == 1
+    out = capsys.readouterr().out
+    assert "engine-sigkill-engine-core: run 1: engine_exit_status: expected violated, got ok" in out
+
+
+def test_dev_has_the_repro_flag() -> None:
+    assert subprocess.run(["bash", "-n", str(ROOT / "dev")]).returncode == 0
+    assert "-m harness.repro.check" in (ROOT / "dev").read_text()

@@ -22,11 +22,15 @@ from harness.verdicts_file import read_meta
 
 __all__ = ["FINDINGS", "build", "main", "RefusedError"]
 
-# One declaration per finding: scenario -> the check its script makes (the template is shared: script.BODY)
-FINDINGS: dict[str, tuple[str, str]] = {
-    "engine-sigkill-api-server": ("orphans", "EngineCore/worker outlive a SIGKILLed API server (orphaned)"),
-    "engine-tp2-sigkill-api-server": ("orphans", "EngineCore/workers outlive a SIGKILLed API server (tp 2)"),
-    "engine-sigkill-engine-core": ("exit_zero", "the API server exits 0 after its EngineCore was killed"),
+# One declaration per finding: scenario -> the check its script makes (the template is shared: script.BODY),
+# what it says, and the checker of expected.yaml its exit status stands for (1: violated, 0: ok)
+FINDINGS: dict[str, tuple[str, str, str]] = {
+    "engine-sigkill-api-server": ("orphans", "EngineCore/worker outlive a SIGKILLed API server (orphaned)",
+                                  "engine_tree_exits"),
+    "engine-tp2-sigkill-api-server": ("orphans", "EngineCore/workers outlive a SIGKILLed API server (tp 2)",
+                                      "engine_tree_exits"),
+    "engine-sigkill-engine-core": ("exit_zero", "the API server exits 0 after its EngineCore was killed",
+                                   "engine_exit_status"),
 }
 SIGNALS = frozenset({"SIGKILL", "SIGTERM", "SIGINT"})
 ROLES = frozenset({"api_server", "engine_core", "worker"})
@@ -120,7 +124,7 @@ def params_of(run_dir: Path) -> dict[str, Any]:
             steps.append(_step(doc["data"], f"{hist}:{n}"))
     if argv is None or not steps or len(steps) > MAX_STEPS:
         raise RefusedError(f"{hist}: no engine_launched event, or no steps (or more than {MAX_STEPS})")
-    check, about = FINDINGS[scenario]
+    check, about, _checker = FINDINGS[scenario]
     return {"scenario": scenario, "about": about, "check": check, "model": model, "argv": argv,
             "steps": [s for s in steps if s["kind"] != "engine_restart"]}
 
