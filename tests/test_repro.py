@@ -25,7 +25,7 @@ STANDIN_SCALE = "0.2"  # the stand-in's bounds are a fifth of vLLM's (harness.ta
 
 def _run(script: Path, variant: str) -> subprocess.CompletedProcess[str]:
     cmd = [sys.executable, str(script), "--engine-cmd", f"{sys.executable} -m harness.engine.standin",
-           "--model", "standin", f"--engine-arg=--variant", f"--engine-arg={variant}",
+           "--model", "standin", "--engine-arg=--variant", f"--engine-arg={variant}",
            "--time-scale", STANDIN_SCALE, "--launch-s", "10"]
     return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=60,
                           env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT)})
@@ -110,14 +110,14 @@ def test_huge_history_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]
     run = _copy(tmp_path)
     with (run / "history.jsonl").open("a") as f:
         f.truncate(repro.MAX_HISTORY_BYTES + 1)
-    _refused(run, tmp_path, capsys, "history.jsonl")
+    _refused(run, tmp_path, capsys, "over lastcall's limit of 32 MiB for a history.jsonl")
 
 
 def test_symlinked_history_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     run = _copy(tmp_path)
     (run / "history.jsonl").unlink()
     (run / "history.jsonl").symlink_to(FINDINGS / "reports/engine-sigkill-engine-core/history.jsonl")
-    _refused(run, tmp_path, capsys, "history.jsonl")
+    _refused(run, tmp_path, capsys, "history.jsonl: a symbolic link, not a regular file")
 
 
 def test_quoting_survives_in_an_allowed_model_path(tmp_path: Path) -> None:
@@ -154,3 +154,23 @@ def test_check_fails_on_a_lost_finding(capsys: pytest.CaptureFixture[str]) -> No
 def test_dev_has_the_repro_flag() -> None:
     assert subprocess.run(["bash", "-n", str(ROOT / "dev")]).returncode == 0
     assert "-m harness.repro.check" in (ROOT / "dev").read_text()
+
+
+def test_cli_refuses_with_one_located_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from harness.cli import main
+
+    run = _copy(tmp_path)
+    (run / "verdicts.json").write_text('{"format": 1, "scenario": "engine-sigterm-idle"}')
+    assert main(["repro", str(run)]) == 2
+    err = capsys.readouterr().err
+    assert err == (f"lastcall repro: {run}/verdicts.json: scenario: 'engine-sigterm-idle' is not one of "
+                   f"{sorted(repro.FINDINGS)}\n")
+
+
+def test_build_refuses_parameters_that_are_not_one_literal() -> None:
+    class Code:
+        def __repr__(self) -> str:
+            return "__import__('os').getpid()"
+
+    with pytest.raises(repro.RefusedError, match="not one literal"):
+        repro.build({"scenario": "s", "x": Code()})

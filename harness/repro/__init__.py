@@ -111,7 +111,7 @@ def params_of(run_dir: Path) -> dict[str, Any]:
     try:
         text = read_text(hist, MAX_HISTORY_BYTES, "history.jsonl")
     except ArtifactError as exc:
-        raise RefusedError(f"{hist}: {exc}") from None
+        raise RefusedError(str(exc)) from None
     argv: list[str] | None = None
     model, steps = "", []
     for n, line, _last in lines_of(text):
@@ -134,8 +134,9 @@ def build(params: dict[str, Any]) -> str:
     head = f"#!/usr/bin/env python3\n# Reproduces {params['scenario']!r}: written by `lastcall repro`.\n"
     text = head + "PARAMS = " + repr(params) + "\n" + BODY
     first = ast.parse(text).body[0]
-    assert isinstance(first, ast.Assign) and all(
-        isinstance(n, (ast.Dict, ast.List, ast.Constant, ast.Load)) for n in ast.walk(first.value))
+    if not isinstance(first, ast.Assign) or not all(
+            isinstance(n, (ast.Dict, ast.List, ast.Constant, ast.Load)) for n in ast.walk(first.value)):
+        raise RefusedError(f"{params.get('scenario')!r}: the parameters are not one literal")
     return text
 
 
