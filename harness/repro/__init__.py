@@ -29,6 +29,9 @@ FINDINGS: dict[str, tuple[str, str, str]] = {
                                   "engine_tree_exits"),
     "engine-tp2-sigkill-api-server": ("orphans", "EngineCore/workers outlive a SIGKILLed API server (tp 2)",
                                       "engine_tree_exits"),
+    "engine-shutdown-timeout-0": ("stream_hangs", "a stream in flight at SIGTERM (--shutdown-timeout 0) never "
+                                  "ends", "engine_requests_end"),
+    "engine-sigint-during-stream": ("stream_hangs", "a stream in flight at SIGINT never ends", "engine_requests_end"),
     "engine-sigkill-engine-core": ("exit_zero", "the API server exits 0 after its EngineCore was killed",
                                    "engine_exit_status"),
 }
@@ -38,6 +41,7 @@ ROLES = frozenset({"api_server", "engine_core", "worker"})
 FLAGS = {"--host": True, "--max-model-len": True, "--max-num-seqs": True, "--enforce-eager": False,
          "--dtype": True, "--tensor-parallel-size": True, "--shutdown-timeout": True}
 STEP_KINDS = frozenset({"engine_request", "engine_signal", "wait_gone", "engine_restart"})
+STREAM_S = 10.0  # how long a stream may take to end after the waits (the scenarios' bound of an ended request)
 MAX_STEPS = 20  # an engine scenario has a handful
 VALUE = re.compile(r"[A-Za-z0-9._-]{1,32}")  # a flag's value: a number, an address, a dtype
 STANDIN = ["-m", "harness.engine.standin", "serve"]  # how a stand-in run's argv begins (it names no model)
@@ -93,6 +97,7 @@ def _step(data: Any, where: str) -> dict[str, Any]:
     step: dict[str, Any] = {"kind": kind}
     if kind == "engine_request":
         step["max_tokens"] = int(_num(data.get("max_tokens"), 1, 4096, f"{where}: max_tokens"))
+        step["stream"] = data.get("stream") is True
     elif kind == "engine_signal":
         step["to"] = _word(data.get("to"), ROLES, f"{where}: to")
         step["sig"] = _word(data.get("sig"), SIGNALS, f"{where}: sig")
@@ -126,7 +131,7 @@ def params_of(run_dir: Path) -> dict[str, Any]:
         raise RefusedError(f"{hist}: no engine_launched event, or no steps (or more than {MAX_STEPS})")
     check, about, _checker = FINDINGS[scenario]
     return {"scenario": scenario, "about": about, "check": check, "model": model, "argv": argv,
-            "steps": [s for s in steps if s["kind"] != "engine_restart"]}
+            "stream_s": STREAM_S, "steps": [s for s in steps if s["kind"] != "engine_restart"]}
 
 
 def build(params: dict[str, Any]) -> str:

@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 # Reproduces 'engine-tp2-sigkill-api-server': written by `lastcall repro`.
-PARAMS = {'scenario': 'engine-tp2-sigkill-api-server', 'about': 'EngineCore/workers outlive a SIGKILLed API server (tp 2)', 'check': 'orphans', 'model': '/root/.cache/lastcall/models/tiny-llama-v1', 'argv': ['serve', '{model}', '--port', '{port}', '--host', '127.0.0.1', '--max-model-len', '2048', '--max-num-seqs', '4', '--enforce-eager', '--dtype', 'float32', '--tensor-parallel-size', '2'], 'steps': [{'kind': 'engine_request', 'max_tokens': 8}, {'kind': 'engine_signal', 'to': 'api_server', 'sig': 'SIGKILL'}, {'kind': 'wait_gone', 'timeout': 5.0}]}
+PARAMS = {'scenario': 'engine-tp2-sigkill-api-server', 'about': 'EngineCore/workers outlive a SIGKILLed API server (tp 2)', 'check': 'orphans', 'model': '/root/.cache/lastcall/models/tiny-llama-v1', 'argv': ['serve', '{model}', '--port', '{port}', '--host', '127.0.0.1', '--max-model-len', '2048', '--max-num-seqs', '4', '--enforce-eager', '--dtype', 'float32', '--tensor-parallel-size', '2'], 'stream_s': 10.0, 'steps': [{'kind': 'engine_request', 'max_tokens': 8, 'stream': False}, {'kind': 'engine_signal', 'to': 'api_server', 'sig': 'SIGKILL'}, {'kind': 'wait_gone', 'timeout': 5.0}]}
 
-import argparse, json, os, shlex, signal, socket, subprocess, sys, time, urllib.request
+import argparse, http.client, json, os, shlex, signal, socket, subprocess, sys, threading, time, urllib.request
 
 ROLES = {"engine_core": "VLLM::EngineCor", "worker": "VLLM::Worker"}  # comm names vLLM and its stand-in set
 POLL_S = 0.05  # how often the engine's /health and the process table are looked at
@@ -74,6 +74,22 @@ def request(port, model, max_tokens):
         return str(exc)
 
 
+def stream(port, model, max_tokens, started, ended):
+    """A streaming completion: ``started`` at its first event, ``ended`` when it ends in any way."""
+    try:
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=600)
+        body = json.dumps({"model": model, "prompt": "hello", "max_tokens": max_tokens, "stream": True})
+        conn.request("POST", "/v1/completions", body, {"Content-Type": "application/json"})
+        r = conn.getresponse()
+        while r.readline():
+            started.set()
+    except OSError:
+        pass
+    finally:
+        started.set()
+        ended.set()
+
+
 def wait_gone(proc, members, limit):
     end = time.monotonic() + limit
     while time.monotonic() < end:
@@ -99,6 +115,7 @@ def main():
     print("launching:", shlex.join(cmd), flush=True)
     proc = subprocess.Popen(cmd, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     members = []
+    started, ended = threading.Event(), threading.Event()  # the stream's, if the run has one
     try:
         if not wait_ready(port, proc, a.launch_s):
             print("the engine did not become ready", flush=True)
@@ -107,7 +124,11 @@ def main():
         print("ready:", [(p, comm(p)) for p in members], flush=True)
         for step in PARAMS["steps"]:
             kind = step["kind"]
-            if kind == "engine_request":
+            if kind == "engine_request" and step["stream"]:
+                threading.Thread(target=stream, args=(port, a.model, step["max_tokens"], started, ended),
+                                 daemon=True).start()
+                print("stream started:", started.wait(60), flush=True)  # as the scenario waits for its first event
+            elif kind == "engine_request":
                 print("request:", request(port, a.model, step["max_tokens"]), flush=True)
             elif kind == "engine_signal":
                 members = tree(proc.pid)
@@ -125,6 +146,9 @@ def main():
         if PARAMS["check"] == "orphans":
             defect = any(alive(p) for p in members)
             print("DEFECT: processes outlived the killed API server" if defect else "no process outlived it")
+        elif PARAMS["check"] == "stream_hangs":
+            defect = not ended.wait(PARAMS["stream_s"] * a.time_scale)
+            print("DEFECT: the stream in flight at the signal never ended" if defect else "the stream ended")
         else:
             defect = proc.returncode == 0
             print("DEFECT: the API server exited 0 although its engine died" if defect
