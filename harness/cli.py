@@ -502,6 +502,15 @@ def build_parser() -> argparse.ArgumentParser:
                    help="judge with these checkers (repeatable, default parameters) instead of the stored list")
     p.set_defaults(func=_cmd_report)
 
+    p = sub.add_parser("repro", help="write a standalone script that reproduces an engine run's finding",
+                       formatter_class=fmt, description="Write a Python script (standard library only) that "
+                       "launches the engine as RUN_DIR's run did, applies its faults and exits 1 when the defect "
+                       "is there, 0 when not (harness.repro).", epilog="exit codes: 0 written, 2 refused run dir")
+    p.add_argument("run_dir", metavar="RUN_DIR", help="a run's report directory")
+    p.add_argument("--out", metavar="FILE", help="write the script here (default: stdout)")
+    p.add_argument("--model", metavar="M", help="the script's default model (default: the run's)")
+    p.set_defaults(func=lambda a: __import__("harness.repro", fromlist=["main"]).main(a.run_dir, a.out, a.model))
+
     p = sub.add_parser("bench", help="compare listener variants in real worker processes", formatter_class=fmt,
                        description="Start one worker process per arm (a variant name or module:attribute, or a "
                                    "worker target such as kvcached==0.1.6 serving its own listener), send "
