@@ -270,7 +270,7 @@ def _cmd_validate(args: argparse.Namespace) -> int:
 def _cmd_run(args: argparse.Namespace) -> int:
     from harness.scenario.commands import run
 
-    own = [*(["--kvcached-src", args.kvcached_src] if args.kvcached_src else []),
+    own = [*([f"--kvcached-src={args.kvcached_src}"] if args.kvcached_src else []),
            *([f"--repeat={args.repeat}"] if args.repeat is not None else []),
            *([f"--junitxml={args.junitxml}"] if args.junitxml else []),
            *(["-x"] if args.exitfirst else []),
