@@ -9,9 +9,9 @@ import pytest
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from harness.checkers.base import RunRecord, judge
-from harness.scenario.errors import ScenarioError
 from harness.plainerrors import plain
 from harness.scenario import load
+from harness.scenario.errors import ScenarioError
 
 PYDANTIC_PHRASES = ("Input should be", "For further information visit", "errors.pydantic.dev", "validation error",
                     "Field required", "Extra inputs are not permitted", "[type=")
