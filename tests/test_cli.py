@@ -25,7 +25,7 @@ def _run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]
 @pytest.mark.parametrize(("argv", "message"), [
     ([], "lastcall: error: the following arguments are required: COMMAND (see lastcall --help)"),
     (["nope"], "lastcall: error: argument COMMAND: invalid choice: 'nope' (choose from 'contract', 'serve', "
-               "'ctl', 'run', 'fetch', 'replay', 'list', 'targets', 'validate', 'schema', 'report', 'bench', "
+               "'ctl', 'run', 'fetch', 'replay', 'list', 'targets', 'validate', 'schema', 'report', 'repro', 'bench', "
                "'mutate') (see lastcall --help)"),
     (["serve"], "lastcall serve: error: the following arguments are required: --ipc (see lastcall serve --help)"),
     (["serve", "--ipc", "x", "--rank", "-1"],
