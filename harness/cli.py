@@ -270,7 +270,7 @@ def _cmd_validate(args: argparse.Namespace) -> int:
 def _cmd_run(args: argparse.Namespace) -> int:
     from harness.scenario.commands import run
 
-    own = [*(["--kvcached-src", args.kvcached_src] if args.kvcached_src else []),
+    own = [*([f"--kvcached-src={args.kvcached_src}"] if args.kvcached_src else []),
            *([f"--repeat={args.repeat}"] if args.repeat is not None else []),
            *([f"--junitxml={args.junitxml}"] if args.junitxml else []),
            *(["-x"] if args.exitfirst else []),
@@ -501,6 +501,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--check", action="append", default=[], metavar="NAME",
                    help="judge with these checkers (repeatable, default parameters) instead of the stored list")
     p.set_defaults(func=_cmd_report)
+
+    p = sub.add_parser("repro", help="write a standalone script that reproduces an engine run's finding",
+                       formatter_class=fmt, description="Write a Python script (standard library only) that "
+                       "launches the engine as RUN_DIR's run did, applies its faults and exits 1 when the defect "
+                       "is there, 0 when not (harness.repro).", epilog="exit codes: 0 written, 2 refused run dir")
+    p.add_argument("run_dir", metavar="RUN_DIR", help="a run's report directory")
+    p.add_argument("--out", metavar="FILE", help="write the script here (default: stdout)")
+    p.add_argument("--model", metavar="M", help="the script's default model (default: the run's)")
+    p.set_defaults(func=lambda a: __import__("harness.repro", fromlist=["main"]).main(a.run_dir, a.out, a.model))
 
     p = sub.add_parser("bench", help="compare listener variants in real worker processes", formatter_class=fmt,
                        description="Start one worker process per arm (a variant name or module:attribute, or a "

@@ -116,13 +116,16 @@ OUTCOME = _fields({"status": TEXT, "detail": TEXT, "exits": _object_of(SCALAR, "
 EXPECT_ENTRY = _fields({"checker": _name, "params": OBJECT, "allow_unknown": TEXT_OR_NULL}, ("checker",))
 VERDICT = _fields({"checker": TEXT, "status": TEXT, "message": TEXT, "evidence": _list_of(OBJECT, "events"),
                    "notes": _list_of(TEXT, "notes"), "allowed": TEXT}, ("checker", "status"))
+# a catches item's judgement (harness.scenario.catches.Catch): the planted bug, the checkers one of which must fire
+CATCH = _fields({"bug": TEXT, "checkers": _list_of(_name, "checker names", MAX_EXPECT), "counted": FLAG,
+                 "by": _list_of(_name, "checker names", MAX_EXPECT), "why": TEXT}, ("checkers", "counted"))
 FIELDS: dict[str, Check] = {  # every key of verdicts.json lastcall reads (harness.report.write writes them)
     "format": _number(0, 1000), "scenario": TEXT, "matrix": TEXT, "params": OBJECT, "variant": TEXT,
     "run_id": TEXT, "nodeid": TEXT, "target": TEXT_OR_NULL, "outcome": OUTCOME, "step_error": TEXT_OR_NULL,
     "broken": TEXT, "seconds": _number(0, 10**9), "scale": _number(1e-9, MAX_SCALE),
     "expect": _list_of(EXPECT_ENTRY, "checker entries", MAX_EXPECT), "passed": FLAG,
     "verdicts": _list_of(VERDICT, "verdicts", MAX_EXPECT), "absent": _list_of(_party, "party names"),
-    "rejudged_from": TEXT, "history_problems": _list_of(TEXT, "problems"),
+    "rejudged_from": TEXT, "catch": CATCH, "history_problems": _list_of(TEXT, "problems"),
 }
 
 

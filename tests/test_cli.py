@@ -25,7 +25,7 @@ def _run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]
 @pytest.mark.parametrize(("argv", "message"), [
     ([], "lastcall: error: the following arguments are required: COMMAND (see lastcall --help)"),
     (["nope"], "lastcall: error: argument COMMAND: invalid choice: 'nope' (choose from 'contract', 'serve', "
-               "'ctl', 'run', 'fetch', 'replay', 'list', 'targets', 'validate', 'schema', 'report', 'bench', "
+               "'ctl', 'run', 'fetch', 'replay', 'list', 'targets', 'validate', 'schema', 'report', 'repro', 'bench', "
                "'mutate') (see lastcall --help)"),
     (["serve"], "lastcall serve: error: the following arguments are required: --ipc (see lastcall serve --help)"),
     (["serve", "--ipc", "x", "--rank", "-1"],
@@ -176,8 +176,10 @@ def test_run_an_unknown_target_is_one_line_and_exit_2(argv: list[str], env: dict
 
 def test_run_passes_its_own_options_and_everything_after_the_dashes(tmp_path: Path) -> None:
     """--repeat, -x, --junitxml and --lastcall-reports are run's own; -- --durations=1 reaches pytest as it is.
-    Against a planted bug each repeat fails: -x stops after the first."""
+    Against a planted bug each repeat fails: -x stops after the first. A folder named like the target sits in
+    the current directory: the target's value is never taken for a path."""
     junit, reports = tmp_path / "junit.xml", tmp_path / "reports"
+    (tmp_path / "no_conn_tracking").mkdir()
     rc, out, err = _lastcall("run", os.path.abspath(SCENARIO), "--target", "no_conn_tracking", "-k", "tp1-pp1-cpu",
                              "--repeat", "2", "-x", "--junitxml", str(junit), "--lastcall-reports", str(reports),
                              "--", "--durations=1", "-W", "error:lastcall:DeprecationWarning", cwd=str(tmp_path))
@@ -188,6 +190,18 @@ def test_run_passes_its_own_options_and_everything_after_the_dashes(tmp_path: Pa
     assert [c.get("name") for c in cases] == ["stalled-read-is-cancelled[tp1-pp1-cpu-r1]"]
     assert cases[0].find("failure") is not None
     assert len([d for d in reports.iterdir() if d.is_dir()]) == 1
+
+
+def test_run_option_values_are_never_taken_for_paths(tmp_path: Path) -> None:
+    """A target named like a folder of the current directory: run passes --lastcall-target=NAME as one argument,
+    so pytest keeps its rootdir here and the item is the file's, not ``reference .``."""
+    (tmp_path / "reference").mkdir()
+    Path(tmp_path / "x.yaml").write_text(Path(SCENARIO).read_text())
+    rc, out, err = _lastcall("run", "--target", "reference", "-k", "tp1-pp1-cpu", "x.yaml", "--", "-vv",
+                             cwd=str(tmp_path))
+    assert rc == EXIT_OK, out + err
+    assert f"rootdir: {tmp_path}" in out, out
+    assert re.search(r"^x\.yaml::stalled-read-is-cancelled\[tp1-pp1-cpu\] PASSED", out, re.M), out
 
 
 def test_run_maps_a_pytest_usage_error_to_2() -> None:
@@ -224,3 +238,18 @@ def test_replay_of_a_directory_without_verdicts_names_it(tmp_path: Path, capsys:
     rc, _, err = _run(capsys, "replay", str(tmp_path))
     assert (rc, err) == (EXIT_USAGE, f"lastcall replay: {tmp_path / 'verdicts.json'}: no such file: give a run's "
                                      "report directory, reports/<run id>, or a file in it\n")
+
+
+def test_run_hands_pytest_each_option_with_its_value(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No value of run's own options is a bare argument pytest could read as a path (its rootdir comes from them)."""
+    from harness.scenario import commands
+
+    seen: list[list[str]] = []
+    monkeypatch.setattr(commands, "preflight", lambda *a: ([], set()))
+    monkeypatch.setattr(pytest, "main", lambda args: seen.append(list(args)) or 0)
+    assert commands.run([SCENARIO], workers="2", target="reference", listener="reference", keyword="tinykv",
+                        marks="not slow", extra=[]) == EXIT_OK
+    before = seen[0][:seen[0].index("--")]
+    assert [a for a in before if not a.startswith("-")] == [], before
+    assert {"--lastcall-target=reference", "--lastcall-listener=reference", "--numprocesses=2", "-ktinykv",
+            "-mnot slow"} <= set(before)

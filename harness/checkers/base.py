@@ -35,6 +35,7 @@ from harness.checkers.params import CHECKER_PARAMS, Params
 from harness.errors import ConfigError
 from harness.events import BUDGET_KIND, KINDS, OBSERVED_BY, PARTY_CAPABILITIES
 from harness.history import Event
+from harness.plainerrors import plain
 from harness.probes.model import Snapshot
 
 __all__ = ["Verdict", "RunRecord", "Checker", "CHECKERS", "checker", "judge", "judge_all", "key_of", "observed",
@@ -303,7 +304,7 @@ def _judge(name: str, run: RunRecord, params: dict[str, Any] | Params | None) ->
     try:
         p = params if isinstance(params, Params) else chk.params(**(params or {}))
     except ValidationError as exc:
-        return Verdict(name, UNKNOWN, f"bad parameters: {exc}")
+        return Verdict(name, UNKNOWN, "bad parameters: " + "; ".join(plain(exc)))
     try:
         needs = chk.evidence_for(p)
         gone = [party for party in needs if party in run.absent]

@@ -104,6 +104,9 @@ class RemoteError(HarnessError):
         self.error_class = error_class  # the exception class raised in the child, e.g. StateConsistencyError
 
 
+OUTCOME_STATUSES = ("ok", "hung", "failed")  # every RunOutcome.status; the report page words each one
+
+
 @dataclass
 class RunOutcome:
     """How a run ended: ``ok``, ``hung`` (the watchdog killed it) or ``failed`` (could not start)."""

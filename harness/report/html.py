@@ -36,6 +36,8 @@ TEXT_CHARS = 2000  # characters of one message, detail or header value
 VALUE_CHARS = 300  # characters of one event's data in a row
 LIST_MAX = 200  # problems, exit codes, leftovers, stacks and notes listed at most (then "... and N more")
 TEXT_LINES = 2000  # lines of the text timeline at most (evidence first)
+# the words of each run outcome (harness.launch.cluster.OUTCOME_STATUSES) on the page's headline
+OUTCOME_WORDS = {"ok": "ran to the end", "hung": "hung: the watchdog killed it", "failed": "failed: could not start"}
 
 CSS = """
 body{font:14px/1.4 system-ui,-apple-system,"Segoe UI",sans-serif;margin:1.5em;color:#1b1f24;background:#fff}
@@ -50,6 +52,9 @@ pre{background:#f6f8fa;padding:.6em;overflow:auto;max-height:40em;border:1px sol
 .verdict.violated{border-color:#cf222e;background:#fff5f5} .verdict.unknown{border-color:#9a6700}
 table.evidence{border-collapse:collapse;font-size:12px} table.evidence td,table.evidence th{padding:1px 8px;
 text-align:left;border-bottom:1px solid #eee}
+.headline{font-size:1.15em;margin:.2em 0} .catch{font-weight:600;padding:.2em .6em;margin:.3em 0}
+.catch.caught{background:#dafbe1;border-left:4px solid #1a7f37} .catch.missed{background:#ffebe9;
+border-left:4px solid #cf222e}
 .problems{background:#fff8c5;border:1px solid #d4a72c;padding:.4em .8em}
 .scroll{overflow-x:auto;border:1px solid #e1e4e8}
 svg.timeline{font:11px ui-monospace,Menlo,monospace;background:#fff}
@@ -117,12 +122,51 @@ def _header(doc: Mapping[str, Any], verdicts: Sequence[Verdict], history: str) -
         rows.append(("replay", replay_command(str(doc["nodeid"]), str(doc.get("target") or "") or None)))
     rows.append(("re-judge", f"lastcall report {history}"))
     out = [f'<header><h1 data-kind="title">{_h(name)} {_badge(status, "outcome " + status, "badge outcome")}</h1>',
-           '<table class="meta">']
+           *_catch_line(doc.get("catch")), _headline(verdicts, outcome), '<table class="meta">']
     out += [f'<tr data-kind="{_h(k)}"><td>{_h(k)}</td><td><code>{_h(v)}</code></td></tr>' for k, v in rows if v]
     out.append('</table><div class="verdict-badges" data-kind="badges">')
     out += [_badge(v.status, f"{v.checker}: {v.status}") for v in verdicts]
     out.append("</div></header>")
     return out
+
+
+def outcome_words(outcome: Mapping[str, Any]) -> str:
+    """How the run ended, in words: its status's (OUTCOME_WORDS), a hung run's with the watchdog's detail."""
+    status = str(outcome.get("status", "unknown"))
+    words = OUTCOME_WORDS.get(status, f"ended as {status!r}")
+    detail = str(outcome.get("detail") or "")
+    return f"hung: {detail}" if status == "hung" and detail else words
+
+
+def verdict_words(verdicts: Sequence[Verdict]) -> str:
+    """The verdicts in a few words: "3 violated, 1 unknown", "all 12 ok", or "no checker was run"."""
+    if not verdicts:
+        return "no checker was run"
+    counts = {s: sum(v.status == s for v in verdicts) for s in ("violated", "unknown", "ok")}
+    if counts["ok"] == len(verdicts):
+        return f"all {len(verdicts)} ok"
+    return ", ".join(f"{n} {s}" for s, n in counts.items() if n and s != "ok")
+
+
+def _headline(verdicts: Sequence[Verdict], outcome: Mapping[str, Any]) -> str:
+    return (f'<p class="headline" data-kind="headline"><b data-kind="verdict-words">{_h(verdict_words(verdicts))}'
+            f'</b>; the run <span data-kind="outcome-words">{_h(outcome_words(outcome))}</span></p>')
+
+
+def _catch_line(catch: Any) -> list[str]:
+    """A catches item's line: whether the planted bug was caught, so why the item passed or failed."""
+    if not isinstance(catch, Mapping):
+        return []
+    by = ", ".join(str(c) for c in (catch.get("by") or [])[:LIST_MAX])
+    if catch.get("counted"):
+        text, cls = f"expected to be caught: caught by {by}, so this item passed", "caught"
+    else:
+        checkers = ", ".join(str(c) for c in (catch.get("checkers") or [])[:LIST_MAX])
+        text, cls = f"expected to be caught by {checkers}: not caught, so this item failed", "missed"
+    bug = f" (planted bug {catch['bug']})" if catch.get("bug") else ""
+    why = "" if catch.get("counted") else f'<br><small>{_h(catch.get("why") or "")}</small>'
+    return [f'<p class="catch {cls}" data-kind="catch" data-counted="{str(bool(catch.get("counted"))).lower()}">'
+            f"{_h(text + bug)}{why}</p>"]
 
 
 def _problems(problems: Sequence[str], step_error: str, broken: str = "") -> list[str]:

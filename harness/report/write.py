@@ -9,7 +9,8 @@
                      ``absent`` (the parties the target declares absent: a re-judge imports no target),
                      ``broken`` (why nothing the run shows counts, "" when it counts), seconds, each
                      checker's verdict with its evidence, and ``expect``: the checkers and their
-                     parameters, so ``lastcall report`` can re-judge the history
+                     parameters, so ``lastcall report`` can re-judge the history; on a catches item
+                     ``catch``: the planted bug, its checkers, whether the catch counted, by which, and why
     index.html       the self-contained page (harness.report.html)
 
 Each file is written on its own (to a temporary name, then renamed), so a
@@ -108,8 +109,10 @@ def write_page(run_dir: Path, meta: Mapping[str, Any], verdicts: Sequence[Verdic
 
 
 def write_run(result: RunResult, reports_dir: str | os.PathLike[str] = "reports",
-              nodeid: str | None = None, target: str | None = None) -> Path | None:
-    """Write ``reports_dir/<run id>/`` for ``result`` (``target``: the session's target override).
+              nodeid: str | None = None, target: str | None = None,
+              catch: Mapping[str, Any] | None = None) -> Path | None:
+    """Write ``reports_dir/<run id>/`` for ``result`` (``target``: the session's target override; ``catch``: a
+    catches item's judgement, harness.scenario.catches.Catch as verdicts.json's ``catch``).
 
     Returns: the path of the run's index.html (its directory if the page could not be written), or None
         when not even the directory could be made.
@@ -144,6 +147,8 @@ def write_run(result: RunResult, reports_dir: str | os.PathLike[str] = "reports"
         meta = {"format": FORMAT, "run_id": result.run_id, "variant": result.variant, "nodeid": nodeid,
                 "target": target, "outcome": {"status": getattr(result.outcome, "status", "unknown")},
                 "broken": getattr(result, "broken", ""), "expect": []}
+    if catch is not None:
+        meta["catch"] = dict(catch)
     attempt(VERDICTS, lambda: _json(run_dir / VERDICTS, verdicts_doc(meta, result.verdicts)))
     attempt(PAGE, lambda: write_page(run_dir, meta, result.verdicts, events))
     if errors:

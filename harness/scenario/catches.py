@@ -45,6 +45,11 @@ class Catch:
     by: tuple[str, ...]  # the bug's checkers that were violated
     why: str  # one line: what caught it, or why it does not count
 
+    def to_dict(self, bug: str, checkers: Sequence[str]) -> dict[str, Any]:
+        """verdicts.json's ``catch`` (harness.verdicts_file.CATCH reads it back)."""
+        return {"bug": bug, "checkers": list(checkers), "counted": self.counted, "by": list(self.by),
+                "why": self.why}
+
 
 def waited_for(r: RunResult) -> str | None:
     """The event kind a timed-out wait of run ``r`` waited for, as its ``step_failed`` event records it (the

@@ -298,13 +298,16 @@ class ScenarioItem(pytest.Item):
                   else run_item(self.matrix, variant=self.variant, run_id=None))
         self.result = result
         self.stash_result(result)
-        page = self.write_report(result)
-        replay = self.replay_target()
-        if self.catch is not None:
+        verdict, catch_doc = None, None
+        if self.catch is not None:  # judged before the page is written: the page says why the item passed
             from harness.scenario.catches import judge_catch
 
+            verdict = judge_catch(result, self.catch[1])
+            catch_doc = verdict.to_dict(*self.catch)
+        page = self.write_report(result, catch_doc)
+        replay = self.replay_target()
+        if self.catch is not None and verdict is not None:
             bug, checkers = self.catch
-            verdict = judge_catch(result, checkers)
             self.user_properties.append(("lastcall_catch", verdict.why))
             if not verdict.counted:
                 _skip_if_host_too_slow(result, checkers)
@@ -327,13 +330,14 @@ class ScenarioItem(pytest.Item):
         override = chosen_target(self.config)
         return override if override not in (None, self.matrix.scenario.target) else None
 
-    def write_report(self, result: Any) -> Path | None:
-        """reports/<run id>/ for this run (None when reports are off); never raises."""
+    def write_report(self, result: Any, catch: dict[str, Any] | None = None) -> Path | None:
+        """reports/<run id>/ for this run (None when reports are off; ``catch``: a catches item's judgement);
+        never raises."""
         from harness.report.summary import reports_dir
         from harness.report.write import write_run
 
         where = reports_dir(self.config)
-        page = None if where is None else write_run(result, where, self.nodeid, self.replay_target())
+        page = None if where is None else write_run(result, where, self.nodeid, self.replay_target(), catch)
         if page is not None:
             self.user_properties.append(("lastcall_report", str(page)))
         return page

@@ -42,20 +42,22 @@ def run(paths: Sequence[str], *, workers: str | None = None, target: str | None 
         return 2
     dirs = [p for p in paths if os.path.isdir(p)]
     # harness is imported before pytest starts, so pytest cannot rewrite the plugin's asserts: not news to a user
-    args = ["-p", "no:cacheprovider", "-q", "-rfE",
-            "-W", f"ignore:{REWRITE_NOTE}:pytest.PytestAssertRewriteWarning"]
+    # each option and its value in one argv element: pytest finds its rootdir from every bare argument, so a
+    # separate value that names a folder here (``--lastcall-target tinykv``) would be taken for a path
+    args = ["-pno:cacheprovider", "-q", "-rfE",
+            f"-Wignore:{REWRITE_NOTE}:pytest.PytestAssertRewriteWarning"]
     if dirs:
-        args += ["-o", "lastcall_scenarios=" + " ".join(dirs)]
+        args += ["--override-ini=lastcall_scenarios=" + " ".join(dirs)]
     if workers:
-        args += ["-n", workers]
+        args += [f"--numprocesses={workers}"]
     if target:
-        args += ["--lastcall-target", target]
+        args += [f"--lastcall-target={target}"]
     if listener:
-        args += ["--lastcall-listener", listener]
+        args += [f"--lastcall-listener={listener}"]
     if keyword:
-        args += ["-k", keyword]
+        args += [f"-k{keyword}"]
     if marks:
-        args += ["-m", marks]
+        args += [f"-m{marks}"]
     if not (workers or keyword or marks):  # every item runs here: its fork server starts while pytest does
         from harness.launch.spawn import ForkServer
 

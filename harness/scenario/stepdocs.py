@@ -15,7 +15,6 @@ every example through the loader (:func:`example_scenario`).  What each part com
 from __future__ import annotations
 
 import inspect
-import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -26,6 +25,7 @@ from pydantic.fields import FieldInfo
 from harness.categories import CATEGORIES
 from harness.faults import client as cf
 from harness.launch.parts import CASTS
+from harness.markdown import cell
 from harness.reference.variants import STEP_NEEDS, TARGET_SITES
 from harness.scenario import fields
 from harness.scenario.client_spec import (
@@ -149,7 +149,7 @@ def _bounds(info: FieldInfo | None, node: dict[str, Any]) -> str:
             if value is not None:
                 text = fmt.format(_unit(unit, value))
                 out.append(text.replace("items", "characters") if strings else text)
-    return _cell(", ".join(dict.fromkeys([*out, *_schema_bounds(node)]))) or "-"
+    return cell(", ".join(dict.fromkeys([*out, *_schema_bounds(node)]))) or "-"
 
 
 def _flow(value: Any) -> str:
@@ -177,25 +177,14 @@ def _default(info: FieldInfo, node: dict[str, Any]) -> str:
     return f"`{_unit(named, value).replace(' ', '') if named == 'duration' else _flow(value)}`"
 
 
-_TAG = re.compile(r"<(?=[A-Za-z/!?])")  # what markdown would read as the start of an HTML tag
-
-
-def _cell(text: str | None) -> str:
-    """``text`` on one line for a table cell: a | escaped, and a < outside code (``backend.<cmd>``) shown, not
-    read as an HTML tag."""
-    text = " ".join((text or "").replace("``", "`").split()).replace("|", "\\|")
-    parts = text.split("`")
-    return "`".join(_TAG.sub("&lt;", p) if i % 2 == 0 else p for i, p in enumerate(parts))
-
-
 def _field_rows(model: type[BaseModel]) -> list[str]:
     schema = model.model_json_schema(by_alias=True)
     rows = ["| field | type | default | bounds | description |", "|---|---|---|---|---|"]
     for name, info in model.model_fields.items():
         key = info.alias or name
         node = schema["properties"][key]
-        rows.append(f"| `{key}` | {_cell(_type(node))} | {_default(info, node)} | "
-                    f"{_bounds(info, node)} | {_cell(info.description)} |")
+        rows.append(f"| `{key}` | {cell(_type(node))} | {_default(info, node)} | "
+                    f"{_bounds(info, node)} | {cell(info.description)} |")
     return rows
 
 
@@ -243,7 +232,7 @@ def _run(kind: str) -> str:
 def _step(cls: type[StepBase]) -> list[str]:
     kind = cls.kind
     value = cls.model_fields[kind]
-    out = [f"### `{kind}`", "", _cell(value.description), "",
+    out = [f"### `{kind}`", "", cell(value.description), "",
            f"- category: `{STEP_KINDS[kind].category}` ({CATEGORIES[STEP_KINDS[kind].category]})",
            f"- run: {_run(kind)}", f"- needs: {_needs(kind)}"]
     if kind == "arm":
@@ -260,7 +249,7 @@ def _step(cls: type[StepBase]) -> list[str]:
     else:
         node = cls.model_json_schema(by_alias=True)["properties"][kind]
         out += ["The value is not a mapping:", "", "| value | type | bounds |", "|---|---|---|",
-                f"| `{kind}: ...` | {_cell(_type(node))} | {_bounds(None, node)} |"]
+                f"| `{kind}: ...` | {cell(_type(node))} | {_bounds(None, node)} |"]
     return [*out, "", *_example(cls.example)]
 
 
@@ -273,7 +262,7 @@ def _fault(name: str) -> list[str]:
         (NO_REPLY_WAIT, "waits for no reply: no `timeout`; `wait: {closed: NAME}` watches the connection"),
         (READER_FAULTS, "a whole request sent; its reply read slowly or never (`reply_size` pads it)"),
     ) if name in group]
-    return [f"### `fault: {name}`", "", _cell(about) + ("." if not about.endswith(".") else ""), "",
+    return [f"### `fault: {name}`", "", cell(about) + ("." if not about.endswith(".") else ""), "",
             *(f"- {n}" for n in notes), *([""] if notes else []), *_example(FAULT_EXAMPLES[name])]
 
 
@@ -289,7 +278,7 @@ def _value_types() -> list[str]:
     for name, _t, about in _NAMED:
         out += [f"### {name}", "", about + ".", ""]
     for model in (fields.Worker, Pipelined):  # the models a step's field is made of
-        out += [f"### {model.__name__}", "", _cell(model.__doc__), "", *_field_rows(model), ""]
+        out += [f"### {model.__name__}", "", cell(model.__doc__), "", *_field_rows(model), ""]
     return out
 
 
@@ -312,7 +301,7 @@ def render_markdown() -> str:
            "variant has",
            "its target's (`lastcall targets` lists them all).", "",
            "| capability | what the target has | built-in targets with it |", "|---|---|---|",
-           *(f"| `{c}` | {_cell(about)} | {', '.join(f'`{t}`' for t in _targets_with(c)) or '-'} |"
+           *(f"| `{c}` | {cell(about)} | {', '.join(f'`{t}`' for t in _targets_with(c)) or '-'} |"
              for c, about in CAPABILITIES.items()), "",
            "## Index", "", "| step | category | run | needs |", "|---|---|---|---|",
            *(f"| [`{k}`](#{k}) | {STEP_KINDS[k].category} | {STEP_KINDS[k].cast or 'any'} | "

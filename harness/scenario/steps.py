@@ -109,6 +109,24 @@ class StepBase(Strict):
         return getattr(self.spec, "as_", None)
 
 
+class OnWorker(StepBase):
+    """A step on the worker listener's run (cast ``worker``)."""
+
+    cast: ClassVar[str | None] = "worker"
+
+
+class OnEngine(StepBase):
+    """A step on a real engine's tree (cast ``engine``)."""
+
+    cast: ClassVar[str | None] = "engine"
+
+
+class OnHandshake(StepBase):
+    """A step on a handshake listener's run (cast ``handshake``)."""
+
+    cast: ClassVar[str | None] = "handshake"
+
+
 class StartStep(StepBase):
     kind: ClassVar[str] = "start"
     category: ClassVar[str] = "launch"
@@ -119,30 +137,27 @@ class StartStep(StepBase):
                     "target's engine tree, launched by the harness); first, once")
 
 
-class SendStep(StepBase):
+class SendStep(OnWorker):
     kind: ClassVar[str] = "send"
     category: ClassVar[str] = "request"
-    cast: ClassVar[str | None] = "worker"
     example: ClassVar[str] = (
         "- start: cluster\n- send: {cmd: map_to_kv_tensors, offsets: [0, 2MiB], timeout: 2s, as: r1}"
     )
     send: Send = Field(description=Send.__doc__)
 
 
-class IdleStep(StepBase):
+class IdleStep(OnWorker):
     kind: ClassVar[str] = "idle"
     category: ClassVar[str] = "traffic"
-    cast: ClassVar[str | None] = "worker"
     example: ClassVar[str] = (
         "- start: cluster\n- idle: {count: 8, as: quiet}\n- stop: {as: s1}\n- wait: {closed: quiet}"
     )
     idle: Connections = Field(description="open connections that send nothing")
 
 
-class FloodStep(StepBase):
+class FloodStep(OnWorker):
     kind: ClassVar[str] = "flood"
     category: ClassVar[str] = "traffic"
-    cast: ClassVar[str | None] = "worker"
     example: ClassVar[str] = "- start: cluster\n- stop: {as: s1}\n- flood: {count: 64}\n- wait: {returned: s1}"
     flood: Connections = Field(description="open connections as fast as possible (e.g. during stop)")
 
@@ -157,10 +172,9 @@ class ArmStep(StepBase):
     arm: Arm = Field(description=Arm.__doc__)
 
 
-class CallStep(StepBase):
+class CallStep(OnWorker):
     kind: ClassVar[str] = "call"
     category: ClassVar[str] = "call"
-    cast: ClassVar[str | None] = "worker"
     example: ClassVar[str] = "- start: cluster\n- call: {op: kv_tensors_created, as: c1}\n- wait: {returned: c1}"
     call: Call = Field(description=Call.__doc__)
 
@@ -186,28 +200,25 @@ class ReleaseStep(StepBase):
     release: StepName = Field(description="an arm step's name: let its parked threads go on (a delay ends early)")
 
 
-class StopStep(StepBase):
+class StopStep(OnWorker):
     kind: ClassVar[str] = "stop"
     category: ClassVar[str] = "stop"
-    cast: ClassVar[str | None] = "worker"
     example: ClassVar[str] = (
         "- start: cluster\n- stop: {on: {rank: 0}, timeout: 500ms, as: s1}\n- wait: {returned: s1}"
     )
     stop: Stop = Field(description=Stop.__doc__)
 
 
-class ShutdownStep(StepBase):
+class ShutdownStep(OnWorker):
     kind: ClassVar[str] = "shutdown"
     category: ClassVar[str] = "stop"
-    cast: ClassVar[str | None] = "worker"
     example: ClassVar[str] = "- start: cluster\n- shutdown: {as: sd}\n- wait: {returned: sd}"
     shutdown: Shutdown = Field(description=Shutdown.__doc__)
 
 
-class RestartStep(StepBase):
+class RestartStep(OnWorker):
     kind: ClassVar[str] = "restart"
     category: ClassVar[str] = "start"
-    cast: ClassVar[str | None] = "worker"
     example: ClassVar[str] = (
         "- start: cluster\n- stop: {as: s1}\n- wait: {returned: s1}\n- restart: {on: {rank: 0}, as: again}\n"
         "- wait: {returned: again}"
@@ -215,10 +226,9 @@ class RestartStep(StepBase):
     restart: Restart = Field(description=Restart.__doc__)
 
 
-class ExitStep(StepBase):
+class ExitStep(OnWorker):
     kind: ClassVar[str] = "exit"
     category: ClassVar[str] = "exit"
-    cast: ClassVar[str | None] = "worker"
     observes_exit: ClassVar[bool] = True
     example: ClassVar[str] = "- start: cluster\n- exit: {shutdown: false, as: bye}\n- wait: {returned: bye}"
     exit: Exit = Field(description=Exit.__doc__)
@@ -232,18 +242,16 @@ class KillStep(StepBase):
     kill: Kill = Field(description=Kill.__doc__)
 
 
-class RemoveStep(StepBase):
+class RemoveStep(OnWorker):
     kind: ClassVar[str] = "remove"
     category: ClassVar[str] = "environment"
-    cast: ClassVar[str | None] = "worker"
     example: ClassVar[str] = "- start: cluster\n- remove: {what: dir, of: {rank: 0}}"
     remove: PathFault = Field(description="delete a worker's socket file or directory while it is live")
 
 
-class ReplaceStep(StepBase):
+class ReplaceStep(OnWorker):
     kind: ClassVar[str] = "replace"
     category: ClassVar[str] = "environment"
-    cast: ClassVar[str | None] = "worker"
     example: ClassVar[str] = "- start: cluster\n- replace: {what: socket}"
     replace: PathFault = Field(description="put a different file at a worker's socket path while it is live")
 
@@ -255,10 +263,9 @@ class HoldPortStep(StepBase):
     hold_port: HoldPort = Field(description=HoldPort.__doc__)
 
 
-class PipelineStep(StepBase):
+class PipelineStep(OnWorker):
     kind: ClassVar[str] = "pipeline"
     category: ClassVar[str] = "request"
-    cast: ClassVar[str | None] = "worker"
     example: ClassVar[str] = (
         "- start: cluster\n"
         "- pipeline: {requests: [{cmd: kv_tensors_created}, {cmd: map_to_kv_tensors, offsets: [0]}],\n"
@@ -268,28 +275,25 @@ class PipelineStep(StepBase):
     pipeline: Pipeline = Field(description=Pipeline.__doc__)
 
 
-class StaleSocketStep(StepBase):
+class StaleSocketStep(OnWorker):
     kind: ClassVar[str] = "stale_socket"
     category: ClassVar[str] = "environment"
-    cast: ClassVar[str | None] = "worker"
     example: ClassVar[str] = (
         "- start: cluster\n- stale_socket: {ipc: predecessor}\n- start_listener: {ipc: predecessor, as: l1}"
     )
     stale_socket: StaleSocket = Field(description=StaleSocket.__doc__)
 
 
-class StartListenerStep(StepBase):
+class StartListenerStep(OnWorker):
     kind: ClassVar[str] = "start_listener"
     category: ClassVar[str] = "start"
-    cast: ClassVar[str | None] = "worker"
     example: ClassVar[str] = "- start: cluster\n- start_listener: {stops: 2, again: true, as: l1}"
     start_listener: StartListener = Field(description=StartListener.__doc__)
 
 
-class FinishStep(StepBase):
+class FinishStep(OnWorker):
     kind: ClassVar[str] = "finish"
     category: ClassVar[str] = "traffic"
-    cast: ClassVar[str | None] = "worker"
     example: ClassVar[str] = (
         "- start: cluster\n- send: {cmd: map_to_kv_tensors, offsets: [0], fault: stall_after_header, as: r1}\n"
         "- stop: {as: s1}\n- wait: {returned: s1}\n- finish: r1"
@@ -297,66 +301,58 @@ class FinishStep(StepBase):
     finish: StepName = Field(description="a send step's name: send the rest of its withheld frame")
 
 
-class StressStep(StepBase):
+class StressStep(OnWorker):
     kind: ClassVar[str] = "stress"
     category: ClassVar[str] = "workload"
-    cast: ClassVar[str | None] = "worker"
     example: ClassVar[str] = "- start: cluster\n- stress: {clients: 4, requests: 60, stops: 3, as: storm}"
     stress: Stress = Field(description=Stress.__doc__)
 
 
-class MeasureIdleStep(StepBase):
+class MeasureIdleStep(OnWorker):
     kind: ClassVar[str] = "measure_idle"
     category: ClassVar[str] = "measure"
-    cast: ClassVar[str | None] = "worker"
     example: ClassVar[str] = "- start: cluster\n- idle: {count: 4}\n- measure_idle: {window: 300ms, as: m1}"
     measure_idle: MeasureIdle = Field(description=MeasureIdle.__doc__)
 
 
-class FdLimitStep(StepBase):
+class FdLimitStep(OnWorker):
     kind: ClassVar[str] = "fd_limit"
     category: ClassVar[str] = "environment"
-    cast: ClassVar[str | None] = "worker"
     example: ClassVar[str] = "- start: cluster\n- fd_limit: {}\n- idle: {count: 1}\n- fd_limit: {restore: true}"
     fd_limit: FdLimit = Field(description=FdLimit.__doc__)
 
 
-class WorkloadStep(StepBase):
+class WorkloadStep(OnWorker):
     kind: ClassVar[str] = "workload"
     category: ClassVar[str] = "workload"
-    cast: ClassVar[str | None] = "worker"
     example: ClassVar[str] = "- start: cluster\n- workload: {waves: 5, pages: 8, stop_at: 2}"
     workload: Workload = Field(description=Workload.__doc__)
 
 
-class CtlStep(StepBase):
+class CtlStep(OnWorker):
     kind: ClassVar[str] = "ctl"
     category: ClassVar[str] = "control"
-    cast: ClassVar[str | None] = "worker"
     example: ClassVar[str] = "- start: cluster\n- kill: {target: {rank: 0}}\n- ctl: {action: delete, as: cleaned}"
     ctl: Ctl = Field(description=Ctl.__doc__)
 
 
-class HandshakeStartStep(StepBase):
+class HandshakeStartStep(OnHandshake):
     kind: ClassVar[str] = "handshake_start"
     category: ClassVar[str] = "start"
-    cast: ClassVar[str | None] = "handshake"
     example: ClassVar[str] = "- start: cluster\n- handshake_start: {start_timeout: 1s, join_timeout: 5s, as: l1}"
     handshake_start: HandshakeStart = Field(description=HandshakeStart.__doc__)
 
 
-class HandshakeStep(StepBase):
+class HandshakeStep(OnHandshake):
     kind: ClassVar[str] = "handshake"
     category: ClassVar[str] = "request"
-    cast: ClassVar[str | None] = "handshake"
     example: ClassVar[str] = "- start: cluster\n- handshake_start: {as: l1}\n- handshake: {pp: 0, tp: 0, as: h1}"
     handshake: Handshake = Field(description=Handshake.__doc__)
 
 
-class HammerStep(StepBase):
+class HammerStep(OnHandshake):
     kind: ClassVar[str] = "hammer"
     category: ClassVar[str] = "traffic"
-    cast: ClassVar[str | None] = "handshake"
     example: ClassVar[str] = (
         "- start: cluster\n- handshake_start: {as: l1}\n- hammer: {as: traffic}\n- handshake_shutdown: {as: s1}\n"
         "- wait: {returned: s1}\n- stop_hammer: traffic"
@@ -364,10 +360,9 @@ class HammerStep(StepBase):
     hammer: Hammer = Field(description=Hammer.__doc__)
 
 
-class StopHammerStep(StepBase):
+class StopHammerStep(OnHandshake):
     kind: ClassVar[str] = "stop_hammer"
     category: ClassVar[str] = "traffic"
-    cast: ClassVar[str | None] = "handshake"
     example: ClassVar[str] = (
         "- start: cluster\n- handshake_start: {as: l1}\n- hammer: {as: traffic}\n"
         "- wait: {event: handshake_served}\n- stop_hammer: traffic"
@@ -375,72 +370,64 @@ class StopHammerStep(StepBase):
     stop_hammer: StepName = Field(description="a hammer step's name: the peer stops after its handshake in flight")
 
 
-class MalformedHandshakeStep(StepBase):
+class MalformedHandshakeStep(OnHandshake):
     kind: ClassVar[str] = "malformed_handshake"
     category: ClassVar[str] = "request"
-    cast: ClassVar[str | None] = "handshake"
     example: ClassVar[str] = (
         "- start: cluster\n- handshake_start: {as: l1}\n- malformed_handshake: {kind: wrong_tag, as: bad}"
     )
     malformed_handshake: MalformedHandshake = Field(description=MalformedHandshake.__doc__)
 
 
-class HandshakeShutdownStep(StepBase):
+class HandshakeShutdownStep(OnHandshake):
     kind: ClassVar[str] = "handshake_shutdown"
     category: ClassVar[str] = "stop"
-    cast: ClassVar[str | None] = "handshake"
     example: ClassVar[str] = (
         "- start: cluster\n- handshake_start: {as: l1}\n- handshake_shutdown: {as: s1}\n- wait: {returned: s1}"
     )
     handshake_shutdown: HandshakeShutdown = Field(description=HandshakeShutdown.__doc__)
 
 
-class CycleStep(StepBase):
+class CycleStep(OnHandshake):
     kind: ClassVar[str] = "cycle"
     category: ClassVar[str] = "cycle"
-    cast: ClassVar[str | None] = "handshake"
     example: ClassVar[str] = "- start: cluster\n- cycle: {n: 5, as: rounds}"
     cycle: Cycle = Field(description=Cycle.__doc__)
 
 
-class EngineRequestStep(StepBase):
+class EngineRequestStep(OnEngine):
     kind: ClassVar[str] = "engine_request"
     category: ClassVar[str] = "request"
-    cast: ClassVar[str | None] = "engine"
     example: ClassVar[str] = "- start: engine\n- engine_request: {stream: true, max_tokens: 8, as: r1}"
     engine_request: EngineRequest = Field(description=EngineRequest.__doc__)
 
 
-class EngineSignalStep(StepBase):
+class EngineSignalStep(OnEngine):
     kind: ClassVar[str] = "engine_signal"
     category: ClassVar[str] = "signal"
-    cast: ClassVar[str | None] = "engine"
     example: ClassVar[str] = (
         "- start: engine\n- engine_signal: {to: api_server, sig: SIGTERM, as: term}\n- wait_gone: {timeout: 10s}"
     )
     engine_signal: EngineSignal = Field(description=EngineSignal.__doc__)
 
 
-class PauseStep(StepBase):
+class PauseStep(OnEngine):
     kind: ClassVar[str] = "pause"
     category: ClassVar[str] = "fault"
-    cast: ClassVar[str | None] = "engine"
     example: ClassVar[str] = "- start: engine\n- pause: {to: worker, index: 0, resume_after: 2s, as: p1}"
     pause: Pause = Field(description=Pause.__doc__)
 
 
-class ResumeStep(StepBase):
+class ResumeStep(OnEngine):
     kind: ClassVar[str] = "resume"
     category: ClassVar[str] = "fault"
-    cast: ClassVar[str | None] = "engine"
     example: ClassVar[str] = "- start: engine\n- pause: {to: engine_core, as: p1}\n- resume: p1"
     resume: StepName = Field(description="a pause step's name: resume (SIGCONT) the process it paused, now")
 
 
-class WaitGoneStep(StepBase):
+class WaitGoneStep(OnEngine):
     kind: ClassVar[str] = "wait_gone"
     category: ClassVar[str] = "sync"
-    cast: ClassVar[str | None] = "engine"
     observes_exit: ClassVar[bool] = True
     example: ClassVar[str] = (
         "- start: engine\n- engine_signal: {to: worker, index: 0, sig: SIGKILL}\n"
@@ -449,26 +436,24 @@ class WaitGoneStep(StepBase):
     wait_gone: WaitGone = Field(description=WaitGone.__doc__)
 
 
-class EngineRestartStep(StepBase):
+class EngineRestartStep(OnEngine):
     kind: ClassVar[str] = "engine_restart"
     category: ClassVar[str] = "start"
-    cast: ClassVar[str | None] = "engine"
     example: ClassVar[str] = "- start: engine\n- engine_signal: {sig: SIGKILL}\n- engine_restart: {as: again}"
     engine_restart: EngineRestart = Field(description=EngineRestart.__doc__)
 
 
-class EngineStartStep(StepBase):
+class EngineStartStep(OnEngine):
     kind: ClassVar[str] = "engine_start"
     category: ClassVar[str] = "start"
-    cast: ClassVar[str | None] = "engine"
     example: ClassVar[str] = (
         "- start: engine\n- engine_signal: {sig: SIGTERM}\n- wait_gone: {}\n- engine_start: {as: second}"
     )
     engine_start: EngineStart = Field(description=EngineStart.__doc__)
 
 
-_STEPS: tuple[type[StepBase], ...] = tuple(
-    c for c in list(globals().values()) if isinstance(c, type) and issubclass(c, StepBase) and c is not StepBase)
+_STEPS: tuple[type[StepBase], ...] = tuple(  # every class that declares a kind
+    c for c in list(globals().values()) if isinstance(c, type) and issubclass(c, StepBase) and "kind" in vars(c))
 
 
 def check_categories(classes: Iterable[type[StepBase]]) -> None:

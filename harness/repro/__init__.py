@@ -1,0 +1,161 @@
+"""``lastcall repro RUN_DIR``: a standalone script (standard library only) that reproduces an engine finding.
+
+What a run dir holds is untrusted (docs/trust.md): it is read through the bounded readers, and only an
+allow-list of its fields reaches the script (the scenario's name, the steps' kinds, a few numbers, a signal of
+:data:`SIGNALS`, a role of :data:`ROLES`, the flags of :data:`FLAGS`), each embedded as one ``repr()`` literal,
+never as code.  Anything else refuses the run dir with one located line (exit 2).
+
+Returns 0 (written), 2 (refused)."""
+
+from __future__ import annotations
+
+import ast
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+from harness.artifacts import MAX_HISTORY_BYTES, ArtifactError, read_text
+from harness.eventlines import check_line, lines_of
+from harness.repro.script import BODY
+from harness.verdicts_file import read_meta
+
+__all__ = ["FINDINGS", "build", "main", "RefusedError"]
+
+# One declaration per finding: scenario -> the check its script makes (the template is shared: script.BODY),
+# what it says, and the checker of expected.yaml its exit status stands for (1: violated, 0: ok)
+FINDINGS: dict[str, tuple[str, str, str]] = {
+    "engine-sigkill-api-server": ("orphans", "EngineCore/worker outlive a SIGKILLed API server (orphaned)",
+                                  "engine_tree_exits"),
+    "engine-tp2-sigkill-api-server": ("orphans", "EngineCore/workers outlive a SIGKILLed API server (tp 2)",
+                                      "engine_tree_exits"),
+    "engine-shutdown-timeout-0": ("stream_hangs", "a stream in flight at SIGTERM (--shutdown-timeout 0) never "
+                                  "ends", "engine_requests_end"),
+    "engine-sigint-during-stream": ("stream_hangs", "a stream in flight at SIGINT never ends", "engine_requests_end"),
+    "engine-sigkill-engine-core": ("exit_zero", "the API server exits 0 after its EngineCore was killed",
+                                   "engine_exit_status"),
+}
+SIGNALS = frozenset({"SIGKILL", "SIGTERM", "SIGINT"})
+ROLES = frozenset({"api_server", "engine_core", "worker"})
+# flags of `vllm serve` a reproducer passes on: flag -> whether it takes a value
+FLAGS = {"--host": True, "--max-model-len": True, "--max-num-seqs": True, "--enforce-eager": False,
+         "--dtype": True, "--tensor-parallel-size": True, "--shutdown-timeout": True}
+STEP_KINDS = frozenset({"engine_request", "engine_signal", "wait_gone", "engine_restart"})
+STREAM_S = 10.0  # how long a stream may take to end after the waits (the scenarios' bound of an ended request)
+MAX_STEPS = 20  # an engine scenario has a handful
+VALUE = re.compile(r"[A-Za-z0-9._-]{1,32}")  # a flag's value: a number, an address, a dtype
+STANDIN = ["-m", "harness.engine.standin", "serve"]  # how a stand-in run's argv begins (it names no model)
+STANDIN_MODEL = "standin"
+
+
+class RefusedError(ValueError):
+    """A run dir a reproducer cannot be written from; its text is the one located line."""
+
+
+def _word(value: Any, allowed: Any, where: str) -> str:
+    if not isinstance(value, str) or value not in allowed:
+        raise RefusedError(f"{where}: {str(value)[:60]!r} is not one of {sorted(allowed)}")
+    return value
+
+
+def _num(value: Any, low: float, high: float, where: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not low <= value <= high:
+        raise RefusedError(f"{where}: {str(value)[:60]!r} is not a number in [{low}, {high}]")
+    return value
+
+
+def _argv(raw: Any, where: str) -> tuple[list[str], str]:
+    if not isinstance(raw, list) or len(raw) > 64 or not all(isinstance(x, str) for x in raw):
+        raise RefusedError(f"{where}: engine_launched has no argv (a list of at most 64 strings)")
+    if raw[:3] == STANDIN:
+        raw, model, i = ["serve", STANDIN_MODEL, *raw[3:]], STANDIN_MODEL, 2
+    elif len(raw) >= 2 and raw[0] == "serve" and VALUE.fullmatch(raw[1].rsplit("/", 1)[-1]):
+        model, i = raw[1], 2
+    else:
+        raise RefusedError(f"{where}: argv is not `serve MODEL ...`")
+    out = ["serve", "{model}"]
+    while i < len(raw):
+        flag = raw[i]
+        if flag in ("--port", "--variant"):  # the script picks its port; a stand-in's bug is the tester's choice
+            out += ["--port", "{port}"] if flag == "--port" else []
+            i += 2
+            continue
+        _word(flag, FLAGS, f"{where}: argv[{i}]")
+        out.append(flag)
+        if FLAGS[flag]:
+            value = raw[i + 1] if i + 1 < len(raw) else ""
+            if not VALUE.fullmatch(value):
+                raise RefusedError(f"{where}: argv[{i + 1}]: {value[:60]!r} is no plain value of {flag}")
+            out.append(value)
+            i += 1
+        i += 1
+    return out, model
+
+
+def _step(data: Any, where: str) -> dict[str, Any]:
+    kind = _word(data.get("kind"), STEP_KINDS, f"{where}: kind")
+    step: dict[str, Any] = {"kind": kind}
+    if kind == "engine_request":
+        step["max_tokens"] = int(_num(data.get("max_tokens"), 1, 4096, f"{where}: max_tokens"))
+        step["stream"] = data.get("stream") is True
+    elif kind == "engine_signal":
+        step["to"] = _word(data.get("to"), ROLES, f"{where}: to")
+        step["sig"] = _word(data.get("sig"), SIGNALS, f"{where}: sig")
+    elif kind == "wait_gone":
+        step["timeout"] = float(_num(data.get("timeout"), 0, 600, f"{where}: timeout"))
+    return step
+
+
+def params_of(run_dir: Path) -> dict[str, Any]:
+    """The allow-listed fields of a run dir.  Raises RefusedError (its one located line)."""
+    meta, problems = read_meta(run_dir / "verdicts.json")
+    if problems or not meta:
+        raise RefusedError(f"{run_dir / 'verdicts.json'}: {(problems or ['missing'])[0]}")
+    scenario = _word(meta.get("scenario"), FINDINGS, f"{run_dir / 'verdicts.json'}: scenario")
+    hist = run_dir / "history.jsonl"
+    try:
+        text = read_text(hist, MAX_HISTORY_BYTES, "history.jsonl")
+    except ArtifactError as exc:
+        raise RefusedError(str(exc)) from None
+    argv: list[str] | None = None
+    model, steps = "", []
+    for n, line, _last in lines_of(text):
+        doc, why = check_line(line)
+        if doc is None:
+            raise RefusedError(f"{hist}:{n}: {why}")
+        if doc["kind"] == "engine_launched" and argv is None:
+            argv, model = _argv(doc["data"].get("argv"), f"{hist}:{n}")
+        elif doc["kind"] == "step_started":
+            steps.append(_step(doc["data"], f"{hist}:{n}"))
+    if argv is None or not steps or len(steps) > MAX_STEPS:
+        raise RefusedError(f"{hist}: no engine_launched event, or no steps (or more than {MAX_STEPS})")
+    check, about, _checker = FINDINGS[scenario]
+    return {"scenario": scenario, "about": about, "check": check, "model": model, "argv": argv,
+            "stream_s": STREAM_S, "steps": [s for s in steps if s["kind"] != "engine_restart"]}
+
+
+def build(params: dict[str, Any]) -> str:
+    """The script's text; its first statement is the one literal, checked to be nothing else."""
+    head = f"#!/usr/bin/env python3\n# Reproduces {params['scenario']!r}: written by `lastcall repro`.\n"
+    text = head + "PARAMS = " + repr(params) + "\n" + BODY
+    first = ast.parse(text).body[0]
+    if not isinstance(first, ast.Assign) or not all(
+            isinstance(n, (ast.Dict, ast.List, ast.Constant, ast.Load)) for n in ast.walk(first.value)):
+        raise RefusedError(f"{params.get('scenario')!r}: the parameters are not one literal")
+    return text
+
+
+def main(run_dir: str, out: str | None, model: str | None) -> int:
+    try:
+        params = params_of(Path(run_dir))
+    except RefusedError as exc:
+        print(f"lastcall repro: {exc}", file=sys.stderr)
+        return 2
+    if model:
+        params["model"] = model
+    text = build(params)
+    if out:
+        Path(out).write_text(text)
+    else:
+        sys.stdout.write(text)
+    return 0

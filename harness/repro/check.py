@@ -1,0 +1,55 @@
+"""``python -m harness.repro.check``: run the committed reproducers against a real engine and compare each exit
+status with expected.yaml (``./dev vllm-engine-test --repro``).
+
+A reproducer's exit 1 counts as its checker ``violated``, 0 as ``ok``, anything else as ``unknown``; a repeat
+of ``--runs`` is judged by harness.engine.expected.rate_differences (a rated finding by Fisher's exact test).
+
+Returns 0 (every reproducer as expected), 1 (one differs), 2 (bad invocation)."""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import subprocess
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from harness.engine.expected import Expected, load_expected, rate_differences
+from harness.repro import FINDINGS
+
+__all__ = ["main", "REPRO_DIR", "STATUS_OF_EXIT"]
+
+REPRO_DIR = Path("docs/findings/vllm-0.32-cpu/repro")
+STATUS_OF_EXIT = {0: "ok", 1: "violated"}  # a reproducer's exit status as its checker's verdict
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m harness.repro.check")
+    ap.add_argument("--engine-cmd", default="vllm", help="the engine's command")
+    ap.add_argument("--dir", type=Path, default=REPRO_DIR, help="the reproducers and ../expected.yaml")
+    ap.add_argument("--runs", type=int, default=1, help="runs of each reproducer")
+    ap.add_argument("--dry-run", action="store_true", help="print the commands, run nothing")
+    a = ap.parse_args(argv)
+    expected = load_expected(a.dir.parent / "expected.yaml")
+    rc = 0
+    for script in sorted(a.dir.glob("*.py")):
+        scenario = script.stem
+        if scenario not in FINDINGS or scenario not in expected:
+            print(f"{script}: no finding of that name in harness.repro.FINDINGS and expected.yaml", file=sys.stderr)
+            return 2
+        checker = FINDINGS[scenario][2]
+        cmd = [sys.executable, str(script), "--engine-cmd", a.engine_cmd]
+        if a.dry_run:
+            print(shlex.join(cmd), f"# x{a.runs}, judged as {checker}")
+            continue
+        runs = [{checker: STATUS_OF_EXIT.get(subprocess.run(cmd).returncode, "unknown")} for _ in range(a.runs)]
+        want = expected[scenario]
+        diffs = rate_differences(runs, Expected(want.runs, want.outcome, {checker: want.checkers[checker]}))
+        print(f"{scenario}: {'as expected' if not diffs else '; '.join(diffs)}")
+        rc = rc or (1 if diffs else 0)
+    return rc
+
+
+if __name__ == "__main__":
+    sys.exit(main())

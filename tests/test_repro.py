@@ -1,0 +1,180 @@
+"""lastcall repro: each committed reproducer proven twice on the engine stand-in (0 on the well-behaved one, 1 on
+its finding's planted bug), and hostile run dirs refused with exit 2, never written into code."""
+
+from __future__ import annotations
+
+import ast
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from harness import repro
+
+ROOT = Path(__file__).resolve().parent.parent
+FINDINGS = ROOT / "docs/findings/vllm-0.32-cpu"
+REPRO = FINDINGS / "repro"
+# each committed reproducer -> the stand-in's planted bug of its finding
+PLANTED = {"engine-shutdown-timeout-0.py": "hangs_stream",
+           "engine-sigint-during-stream.py": "hangs_stream",
+           "engine-sigkill-engine-core.py": "exits_zero_after_engine_died",
+           "engine-tp2-sigkill-api-server.py": "keeps_child"}
+# the stand-in's tree is gone in under 0.1 s of a stop (harness.targets.vllm_engine): a tenth of vLLM's waits
+# keeps a margin of five and a planted hang's test short
+STANDIN_SCALE = "0.1"
+
+
+def _run(script: Path, variant: str) -> subprocess.CompletedProcess[str]:
+    cmd = [sys.executable, str(script), "--engine-cmd", f"{sys.executable} -m harness.engine.standin",
+           "--model", "standin", "--engine-arg=--variant", f"--engine-arg={variant}",
+           "--time-scale", STANDIN_SCALE, "--launch-s", "10"]
+    return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=60,
+                          env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT)})
+
+
+def test_every_committed_reproducer_is_proven() -> None:
+    assert sorted(p.name for p in REPRO.glob("*.py")) == sorted(PLANTED)
+
+
+@pytest.mark.parametrize("name", sorted(PLANTED))
+def test_reproducer_quiet_on_the_standin(name: str) -> None:
+    r = _run(REPRO / name, "standin")
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+@pytest.mark.parametrize("name", sorted(PLANTED))
+def test_reproducer_fires_on_the_planted_bug(name: str) -> None:
+    r = _run(REPRO / name, PLANTED[name])
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "DEFECT" in r.stdout
+
+
+@pytest.mark.parametrize("name", sorted(PLANTED))
+def test_committed_reproducer_is_what_repro_writes(name: str, tmp_path: Path) -> None:
+    out = tmp_path / name
+    assert repro.main(str(FINDINGS / "reports" / name[:-3]), str(out), None) == 0
+    assert out.read_text() == (REPRO / name).read_text()
+    assert "import harness" not in out.read_text() and "lastcall import" not in out.read_text()
+
+
+def _copy(tmp_path: Path, name: str = "engine-sigkill-engine-core") -> Path:
+    run = tmp_path / "run"
+    shutil.copytree(FINDINGS / "reports" / name, run)
+    return run
+
+
+def _literals_only(text: str) -> None:
+    tree = ast.parse(text)
+    first = tree.body[0]
+    assert isinstance(first, ast.Assign)
+    assert all(isinstance(n, (ast.Dict, ast.List, ast.Constant, ast.Load)) for n in ast.walk(first.value))
+
+
+def _refused(run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], needle: str) -> str:
+    out = tmp_path / "out.py"
+    assert repro.main(str(run), str(out), None) == 2
+    assert not out.exists()
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("lastcall repro: ") and needle in err
+    return err
+
+
+def _edit_history(run: Path, edit: dict[str, object]) -> None:
+    hist = run / "history.jsonl"
+    lines = hist.read_text().splitlines()
+    first = json.loads(lines[0])
+    first["data"].update(edit)
+    hist.write_text("\n".join([json.dumps(first), *lines[1:]]) + "\n")
+
+
+def test_hostile_scenario_name_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    run = _copy(tmp_path)
+    meta = json.loads((run / "verdicts.json").read_text())
+    meta["scenario"] = 'x"\nimport os; os.system("echo pwned")\n#'
+    (run / "verdicts.json").write_text(json.dumps(meta))
+    _refused(run, tmp_path, capsys, "scenario")
+
+
+def test_field_outside_the_allow_list_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    run = _copy(tmp_path)
+    _edit_history(run, {"argv": ["serve", "m", "--trust-remote-code"]})
+    _refused(run, tmp_path, capsys, "history.jsonl:1: argv[2]")
+
+
+def test_flag_value_with_code_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    run = _copy(tmp_path)
+    _edit_history(run, {"argv": ["serve", "m", "--dtype", "'+__import__('os').system('id')+'"]})
+    _refused(run, tmp_path, capsys, "no plain value of --dtype")
+
+
+def test_huge_history_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    run = _copy(tmp_path)
+    with (run / "history.jsonl").open("a") as f:
+        f.truncate(repro.MAX_HISTORY_BYTES + 1)
+    _refused(run, tmp_path, capsys, "over lastcall's limit of 32 MiB for a history.jsonl")
+
+
+def test_symlinked_history_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    run = _copy(tmp_path)
+    (run / "history.jsonl").unlink()
+    (run / "history.jsonl").symlink_to(FINDINGS / "reports/engine-sigkill-engine-core/history.jsonl")
+    _refused(run, tmp_path, capsys, "history.jsonl: a symbolic link, not a regular file")
+
+
+def test_quoting_survives_in_an_allowed_model_path(tmp_path: Path) -> None:
+    """--model is the user's own, but still only ever a literal of the script."""
+    out = tmp_path / "out.py"
+    assert repro.main(str(FINDINGS / "reports/engine-sigkill-engine-core"), str(out), 'm"\nraise SystemExit') == 0
+    _literals_only(out.read_text())
+    compile(out.read_text(), str(out), "exec")
+
+
+def test_the_literal_check_fires_on_code(tmp_path: Path) -> None:
+    with pytest.raises(AssertionError):
+        _literals_only("PARAMS = {'a': __import__('os')}\n")
+
+
+def test_check_dry_run_lists_every_reproducer(capsys: pytest.CaptureFixture[str]) -> None:
+    from harness.repro import check
+
+    assert check.main(["--dry-run", "--dir", str(REPRO)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert [line.split()[1].rsplit("/", 1)[-1] for line in out] == sorted(PLANTED)
+
+
+def test_check_fails_on_a_lost_finding(capsys: pytest.CaptureFixture[str]) -> None:
+    """The well-behaved stand-in shows neither defect: against expected.yaml that is two lost findings."""
+    from harness.repro import check
+
+    cmd = f"{sys.executable} -m harness.engine.standin"
+    assert check.main(["--engine-cmd", cmd, "--dir", str(REPRO)]) == 1
+    out = capsys.readouterr().out
+    assert "engine-sigkill-engine-core: run 1: engine_exit_status: expected violated, got ok" in out
+
+
+def test_dev_has_the_repro_flag() -> None:
+    assert subprocess.run(["bash", "-n", str(ROOT / "dev")]).returncode == 0
+    assert "-m harness.repro.check" in (ROOT / "dev").read_text()
+
+
+def test_cli_refuses_with_one_located_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from harness.cli import main
+
+    run = _copy(tmp_path)
+    (run / "verdicts.json").write_text('{"format": 1, "scenario": "engine-sigterm-idle"}')
+    assert main(["repro", str(run)]) == 2
+    err = capsys.readouterr().err
+    assert err == (f"lastcall repro: {run}/verdicts.json: scenario: 'engine-sigterm-idle' is not one of "
+                   f"{sorted(repro.FINDINGS)}\n")
+
+
+def test_build_refuses_parameters_that_are_not_one_literal() -> None:
+    class Code:
+        def __repr__(self) -> str:
+            return "__import__('os').getpid()"
+
+    with pytest.raises(repro.RefusedError, match="not one literal"):
+        repro.build({"scenario": "s", "x": Code()})
