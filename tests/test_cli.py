@@ -174,6 +174,7 @@ def test_run_an_unknown_target_is_one_line_and_exit_2(argv: list[str], env: dict
     assert last == "lastcall run: 1 error; nothing was started"
 
 
+@pytest.mark.slow
 def test_run_passes_its_own_options_and_everything_after_the_dashes(tmp_path: Path) -> None:
     """--repeat, -x, --junitxml and --lastcall-reports are run's own; -- --durations=1 reaches pytest as it is.
     Against a planted bug each repeat fails: -x stops after the first. A folder named like the target sits in

@@ -256,6 +256,7 @@ def test_a_correct_engine_core_kills_its_paused_worker_within_the_bound() -> Non
     _resumed_before_every_kill(result)
 
 
+@pytest.mark.slow
 def test_the_planted_bug_waits_on_the_paused_worker_until_the_harness_resumes_it() -> None:
     item = expand(loads((SCENARIOS / "engine-worker-paused-during-stop.yaml").read_text(), "w.yaml"))[0]
     result = run_item(item, variant="engine_waits_on_paused_child")

@@ -42,6 +42,7 @@ MiB = 1 << 20
 HEALTH = [HealthCheck.too_slow, HealthCheck.filter_too_much, HealthCheck.data_too_large]
 
 TestReference = machine_for(VARIANTS["reference"]).TestCase
+TestReference.pytestmark = [pytest.mark.slow]  # 40 explorations of real processes: about 5 s
 TestReference.settings = settings(max_examples=40, stateful_step_count=12, deadline=None,
                                   derandomize=bool(os.environ.get("CI")), suppress_health_check=HEALTH)
 
