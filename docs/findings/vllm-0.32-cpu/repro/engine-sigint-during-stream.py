@@ -2,10 +2,10 @@
 # Reproduces 'engine-sigint-during-stream': written by `lastcall repro`.
 PARAMS = {'scenario': 'engine-sigint-during-stream', 'about': 'a stream in flight at SIGINT never ends', 'check': 'stream_hangs', 'model': '/root/.cache/lastcall/models/tiny-llama-v1', 'argv': ['serve', '{model}', '--port', '{port}', '--host', '127.0.0.1', '--max-model-len', '2048', '--max-num-seqs', '4', '--enforce-eager', '--dtype', 'float32'], 'stream_s': 10.0, 'steps': [{'kind': 'engine_request', 'max_tokens': 2000, 'stream': True}, {'kind': 'engine_signal', 'to': 'api_server', 'sig': 'SIGINT'}, {'kind': 'wait_gone', 'timeout': 10.0}]}
 
-import argparse, http.client, json, os, shlex, signal, socket, subprocess, sys, threading, time, urllib.request
+import argparse, http.client, json, os, select, shlex, signal, socket, subprocess, sys, threading, time, urllib.request
 
 ROLES = {"engine_core": "VLLM::EngineCor", "worker": "VLLM::Worker"}  # comm names vLLM and its stand-in set
-POLL_S = 0.05  # how often the engine's /health and the process table are looked at
+READY = "Application startup complete"  # what `vllm serve` (and the stand-in) prints once it serves
 
 
 def free_port():
@@ -50,17 +50,36 @@ def alive(pid):
         return False
 
 
-def wait_ready(port, proc, limit):
+def watch_output(proc):
+    """An Event set when the engine prints its ready line (or its output ends); the output is read to its end,
+    so a full pipe never blocks the engine."""
+    ready = threading.Event()
+
+    def read():
+        for line in proc.stdout:
+            if READY in line:
+                ready.set()
+        ready.set()
+
+    threading.Thread(target=read, daemon=True).start()
+    return ready
+
+
+def wait_ready(port, proc, ready, limit):
+    """The ready line seen, then the port accepting (the server prints the line just before it listens)."""
     end = time.monotonic() + limit
-    while time.monotonic() < end and proc.poll() is None:
+    if not ready.wait(limit) or proc.poll() is not None:
+        return False
+    while True:
         try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as r:
-                if r.status == 200:
-                    return True
+            with socket.create_connection(("127.0.0.1", port), timeout=max(0.01, end - time.monotonic())):
+                return True
+        except ConnectionRefusedError:
+            if time.monotonic() >= end:
+                return False
+            os.sched_yield()
         except OSError:
-            pass
-        time.sleep(POLL_S)
-    return False
+            return False
 
 
 def request(port, model, max_tokens):
@@ -91,12 +110,22 @@ def stream(port, model, max_tokens, started, ended):
 
 
 def wait_gone(proc, members, limit):
+    """Whether every process of ``members`` has exited within ``limit`` seconds (each watched by a pidfd)."""
+    fds = []
+    for pid in members:
+        try:
+            fds.append(os.pidfd_open(pid))
+        except OSError:  # gone already
+            pass
     end = time.monotonic() + limit
-    while time.monotonic() < end:
-        proc.poll()
-        if not any(alive(p) for p in members):
-            return True
-        time.sleep(POLL_S)
+    try:
+        while fds and (left := end - time.monotonic()) > 0:
+            for fd in select.select(fds, [], [], left)[0]:
+                os.close(fd)
+                fds.remove(fd)
+    finally:
+        for fd in fds:
+            os.close(fd)
     proc.poll()
     return not any(alive(p) for p in members)
 
@@ -113,11 +142,13 @@ def main():
     argv = [a.model if x == "{model}" else str(port) if x == "{port}" else x for x in PARAMS["argv"]]
     cmd = shlex.split(a.engine_cmd) + argv + a.engine_arg
     print("launching:", shlex.join(cmd), flush=True)
-    proc = subprocess.Popen(cmd, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(cmd, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, errors="replace")
+    ready = watch_output(proc)
     members = []
     started, ended = threading.Event(), threading.Event()  # the stream's, if the run has one
     try:
-        if not wait_ready(port, proc, a.launch_s):
+        if not wait_ready(port, proc, ready, a.launch_s):
             print("the engine did not become ready", flush=True)
             return 2
         members = tree(proc.pid)
