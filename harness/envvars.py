@@ -55,24 +55,30 @@ class Var:
     name: str
     about: str
     kind: str  # "number" (bounds), "flag" (0 or 1), "text", "path", "list" (comma-separated)
-    default: str  # as the table shows it
+    default: str = ""  # as the table shows it; a number's is its bounds' default unless said here
     bounds: Bounds | None = None
     scope: str = "run"
 
+    @property
+    def shown_default(self) -> str:
+        if self.default or self.bounds is None:
+            return self.default
+        return f"{self.bounds.default:g}{' s' if self.bounds.unit else ''}"  # seconds, or a plain factor
+
 
 VARS: dict[str, Var] = {v.name: v for v in (
-    Var("LASTCALL_TIMEOUT_SCALE", "multiplies every safety-net timeout (never a checker's bound)", "number", "1",
-        Bounds(1.0, 0.0, 100.0, False, "2")),
+    Var("LASTCALL_TIMEOUT_SCALE", "multiplies every safety-net timeout (never a checker's bound)", "number",
+        bounds=Bounds(1.0, 0.0, 100.0, False, "2")),
     Var("LASTCALL_IPC_TIMEOUT", "the reference client's request timeout where a step gives none", "number",
-        "60 s", Bounds(60.0, 0.0, 3600.0, False, "60", " seconds")),
+        bounds=Bounds(60.0, 0.0, 3600.0, False, "60", " seconds")),
     Var("LASTCALL_EXIT_BUDGET", "the reference registry's exit hook: how long it drains before it gives up",
-        "number", "1 s", Bounds(1.0, 0.0, 3600.0, True, "1", " seconds")),
+        "number", bounds=Bounds(1.0, 0.0, 3600.0, True, "1", " seconds")),
     Var("LASTCALL_ENGINE_LAUNCH_S", "the bound of one real `vllm serve` launch, from exec to its ready line",
         "number", "the target's own", Bounds(60.0, 0.0, 3600.0, False, "180", " seconds")),
     Var("LASTCALL_ENGINE_PRELOAD", "1: fork real engines from a zygote that has imported vLLM (local iteration); "
-        "0: exec `vllm serve`, as users run it", "number", "0", Bounds(0.0, 0.0, 1.0, True, "1")),
+        "0: exec `vllm serve`, as users run it", "number", bounds=Bounds(0.0, 0.0, 1.0, True, "1")),
     Var("LASTCALL_ENGINE_CHAIN", "`./dev vllm-engine-test`: 1 chains the engine scenarios on handed-over engines, "
-        "0 runs each alone", "number", "1", Bounds(1.0, 0.0, 1.0, True, "0"), scope="dev"),
+        "0 runs each alone", "number", bounds=Bounds(1.0, 0.0, 1.0, True, "0"), scope="dev"),
     Var("LASTCALL_FAST_EXIT", "0: every reference worker exits faithfully, even where no checker observes its "
         "exit; 1 forces nothing", "flag", "1"),
     Var("LASTCALL_STRICT_EVENTS", "1: every recorded event is checked against harness.events; a bad one makes the "
@@ -174,7 +180,8 @@ def render() -> str:
            "before anything starts.", ""]
     for scope, title in (("run", "Read by lastcall"), ("dev", "Read by lastcall's own suite and `./dev`")):
         out += [f"## {title}", "", "| variable | what it does | takes | default |", "|---|---|---|---|"]
-        out += [f"| `{v.name}` | {v.about} | {takes(v)} | {v.default} |" for v in VARS.values() if v.scope == scope]
+        out += [f"| `{v.name}` | {v.about} | {takes(v)} | {v.shown_default} |"
+                for v in VARS.values() if v.scope == scope]
         out.append("")
     return "\n".join(out)
 
