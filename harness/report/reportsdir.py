@@ -11,23 +11,34 @@ they would replace files lastcall did not write. So DIR is one of
 
 Anything else (a file, a FIFO, a directory lastcall cannot write, a non-empty directory without the marker)
 is refused, before anything is written, with one line saying why (:func:`unfit`).
+
+Each run directory lastcall makes in it holds :data:`RUN_MARKER` (:func:`mark_run`): ``lastcall prune-reports``
+(harness.report.prune) removes only directories holding it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import stat
+import tempfile
 from collections.abc import Collection
 from pathlib import Path
 
 from harness.artifacts import shown
 
-__all__ = ["unfit", "make_reports", "resolved", "PLACEHOLDERS", "MARKER", "MARKER_TEXT"]
+__all__ = ["unfit", "make_reports", "mark_run", "replace_text", "resolved", "PLACEHOLDERS", "MARKER", "MARKER_TEXT",
+           "RUN_MARKER", "RUN_MARKER_TEXT", "RUN_CHARS", "INDEX"]
 
 # In a reports directory, the file that says lastcall made it: what lastcall writes into a directory holding
 # other things than this marker would replace files it did not write (``--lastcall-reports ~``).
 MARKER = ".lastcall-reports"
 MARKER_TEXT = "lastcall writes its reports here: index.html, session.json and a directory per run\n"
+# In a run's directory, the file that says lastcall made it: lastcall prune-reports removes no directory without it.
+RUN_MARKER = ".lastcall-run"
+RUN_MARKER_TEXT = "lastcall wrote this run's report; lastcall prune-reports may remove this directory\n"
+RUN_CHARS = "A-Za-z0-9._-"  # the characters of a run directory's name (a regular expression's class)
+INDEX = "index.html"  # the session page in a reports directory, and each run's page in its directory
 PLACEHOLDERS = frozenset({".gitkeep", ".keep"})  # what an empty directory committed to git holds
 _LISTED = 4  # names of a refused directory's entries shown
 _SCANNED = 10_000  # entries of a directory looked at: the first that are not the marker's already refuse it
@@ -123,17 +134,42 @@ def _others(path: Path, holds: Collection[Path]) -> tuple[list[str], bool]:
     return sorted(others), False
 
 
+def _mark(path: Path, name: str, text: str) -> None:
+    """Create ``path/name`` holding ``text``, exclusively: one that is there (or a link there) stays as it is."""
+    try:
+        fd = os.open(path / name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    except FileExistsError:
+        return
+    try:
+        os.write(fd, text.encode())
+    finally:
+        os.close(fd)
+
+
 def make_reports(path: Path) -> None:
     """Make the reports directory ``path`` (and its parents) and its :data:`MARKER`; raises OSError.
 
     Any number of processes may make it at once (xdist workers each writing a run): the marker is created
     exclusively, never written over, and what is there already stays."""
     path.mkdir(parents=True, exist_ok=True)
+    _mark(path, MARKER, MARKER_TEXT)
+
+
+def mark_run(run_dir: Path) -> None:
+    """Write the :data:`RUN_MARKER` of a run directory lastcall has just made; raises OSError."""
+    _mark(run_dir, RUN_MARKER, RUN_MARKER_TEXT)
+
+
+def replace_text(path: Path, text: str) -> None:
+    """Write ``path`` whole or not at all: a fresh temporary file beside it (never one that was there, which
+    could be a link elsewhere), then renamed over it; raises OSError."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
-        fd = os.open(path / MARKER, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
-    except FileExistsError:
-        return
-    try:
-        os.write(fd, MARKER_TEXT.encode())
-    finally:
-        os.close(fd)
+        with os.fdopen(fd, "w", encoding="utf-8", errors="backslashreplace") as f:  # a name of undecodable bytes
+            f.write(text)
+        os.chmod(tmp, 0o644)  # mkstemp's 0600 would hide the page from whoever else reads the reports
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise

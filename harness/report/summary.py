@@ -19,16 +19,16 @@
   outcome, seconds, run id, page, the sha256 of the scenario file) with the
   session's target override, pytest exit status and pytest-split group: what
   ``lastcall report --merge`` (harness.report.merge) reads from each shard.
+* Every session's page is kept too, as ``reports/sessions/<session id>.html`` beside its record (harness.report.
+  sessions), and ``index.html`` lists the earlier sessions below the runs of this one, newest first.
 """
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import os
 import re
-import tempfile
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -40,7 +40,8 @@ from urllib.parse import quote
 import pytest
 
 from harness.artifacts import MIB, ArtifactError, read_json, shown
-from harness.report.reportsdir import MARKER, make_reports, unfit
+from harness.report.reportsdir import INDEX, MARKER, make_reports, replace_text, unfit
+from harness.report.sessions import SESSIONS, listing, new_session_id, record_doc, write_session
 
 __all__ = ["addoption", "reports_dir", "check_reports", "terminal_summary", "collect_runs", "write_summary",
            "SessionRun", "session_meta", "row_doc", "read_row_doc", "href", "encodable", "SESSION", "SESSION_FORMAT",
@@ -48,7 +49,7 @@ __all__ = ["addoption", "reports_dir", "check_reports", "terminal_summary", "col
 
 INI_REPORTS = "lastcall_reports"
 OPTION = "--lastcall-reports"
-SUMMARY = "index.html"  # the session page, in the reports directory
+SUMMARY = INDEX  # the session page, in the reports directory
 SESSION = "session.json"  # the session's runs, beside it, for lastcall report --merge
 SESSION_FORMAT = 1  # session.json "format": bump when its keys change meaning
 SCENARIO_SUFFIXES = (".yaml", ".yml")  # a node id whose file has one of these is a scenario
@@ -272,44 +273,49 @@ def session_doc(root: Path, runs: list[SessionRun], meta: Mapping[str, Any]) -> 
                       **({"shard": r.shard} if r.shard else {})} for r in runs]}
 
 
+def _page(title: str, stamp: str, totals: str, notes: str, rows: str, shards: bool, tail: str = "") -> str:
+    return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>{escape(title)}</title>'
+            f"<style>{SUMMARY_CSS}</style></head><body><h1>{escape(title)}, {escape(stamp)}</h1>"
+            f'<p id="totals">{escape(totals)}</p>{notes}<table id="runs"><tr><th>scenario</th>'
+            "<th>matrix</th><th>variant</th><th>result</th><th>run outcome</th><th>violated</th><th>duration</th>"
+            f"<th>report</th>{'<th>shard</th>' if shards else ''}<th>test</th></tr>\n{rows}\n</table>{tail}"
+            "</body></html>\n")
+
+
+def _run_names(root: Path, runs: list[SessionRun]) -> list[str]:
+    """The directories in ``root`` these runs wrote (a merge's runs lie in their shards: none)."""
+    return [Path(r.page).parent.name for r in runs if r.page and Path(r.page).absolute().parent.parent
+            == root.absolute()]
+
+
 def write_summary(root: Path, runs: list[SessionRun], meta: Mapping[str, Any] | None = None, *,
                   title: str = "lastcall session", totals: str | None = None, notes: str = "") -> Path | None:
-    """Write ``root/index.html`` and ``root/session.json`` for these runs; None (and a warning) when they
-    cannot be written.  ``notes`` is HTML put between the totals and the table (a merge's shards, FLAKY)."""
+    """Write ``root/index.html`` and ``root/session.json`` for these runs, and keep the page and a record of the
+    session in ``root/sessions`` (the index lists the earlier ones); None (and a warning) when the page cannot be
+    written.  ``notes`` is HTML put between the totals and the table (a merge's shards, FLAKY)."""
     from harness.report.write import warn
 
     stamp = time.strftime("%Y-%m-%d %H:%M:%S")  # wall clock, for the reader only
     shards = any(r.shard for r in runs)
-    rows = "\n".join(_row(r, root, shards) for r in runs)
-    page = (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>{escape(title)}</title>'
-            f"<style>{SUMMARY_CSS}</style></head><body><h1>{escape(title)}, {escape(stamp)}</h1>"
-            f'<p id="totals">{escape(totals or _totals(runs))}</p>{notes}<table id="runs"><tr><th>scenario</th>'
-            "<th>matrix</th><th>variant</th><th>result</th><th>run outcome</th><th>violated</th><th>duration</th>"
-            f"<th>report</th>{'<th>shard</th>' if shards else ''}<th>test</th></tr>\n{rows}\n</table></body></html>\n")
+    totals = totals or _totals(runs)
+    sid = new_session_id()
     path = root / SUMMARY
     try:
         make_reports(root)
-        for name, text in ((SESSION, json.dumps(session_doc(root, runs, meta or {}), indent=1)), (SUMMARY, page)):
-            _replace(root / name, text)
+        replace_text(root / SESSION, json.dumps(session_doc(root, runs, meta or {}), indent=1))
+        status = (meta or {}).get("exitstatus")
+        record = record_doc(sid, title, totals, status if isinstance(status, int) else None, _run_names(root, runs))
+        try:
+            own = "\n".join(_row(r, root / SESSIONS, shards) for r in runs)
+            write_session(root, sid, json.dumps(record, indent=1), _page(title, stamp, totals, notes, own, shards))
+        except OSError as exc:
+            warn(f"this session's page is not kept in {root / SESSIONS}: {exc}")
+        rows = "\n".join(_row(r, root, shards) for r in runs)
+        replace_text(path, _page(title, stamp, totals, notes, rows, shards, listing(root, sid)))
     except OSError as exc:
         warn(f"no session summary: cannot write {path}: {exc}")
         return None
     return path
-
-
-def _replace(path: Path, text: str) -> None:
-    """Write ``path`` whole or not at all: a fresh temporary file beside it (never one that was there, which
-    could be a link elsewhere), then renamed over it."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", errors="backslashreplace") as f:  # a name of undecodable bytes
-            f.write(text)
-        os.chmod(tmp, 0o644)  # mkstemp's 0600 would hide the page from whoever else reads the reports
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
 
 
 def session_meta(config: pytest.Config, status: int | None) -> dict[str, Any]:

@@ -12,6 +12,8 @@
                      parameters, so ``lastcall report`` can re-judge the history; on a catches item
                      ``catch``: the planted bug, its checkers, whether the catch counted, by which, and why
     index.html       the self-contained page (harness.report.html)
+    .lastcall-run    the marker (harness.report.reportsdir.RUN_MARKER): lastcall prune-reports removes only
+                     a directory holding it
 
 Each file is written on its own (to a temporary name, then renamed), so a
 failure of one still leaves the others; a failure is a warning, never an
@@ -31,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 from harness.checkers.base import Verdict
 from harness.history import Event
+from harness.report.reportsdir import INDEX, RUN_CHARS, mark_run
 
 if TYPE_CHECKING:
     from harness.scenario.result import RunResult
@@ -38,9 +41,9 @@ if TYPE_CHECKING:
 __all__ = ["write_run", "write_page", "describe", "verdicts_doc", "ReportWarning", "HISTORY", "SNAPSHOTS",
            "VERDICTS", "PAGE", "FORMAT"]
 
-HISTORY, SNAPSHOTS, VERDICTS, PAGE = "history.jsonl", "snapshots.json", "verdicts.json", "index.html"
+HISTORY, SNAPSHOTS, VERDICTS, PAGE = "history.jsonl", "snapshots.json", "verdicts.json", INDEX
 FORMAT = 1  # verdicts.json "format": bump when its keys change meaning
-_UNSAFE = re.compile(r"[^A-Za-z0-9._-]")  # characters a run id may not bring into a directory name
+_UNSAFE = re.compile(rf"[^{RUN_CHARS}]")  # characters a run id may not bring into a directory name
 
 
 class ReportWarning(UserWarning):
@@ -123,6 +126,7 @@ def write_run(result: RunResult, reports_dir: str | os.PathLike[str] = "reports"
     run_dir = Path(reports_dir) / (_UNSAFE.sub("_", result.run_id) or "run")
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
+        mark_run(run_dir)
     except OSError as exc:
         warn(f"no report for run {result.run_id}: cannot create {run_dir}: {exc}")
         return None
