@@ -12,6 +12,7 @@ Commands:
   bench      compare listener variants in real worker processes: interleaved windows, interval, A/A floor
   report     re-judge a stored run's history with the checkers and rebuild its HTML page; --merge shards
   mutate     mutate a listener module one edit at a time: which breaks its scenarios miss
+  prune-reports  remove the old runs and sessions of a reports directory
 
 Exit codes:
   0    ok
@@ -19,7 +20,7 @@ Exit codes:
        run: a scenario failed (a violated invariant, a hung run, or a planted bug not caught; pytest's 1);
        report: a checker found a violation in the history (--merge: a run failed, or an item is FLAKY);
        bench: a worker's fds or threads grew over a window (a leak), or a worker did not exit cleanly;
-       mutate: a non-equivalent mutant survived
+       mutate: a non-equivalent mutant survived; prune-reports: something could not be removed
   2    usage error or bad input (bad flag, unknown name, invalid file, instance in use): one line on stderr
        per error; run: also pytest's 4 (usage) and 5 (nothing collected)
   3    internal error: one line on stderr naming the file the traceback was written to (run: pytest's 3)
@@ -549,8 +550,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_cmd_bench)
 
     from harness.mutate.command import register  # its own module: lastcall mutate
+    from harness.report.prune import register as register_prune  # and lastcall prune-reports
 
     register(sub, fmt)
+    register_prune(sub, fmt)
     return parser
 
 
