@@ -16,6 +16,7 @@ from harness.cli import main
 from harness.history import Event
 from harness.launch.cluster import RunOutcome
 from harness.probes.model import PathEntry, Snapshot
+from harness.report.reportsdir import RUN_MARKER, RUN_MARKER_TEXT
 from harness.report.summary import SessionRun, collect_runs, write_summary
 from harness.report.summary import _failed_line as failed_line
 from harness.report.write import ReportWarning, write_run
@@ -129,8 +130,9 @@ def test_run_directory_has_history_snapshots_verdicts_and_page(written: tuple[Ru
     result, page = written
     run_dir = page.parent
     assert page == run_dir / "index.html" and run_dir.name == "4242xabc123"
-    assert sorted(p.name for p in run_dir.iterdir()) == ["history.jsonl", "index.html", "snapshots.json",
-                                                          "verdicts.json"]
+    assert sorted(p.name for p in run_dir.iterdir()) == [RUN_MARKER, "history.jsonl", "index.html",
+                                                          "snapshots.json", "verdicts.json"]
+    assert (run_dir / RUN_MARKER).read_text() == RUN_MARKER_TEXT  # what lastcall prune-reports removes
     assert len((run_dir / "history.jsonl").read_text().splitlines()) == len(result.events)
     snaps = json.loads((run_dir / "snapshots.json").read_text())
     assert Snapshot.from_dict(snaps["after"]) == result.snapshots["after"]
