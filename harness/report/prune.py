@@ -43,6 +43,13 @@ DEFAULT_DIR = "reports"
 MAX_KEEP = 1_000_000
 PROG = "lastcall prune-reports"
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+DESCRIPTION = (f"Remove the old runs and sessions of a reports directory: keep the {DEFAULT_KEEP} newest sessions "
+               "(--keep N: the N newest) with every run directory they list, and the N newest run directories "
+               "whatever lists them; remove the other sessions' pages and records (sessions/ID.html, .json) and "
+               f"the other run directories, then list the remaining sessions in {INDEX} again. Only a run "
+               f"directory holding lastcall's run marker ({RUN_MARKER}) is removed, only from a directory "
+               f"holding its reports marker ({MARKER}), and no symbolic link is followed. Nothing is "
+               "removed unless this is run. One line for each thing removed and each kept, then the totals.")
 EPILOG = "exit codes: 0 pruned (or nothing to prune), 1 something could not be removed (each on one line), " \
          "2 DIR is not a reports directory of lastcall's (no marker, a link, not a directory) or a bad --keep"
 
@@ -69,7 +76,7 @@ def _keep_count(text: str) -> int:
 def register(sub: Any, fmt: type[argparse.HelpFormatter]) -> None:
     """Add ``prune-reports`` to lastcall's subcommands (``sub`` is build_parser's subparsers action)."""
     p = sub.add_parser("prune-reports", help="remove the old runs and sessions of a reports directory",
-                       formatter_class=fmt, description=(__doc__ or "").split("\n\n")[1], epilog=EPILOG)
+                       formatter_class=fmt, description=DESCRIPTION, epilog=EPILOG)
     p.add_argument("dir", nargs="?", default=DEFAULT_DIR, metavar="DIR",
                    help=f"the reports directory (default: {DEFAULT_DIR})")
     p.add_argument("--keep", type=_keep_count, default=DEFAULT_KEEP, metavar="N",
@@ -198,9 +205,9 @@ def prune_command(directory: str, keep: int = DEFAULT_KEEP, dry_run: bool = Fals
     for note in todo.notes:
         print(shown(f"note: {note}"))
     if not dry_run and done["session"] and os.path.lexists(root / INDEX):
-        note = relist(root)
-        if note is not None:
-            print(shown(f"note: {note}"))
+        unlisted = relist(root)
+        if unlisted is not None:
+            print(shown(f"note: {unlisted}"))
     kept = {k: sum(1 for t in todo.keep if t[0] == k) for k in done}
     print(f"{'would remove' if dry_run else 'removed'} {done['run']} run(s) and {done['session']} session(s); "
           f"kept {kept['run']} run(s) and {kept['session']} session(s)")
