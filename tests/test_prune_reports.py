@@ -131,3 +131,18 @@ def test_a_directory_without_the_reports_marker_is_refused(tmp_path: Path, capsy
                                        "reports directory itself (prune-reports follows no link)\n")
     assert prune("--keep", "0", str(root)) == 2
     assert "argument --keep: 0 must be between 1 and 1000000" in capsys.readouterr().err
+
+
+def test_an_index_whose_list_lastcall_did_not_write_is_left_as_it_is(tmp_path: Path,
+                                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    root = tmp_path / "reports"
+    make_reports(root)
+    for age in range(2):
+        run_dir(root, f"r{age}", age)
+    sessions_of(root, ["r1", "r0"])
+    (root / SUMMARY).write_text("<p>someone's own page</p>")
+    assert prune("--keep", "1", str(root)) == 0
+    out = capsys.readouterr().out
+    assert f"note: {root / SUMMARY}: holds no list of sessions lastcall wrote; left as it is\n" in out
+    assert (root / SUMMARY).read_text() == "<p>someone's own page</p>"
+    assert entries(root) == sorted([MARKER, SUMMARY, "session.json", "r0"])
