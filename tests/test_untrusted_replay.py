@@ -355,19 +355,36 @@ def test_the_search_is_bounded(tree: Path, started: list[dict[str, Any]], skip: 
     assert _replay(run, capsys) == (0, "")
 
 
-def test_the_search_stops_after_its_file_limit(tree: Path, started: list[dict[str, Any]],
-                                               monkeypatch: pytest.MonkeyPatch,
-                                               capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize(("limit", "stop", "go"), [("MAX_FILES", 3, 4), ("MAX_READ", 27, 28)])
+def test_the_search_stops_at_its_limits(tree: Path, started: list[dict[str, Any]], limit: str, stop: int, go: int,
+                                        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     from harness.report import find_scenario
 
-    monkeypatch.setattr(find_scenario, "MAX_FILES", 3)
+    monkeypatch.setattr(find_scenario, limit, stop)
     for i in range(3):
-        (tree / "scenarios" / f"a{i}.yaml").write_text(f"name: a{i}\n")  # read before mine.yaml, in name order
+        (tree / "scenarios" / f"a{i}.yaml").write_text(f"name: a{i}\n")  # 9 bytes each, read before mine.yaml
     rc, err = _replay(_report(tree), capsys)
     assert (rc, started) == (2, []) and f"found no scenario mine with the recorded sha256 {sha(SCENARIO)[:12]} " \
-                                        "(stopped after 3 files); looked in" in err
-    monkeypatch.setattr(find_scenario, "MAX_FILES", 4)
+                                        "(stopped after 3 files, 27 bytes); looked in" in err
+    monkeypatch.setattr(find_scenario, limit, go)
     assert _replay(_report(tree), capsys) == (0, "")
+
+
+def test_a_directory_searched_as_a_root_is_not_searched_again(tree: Path, started: list[dict[str, Any]],
+                                                              monkeypatch: pytest.MonkeyPatch,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    """The current directory lies in the rootdir: the rootdir's search leaves it out (its files count once)."""
+    from harness.report import find_scenario
+
+    (tree / "zzz").mkdir()  # searched after scenarios/, in name order
+    (tree / "scenarios" / "mine.yaml").rename(tree / "zzz" / "mine.yaml")
+    (tree / "pytest.ini").write_text("[pytest]\n")
+    monkeypatch.chdir(tree / "scenarios")
+    for i in range(3):
+        (tree / "scenarios" / f"a{i}.yaml").write_text(f"name: a{i}\n")
+    monkeypatch.setattr(find_scenario, "MAX_FILES", 4)  # a0..a2 here, then zzz/mine.yaml in the rootdir
+    assert _replay(_report(tree), capsys) == (0, "")
+    assert [s["paths"] for s in started] == [[f"{tree.resolve() / 'zzz' / 'mine.yaml'}::mine[tp1-pp1-cpu]"]]
 
 
 def test_a_symbolic_link_to_the_scenario_is_not_read(tree: Path, started: list[dict[str, Any]], tmp_path: Path,

@@ -9,8 +9,9 @@ The roots, searched in this order (:func:`search_roots`):
    (:data:`INI_FILES`), as pytest would root a session started here; a report's own paths are never a root;
 4. the scenario library shipped with lastcall (``scenarios/`` beside the ``harness`` package).
 
-In each, ``*.yaml``/``*.yml`` files are read (bounded: :data:`MAX_DEPTH`, :data:`MAX_FILES`, each file at most
-harness.scenario.yamlnodes.MAX_BYTES, symbolic links neither followed nor read) and hashed; a directory named in
+In each, ``*.yaml``/``*.yml`` files are read (bounded: :data:`MAX_DEPTH`, :data:`MAX_FILES`, :data:`MAX_READ`,
+each file at most harness.scenario.yamlnodes.MAX_BYTES, symbolic links neither followed nor read) and hashed,
+a directory searched as an earlier root not again; a directory named in
 :data:`SKIP`, one holding lastcall's reports marker or a run's files, and the report's own directory and the one
 above it are left out, with what is above them. The first file whose bytes hash to the recorded sha256 and that
 loads as a scenario of the recorded name is the one replayed. A file of that name with other bytes is reported
@@ -28,10 +29,12 @@ from pathlib import Path
 from harness.artifacts import ArtifactError, read_bytes, shown
 from harness.report.reportsdir import MARKER
 
-__all__ = ["Refused", "Root", "search_roots", "find", "INI_FILES", "MAX_DEPTH", "MAX_FILES", "SKIP", "LIBRARY"]
+__all__ = ["Refused", "Root", "search_roots", "find", "INI_FILES", "MAX_DEPTH", "MAX_FILES", "MAX_READ", "SKIP",
+           "LIBRARY"]
 
 MAX_DEPTH = 8  # directory levels searched below a root: scenarios/ of a checkout is one or two
 MAX_FILES = 5000  # scenario files read in one search, all roots together: a checkout holds tens
+MAX_READ = 64 << 20  # bytes of them read in one search: scenarios in scenarios/ are under 2 KiB each
 SKIP = frozenset({".git", ".hg", ".svn", ".venv", "venv", ".tox", "node_modules", "__pycache__", ".mypy_cache",
                   ".pytest_cache", ".ruff_cache", "reports"})  # directories never searched
 INI_FILES = ("pytest.ini", ".pytest.ini", "pyproject.toml", "tox.ini", "setup.cfg")  # what roots a pytest session
@@ -59,9 +62,10 @@ class _Walk:
     """What one search saw: files read, the roots and why each was or was not searched, files that differ."""
 
     files: int = 0
+    read: int = 0  # bytes
     looked: list[str] = field(default_factory=list)
     differs: list[tuple[Path, str]] = field(default_factory=list)  # (file, its sha256)
-    full: bool = False  # MAX_FILES was reached
+    full: bool = False  # MAX_FILES or MAX_READ was reached
 
 
 def rootdir(start: Path) -> Path | None:
@@ -115,7 +119,7 @@ def _files(root: Path, fenced: tuple[Path, ...], walk: _Walk) -> Iterator[Path]:
                 if depth < MAX_DEPTH and e.name not in SKIP and sub not in fenced and not _reports_at(sub):
                     dirs.append((sub, depth + 1))
             elif e.name.endswith(SUFFIXES) and "::" not in e.path and e.is_file(follow_symlinks=False):
-                if walk.files >= MAX_FILES:
+                if walk.files >= MAX_FILES or walk.read >= MAX_READ:
                     walk.full = True
                     return
                 walk.files += 1
@@ -158,28 +162,31 @@ def find(name: str, sha256: str, roots: Sequence[Root], run_dir: Path) -> Path:
     run = run_dir.resolve()
     fenced = (run, run.parent)
     walk = _Walk()
+    searched: list[Path] = []  # a root below one searched before is not searched again
     for root in roots:
         why = _skipped(root, fenced)
         walk.looked.append(f"{root.path} ({root.why}{'; not searched: ' + why if why else ''})")
         if why is not None:
             continue
-        for file in _files(root.path, fenced, walk):
+        for file in _files(root.path, (*fenced, *searched), walk):
             try:
                 data = read_bytes(file, MAX_BYTES, "scenario file")
             except ArtifactError:
                 continue
+            walk.read += len(data)
             have = digest(data)
             if have == sha256 and _matches(file, name):
                 return file
             found = NAME_LINE.search(data)
             if found is not None and found[2].decode() == name:
                 walk.differs.append((file, have))
+        searched.append(root.path)
     if walk.differs:
         file, have = walk.differs[0]
         more = len(walk.differs) - 1
         raise Refused(f"found {name} at {file} but its content differs from the recorded run (sha256 {have[:12]}, "
                       f"recorded {sha256[:12]})" + (f"; {more} more file{'s' if more > 1 else ''} of that name "
                                                     "differ too" if more else ""))
-    full = f" (stopped after {MAX_FILES} files)" if walk.full else ""
+    full = f" (stopped after {walk.files} files, {walk.read} bytes)" if walk.full else ""
     raise Refused(f"found no scenario {name} with the recorded sha256 {sha256[:12]}{full}; looked in "
                   f"{', '.join(walk.looked)}: give the directory that holds it with --path DIR")
