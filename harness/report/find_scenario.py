@@ -112,9 +112,7 @@ def _files(root: Path, fenced: tuple[Path, ...], walk: _Walk) -> Iterator[Path]:
             continue
         dirs = []
         for e in entries:
-            if e.is_symlink():
-                continue
-            if e.is_dir(follow_symlinks=False):
+            if e.is_dir(follow_symlinks=False):  # a symbolic link is neither a directory nor a file here
                 sub = Path(e.path)
                 if depth < MAX_DEPTH and e.name not in SKIP and sub not in fenced and not _reports_at(sub):
                     dirs.append((sub, depth + 1))
