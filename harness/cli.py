@@ -298,7 +298,7 @@ def _cmd_fetch(args: argparse.Namespace) -> int:
 def _cmd_replay(args: argparse.Namespace) -> int:
     from harness.report.replay import replay
 
-    return replay(args.report)
+    return replay(args.report, args.path)
 
 
 def _cmd_targets(args: argparse.Namespace) -> int:
@@ -448,10 +448,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_cmd_fetch)
 
     p = sub.add_parser("replay", help="rerun the scenario that produced a report", formatter_class=fmt,
-                       description="Rerun the scenario item (and the target or variant) that wrote a report: give "
-                                   "its reports/<run id> directory, verdicts.json or history.jsonl.",
-                       epilog="exit codes: as lastcall run; 2 when the report cannot be read")
+                       description="Rerun the scenario item (and the target or variant) that wrote a report, from "
+                                   "any directory: give its reports/<run id>, verdicts.json or history.jsonl.",
+                       epilog="exit codes: as lastcall run; 2 when the report cannot be read or its scenario not found")
     p.add_argument("report", metavar="REPORT", help="reports/<run id> (or a file in it)")
+    p.add_argument("--path", action="append", default=[], metavar="DIR", help="search DIR first for the scenario "
+                   "(by its name and recorded sha256; repeatable); then ., the rootdir, lastcall's scenario library")
     p.set_defaults(func=_cmd_replay)
 
     p = sub.add_parser("list", help="list scenarios, their matrix and marks", formatter_class=fmt,

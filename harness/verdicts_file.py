@@ -23,6 +23,7 @@ __all__ = ["read_meta", "clean_meta", "FIELDS", "MAX_EXPECT", "MAX_SCALE", "PART
 
 MAX_EXPECT = 1000  # checkers one run is judged with: a scenario's expect list has at most 1000 entries
 MAX_SCALE = 10_000.0  # LASTCALL_TIMEOUT_SCALE (at most 100) times a target's bound_scale (at most 100)
+HEX = frozenset("0123456789abcdef")  # the digits of a sha256 as lastcall writes it
 PARTY_NAMES = ("harness", "engine", "worker", "listener")  # harness.events.PARTIES, the names alone
 
 Check = Callable[[Any], str | None]  # what is wrong with a value, or None
@@ -102,6 +103,14 @@ def _fields(spec: Mapping[str, Check], required: tuple[str, ...] = ()) -> Check:
     return check
 
 
+def _sha256(value: Any) -> str | None:
+    if value is None or (isinstance(value, str) and len(value) == 64 and all(c in HEX for c in value)):
+        return None
+    if isinstance(value, str):
+        return f"a string of {len(value)} characters, not a sha256 (64 lowercase hex digits)"
+    return f"a {_json_type(value)}, expected null or a sha256 (64 lowercase hex digits)"
+
+
 def _name(value: Any) -> str | None:
     return None if isinstance(value, str) and KIND.fullmatch(value) else "not a checker's name"
 
@@ -120,7 +129,8 @@ VERDICT = _fields({"checker": TEXT, "status": TEXT, "message": TEXT, "evidence":
 CATCH = _fields({"bug": TEXT, "checkers": _list_of(_name, "checker names", MAX_EXPECT), "counted": FLAG,
                  "by": _list_of(_name, "checker names", MAX_EXPECT), "why": TEXT}, ("checkers", "counted"))
 FIELDS: dict[str, Check] = {  # every key of verdicts.json lastcall reads (harness.report.write writes them)
-    "format": _number(0, 1000), "scenario": TEXT, "matrix": TEXT, "params": OBJECT, "variant": TEXT,
+    "format": _number(0, 1000), "scenario": TEXT, "scenario_sha256": _sha256, "matrix": TEXT, "params": OBJECT,
+    "variant": TEXT,
     "run_id": TEXT, "nodeid": TEXT, "target": TEXT_OR_NULL, "outcome": OUTCOME, "step_error": TEXT_OR_NULL,
     "broken": TEXT, "seconds": _number(0, 10**9), "scale": _number(1e-9, MAX_SCALE),
     "expect": _list_of(EXPECT_ENTRY, "checker entries", MAX_EXPECT), "passed": FLAG,

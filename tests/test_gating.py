@@ -65,16 +65,20 @@ def test_junit_carries_the_violated_invariants(failed_run: Path) -> None:
     assert failure is not None
     text = (failure.get("message") or "") + (failure.text or "")
     assert "VIOLATED reads_cancelled" in text and "evidence:" in text
-    # the replay reruns what failed: the item on the session's target, not on the file's own
-    assert "replay: pytest 'stalled.yaml::stalled-read-is-cancelled[tp1-pp1-cpu]' --lastcall-target " \
-           "no_conn_tracking" in text
+    # the replay reruns what failed, from any directory: the run's report, which holds the session's target
+    assert f"replay: lastcall replay {_run_dir(failed_run).absolute()}" in text.splitlines()
 
 
-def test_replay_reruns_the_failing_item(failed_run: Path) -> None:
-    proc = subprocess.run([sys.executable, "-m", "harness.cli", "replay", str(_run_dir(failed_run))],
-                          cwd=failed_run, capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 1, proc.stdout[-2000:]
-    assert "--target no_conn_tracking" in proc.stdout
+@pytest.mark.parametrize("where", ["the run's directory", "elsewhere"])
+def test_replay_reruns_the_failing_item(failed_run: Path, where: str, tmp_path: Path) -> None:
+    """From the directory the run started in, and from another one (the file found by --path): the item on the
+    session's target, not on the file's own."""
+    given = [] if where == "the run's directory" else ["--path", str(failed_run)]
+    proc = subprocess.run([sys.executable, "-m", "harness.cli", "replay", str(_run_dir(failed_run)), *given],
+                          cwd=failed_run if not given else tmp_path, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert f"lastcall replay: {failed_run.resolve() / 'stalled.yaml'}::stalled-read-is-cancelled[tp1-pp1-cpu] " \
+           "--target no_conn_tracking" in proc.stdout
     assert "1 failed" in proc.stdout
 
 

@@ -180,7 +180,7 @@ def test_page_draws_the_late_dispatch_in_red_after_stop_returned(written: tuple[
     assert page.select("div", "verdict", "violated", data_checker="no_late_dispatch")
     assert page.select("span", "badge", "violated") and page.select("span", "badge", "ok")
     assert 'id="text-timeline"' in text
-    assert f"pytest &#x27;{NODEID}&#x27;" in text and "lastcall report " in text
+    assert f"lastcall replay {escape(str(written[1].parent.absolute()))}" in text and "lastcall report " in text
 
 
 DRAWN = (("line", "marker"), ("rect", "span"), ("circle", "event"), ("rect", "mark"), ("g", "evidence"))
@@ -329,7 +329,8 @@ def test_write_run_never_raises(tmp_path: Path) -> None:
 def test_failure_text_names_the_report_and_the_rejudge_command(written: tuple[RunResult, Path]) -> None:
     result, page = written
     text = failure_text(result, NODEID, page)
-    assert f"report: {page}\nre-judge: lastcall report {page.parent / 'history.jsonl'}\nreplay: pytest" in text
+    assert f"report: {page}\nre-judge: lastcall report {page.parent / 'history.jsonl'}\nreplay: lastcall replay " \
+           f"{page.parent.absolute()}" in text
 
 
 def test_failure_text_marks_each_event_equal_to_evidence_on_its_timeline() -> None:
@@ -350,33 +351,45 @@ def test_failure_text_marks_each_event_equal_to_evidence_on_its_timeline() -> No
         ("accepted", ["conn=1", "listener=pp0/rank0"]), ("reads_cancelled", ["listener=pp0/rank0", "n=2"])]
 
 
-def test_the_replay_names_the_sessions_target_and_a_broken_run_says_so(tmp_path: Path) -> None:
-    """A run under a target override replays with it (the node id alone runs the file's own target), and a
-    broken run (nothing it shows counts) says why on the terminal, in verdicts.json, on its page and its row."""
+def test_the_replay_works_from_any_directory_and_a_broken_run_says_so(tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """The replay line names the report's directory by its absolute path (the report holds the target and the
+    scenario's name and sha256, which verdicts.json records of the file's bytes); without a report it names the
+    scenario file's absolute path and the session's target override. A broken run (nothing it shows counts) says
+    why on the terminal, in verdicts.json, on its page and its row."""
+    import hashlib
+    import shlex
+
     result = make_result()
     result.broken = "the harness crashed (KeyError: 'x')"
-    page = write_run(result, tmp_path / "reports", nodeid=NODEID, target="no_conn_tracking")
-    assert page is not None
-    replay = f"pytest '{NODEID}' --lastcall-target no_conn_tracking"
+    monkeypatch.chdir(tmp_path)
+    page = write_run(result, "my reports", nodeid=NODEID, target="no_conn_tracking")  # a relative directory
+    assert page is not None and not page.is_absolute()
+    replay = f"lastcall replay {shlex.quote(str(tmp_path / page.parent))}"
     text = failure_text(result, NODEID, page, "no_conn_tracking")
     assert text.splitlines()[-1] == f"replay: {replay}"
     assert f"broken: {result.broken} (nothing this run shows counts)" in text.splitlines()
     doc = json.loads((page.parent / "verdicts.json").read_text())
     assert (doc["target"], doc["broken"]) == ("no_conn_tracking", result.broken)
+    assert doc["scenario_sha256"] == hashlib.sha256(FIXTURE.read_bytes()).hexdigest()
     found = Elements(page.read_text())
     assert found.select("section", "problems", id="broken")
     assert found.select("tr", data_kind="replay")
     assert f"<code>{escape(replay, quote=True)}</code>" in page.read_text()
     assert escape(result.broken, quote=True) in page.read_text()
-    summary = write_summary(tmp_path / "reports", [SessionRun(NODEID, "failed", 1.5, result.run_id, str(page), doc)])
+    summary = write_summary(tmp_path / "my reports", [SessionRun(NODEID, "failed", 1.5, result.run_id, str(page),
+                                                                 doc)])
     assert summary is not None and f"ok; broken: {escape(result.broken)}" in summary.read_text()
-    # a run that counts, on the file's own target: no broken section, the replay is its node id alone
+    # a run that counts: no broken section
     clean = make_result()
     page = write_run(clean, tmp_path / "clean", nodeid=NODEID)
     assert page is not None and not Elements(page.read_text()).select("section", id="broken")
     assert json.loads((page.parent / "verdicts.json").read_text())["broken"] == ""
-    assert failure_text(clean, NODEID, page).splitlines()[-1] == f"replay: pytest '{NODEID}'"
     assert "broken:" not in failure_text(clean, NODEID, page)
+    # reports off: the file's absolute path, and the target override the node id alone would not run
+    item = f"{FIXTURE.resolve()}::stalled-read-is-cancelled[tp1-pp1-cpu]"
+    assert failure_text(clean, NODEID, None, "no_conn_tracking").splitlines()[-1] == \
+        f"replay: lastcall run {shlex.quote(item)} --target no_conn_tracking"
 
 
 def _rep(nodeid: str, when: str, outcome: str, props: list[tuple[str, str]], duration: float = 1.0) -> Any:

@@ -111,15 +111,15 @@ def _badge(status: str, text: str, cls: str = "badge") -> str:
     return f'<span class="{cls} {_h(safe)}" data-status="{_h(status)}">{_h(text)}</span>'
 
 
-def _header(doc: Mapping[str, Any], verdicts: Sequence[Verdict], history: str) -> list[str]:
+def _header(doc: Mapping[str, Any], verdicts: Sequence[Verdict], history: str, run_dir: str | None) -> list[str]:
     outcome = doc.get("outcome") or {}
     status = str(outcome.get("status", "unknown"))
     name = f"{doc.get('scenario') or '(unknown scenario)'}[{doc.get('matrix') or '?'}]"
     rows = [("variant", doc.get("variant")), ("run", doc.get("run_id")), ("test", doc.get("nodeid")),
             ("seconds", f"{doc['seconds']:.2f}" if isinstance(doc.get("seconds"), int | float) else None),
             ("outcome detail", outcome.get("detail") or None)]
-    if doc.get("nodeid"):
-        rows.append(("replay", replay_command(str(doc["nodeid"]), str(doc.get("target") or "") or None)))
+    if doc.get("nodeid") and run_dir is not None:  # the report holds the target and finds the scenario file
+        rows.append(("replay", replay_command(run_dir)))
     rows.append(("re-judge", f"lastcall report {history}"))
     out = [f'<header><h1 data-kind="title">{_h(name)} {_badge(status, "outcome " + status, "badge outcome")}</h1>',
            *_catch_line(doc.get("catch")), _headline(verdicts, outcome), '<table class="meta">']
@@ -242,16 +242,17 @@ def _outcome(outcome: Mapping[str, Any]) -> list[str]:
 
 
 def render_page(doc: Mapping[str, Any], verdicts: Sequence[Verdict], events: Sequence[Event],
-                problems: Sequence[str] = (), history: str = "history.jsonl") -> str:
+                problems: Sequence[str] = (), history: str = "history.jsonl", run_dir: str | None = None) -> str:
     """The whole page.  ``doc`` is the run's verdicts.json content (scenario, matrix, variant, run_id, nodeid,
-    outcome, step_error, seconds); any of it may be missing (a bare history)."""
+    outcome, step_error, seconds); any of it may be missing (a bare history). ``run_dir``: the directory the page
+    is written in, which its replay command names (none without it)."""
     evs = sorted(events, key=lambda e: e.t_ns)
     t0 = evs[0].t_ns if evs else 0
     ev = evidence_of(verdicts)
     marked = {id(e) for e in evs if evidence_key(e) in ev}
     title = f"lastcall: {doc.get('scenario') or 'run'}[{doc.get('matrix') or '?'}]"
     legend = "".join(f'<span><i style="{style}"></i>{_h(text)}</span>' for text, style in LEGEND)
-    body = [*_header(doc, verdicts, history), *_problems(problems, str(doc.get("step_error") or ""),
+    body = [*_header(doc, verdicts, history, run_dir), *_problems(problems, str(doc.get("step_error") or ""),
                                                              str(doc.get("broken") or "")),
             f'<section id="timeline"><h2>Timeline ({len(evs)} events; markers: {", ".join(MARKER_KINDS)})</h2>',
             f'<p class="legend">{legend}</p>', timeline_views(evs, ev), "</section>",

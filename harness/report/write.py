@@ -4,7 +4,8 @@
 
     history.jsonl    every event, one JSON object a line (harness.history)
     snapshots.json   {label: Snapshot.to_dict()}: the machine before and after
-    verdicts.json    the scenario, matrix id, variant, test node id, the session's target override
+    verdicts.json    the scenario, the sha256 of its file's bytes (``scenario_sha256``: what ``lastcall
+                     replay`` finds the file by), matrix id, variant, test node id, the session's target override
                      (``target``, null for none: the replay needs it), outcome (with stacks), step error,
                      ``absent`` (the parties the target declares absent: a re-judge imports no target),
                      ``broken`` (why nothing the run shows counts, "" when it counts), seconds, each
@@ -71,7 +72,8 @@ def describe(result: RunResult, nodeid: str | None = None, target: str | None = 
     out = result.outcome
     from harness.targets import absent_of  # the run's own target, loaded by the run already
 
-    return {"format": FORMAT, "scenario": item.scenario.name, "matrix": item.id, "params": dict(item.params),
+    return {"format": FORMAT, "scenario": item.scenario.name, "scenario_sha256": item.scenario.sha256,
+            "matrix": item.id, "params": dict(item.params),
             "variant": result.variant, "run_id": result.run_id, "nodeid": nodeid, "target": target,
             "outcome": {"status": out.status, "detail": out.detail, "exits": dict(out.exits),
                         "leftovers": list(out.leftovers), "stacks": dict(out.stacks)},
@@ -106,7 +108,7 @@ def write_page(run_dir: Path, meta: Mapping[str, Any], verdicts: Sequence[Verdic
     from harness.report.html import render_page
 
     page = run_dir / PAGE
-    text = render_page(meta, verdicts, events, problems, history or str(run_dir / HISTORY))
+    text = render_page(meta, verdicts, events, problems, history or str(run_dir / HISTORY), str(run_dir))
     _write(page, lambda f: f.write(text))
     return page
 

@@ -16,6 +16,7 @@ did-you-mean for unknown keys, steps and checkers), and cross-references
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import os
 from collections.abc import Iterable
@@ -33,7 +34,7 @@ from harness.scenario.schema import Scenario, _base_schema
 from harness.scenario.steps import STEP_TYPES
 from harness.scenario.yamlnodes import Marks, ReadProblem, YamlProblem, parse, read_text
 
-__all__ = ["load", "loads", "load_many", "expand", "MatrixItem", "SUFFIXES"]
+__all__ = ["load", "loads", "load_many", "expand", "digest", "MatrixItem", "SUFFIXES"]
 
 SUFFIXES = (".yaml", ".yml")  # what load_many collects from a directory
 TOP_KEYS = "name, about, catches, steps, expect"  # the required keys, for messages about the whole file
@@ -167,7 +168,14 @@ def load(path: str | os.PathLike[str]) -> Scenario:
     except ReadProblem as exc:
         line, column = exc.position or (None, None)
         raise ScenarioError(file, line, column, "", exc.message) from None
-    return loads(text, file)
+    scenario = loads(text, file)
+    scenario._sha256 = digest(text.encode("utf-8"))  # strict UTF-8 decodes and encodes back to the same bytes
+    return scenario
+
+
+def digest(data: bytes) -> str:
+    """The sha256 (hex) a scenario file's ``data`` is recorded and found by (Scenario.sha256)."""
+    return hashlib.sha256(data).hexdigest()
 
 
 def _files(path: Path) -> list[Path]:

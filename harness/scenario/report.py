@@ -13,6 +13,7 @@ from harness.history import Event
 NOISE = {"fault_armed", "process_resources", "listener_started", "stop_all_returned", "teardown_step",
          "exit_hook_started", "exit_hook_finished", "step_started"}  # left out of the compact timeline
 TIMELINE_MAX = 60  # events shown at most; evidence events first
+REPLAY = "lastcall replay"  # the command a report's replay line runs
 BRIEF_CHARS = 120  # characters of one value on a timeline line (a padded id is cut, its length shown)
 
 
@@ -63,14 +64,21 @@ def _value_key(e: Event) -> object:
     return key
 
 
-def replay_command(nodeid: str, target: str | None = None) -> str:
-    """The command that reruns a test: its node id, and the session's target override where it had one."""
-    return f"pytest {shlex.quote(nodeid)}" + (f" --lastcall-target {shlex.quote(target)}" if target else "")
+def replay_command(run_dir: str | os.PathLike[str] | None, file: str | None = None, name: str = "",
+                   target: str | None = None) -> str:
+    """The command that reruns a test from any directory: ``lastcall replay RUN_DIR`` of its report (the
+    directory's absolute path; the report holds the target), else (reports off) ``lastcall run FILE::NAME`` of
+    its scenario file's absolute path, with the session's target override."""
+    if run_dir is not None:
+        return f"{REPLAY} {shlex.quote(os.path.abspath(run_dir))}"
+    item = f"{os.path.abspath(file or '')}::{name}"
+    return f"lastcall run {shlex.quote(item)}" + (f" --target {shlex.quote(target)}" if target else "")
 
 
 def failure_text(result: Any, nodeid: str | None = None, page: Any = None, target: str | None = None) -> str:
     """The report of one run, for pytest's failure output and the terminal (``page``: its HTML report;
-    ``target``: the session's target override, which the replay needs: the node id alone runs the file's)."""
+    ``target``: the session's target override, which the replay needs when there is no report: the node id alone
+    runs the file's). Its replay line works from any directory (:func:`replay_command`)."""
     out = [f"scenario {result.item.scenario.name}[{result.item.id}] on {result.variant}: "
            f"outcome {result.outcome.status}, {result.seconds:.2f}s, run {result.run_id}"]
     if getattr(result, "broken", ""):
@@ -93,10 +101,12 @@ def failure_text(result: Any, nodeid: str | None = None, page: Any = None, targe
             out.append(f"--- stacks of {label} ---\n{text[-3000:]}")
     out.append("timeline:")
     out.append(timeline(result.events, evidence))
+    run_dir = None
     if page:
         out.append(f"report: {page}")
         run_dir = os.path.dirname(page) if str(page).endswith(".html") else str(page)
         out.append(f"re-judge: lastcall report {os.path.join(run_dir, 'history.jsonl')}")
-    if nodeid:
-        out.append(f"replay: {replay_command(nodeid, target)}")
+    source = result.item.scenario.source
+    if nodeid and (run_dir is not None or source is not None):
+        out.append(f"replay: {replay_command(run_dir, source, nodeid.rpartition('::')[2], target)}")
     return "\n".join(out)

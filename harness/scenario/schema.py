@@ -242,6 +242,7 @@ class Scenario(Strict):
 
     _source: str | None = PrivateAttr(None)  # the file it was loaded from
     _marks: Any = PrivateAttr(None)  # yamlnodes.Marks of that file: where each key path is
+    _sha256: str | None = PrivateAttr(None)  # of that file's bytes as loaded (loader.digest), None from text
 
     def _locate(self, source: str, marks: Any) -> None:
         """Called by the loader: remember the file and its marks, for :meth:`where`."""
@@ -251,6 +252,12 @@ class Scenario(Strict):
     def source(self) -> str | None:
         """The file this scenario was loaded from (as the path was given), or None."""
         return self._source
+
+    @property
+    def sha256(self) -> str | None:
+        """The sha256 (hex) of the bytes of the file this scenario was loaded from, or None (loaded from text):
+        what a report records, and what ``lastcall replay`` finds the file by."""
+        return self._sha256
 
     def where(self, *path: str | int) -> str:
         """``FILE:LINE:COL`` of a key path, e.g. ``sc.where("steps", 3)``, for reports that point into the file."""
