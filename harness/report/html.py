@@ -77,6 +77,7 @@ svg .violation.evidence circle{fill:none;stroke:#cf222e;stroke-width:2.5}
 svg :hover{opacity:.7}
 .focus-note{color:#57606a;margin:.2em 0} details.whole-run{margin-top:.6em}
 details.whole-run summary{cursor:pointer;color:#0969da} svg .focus-band{fill:#0969da;fill-opacity:.07}
+svg .gap{fill:#eaeef2;stroke:#8c959f;stroke-dasharray:4 3}
 .legend span{margin-right:1.2em;white-space:nowrap} .legend i{display:inline-block;width:1.6em;height:.7em;
 margin-right:.3em;vertical-align:middle}
 """
