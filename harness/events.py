@@ -232,7 +232,10 @@ _BUILTIN: tuple[EventKind, ...] = (
        {"count": "int|null"}),
     _k("fault_reached", "harness", "a failpoint site was hit", {"site": "str", "action": "str", "hit": "int"}),
     _k("fault_released", "harness", "a paused failpoint site was released", {"site": "str", "hits": "int"}),
-    _k("watchdog_fired", "harness", "the run passed its deadline and is killed as hung", {"deadline_s": "float"}),
+    _k("watchdog_fired", "harness", "the run passed its deadline and is killed as hung (deadline_s: the bound it fired "
+       "at, config_s x scale + launches x launch_s: the scenario's config.deadline, LASTCALL_TIMEOUT_SCALE, an "
+       "engine run's launch allowances)", {"deadline_s": "float"},
+       {"config_s": "float", "scale": "float", "launches": "int", "launch_s": "float"}),
     _k(BUDGET_KIND, "harness", "the history reached its byte budget: no event after this one was stored, and the "
        "run was ended (budget: the budget in bytes; stored: the bytes stored before this event)",
        {"budget": "int", "stored": "int"}),

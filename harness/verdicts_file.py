@@ -120,8 +120,13 @@ def _party(value: Any) -> str | None:
 
 
 SCALAR = _type(str, int, float, bool, type(None), name="a string, number, boolean or null")
+# the watchdog's bound when it fired (harness.launch.outcome): seconds, a scale, counts
+WATCHDOG = _fields({"deadline_s": _number(0, 10**9), "config_s": _number(0, 10**9), "scale": _number(0, MAX_SCALE),
+                    "launches": _number(0, 10**6), "launch_s": _number(0, 10**9), "scenarios": _number(0, 10**6)},
+                   ("deadline_s",))
 OUTCOME = _fields({"status": TEXT, "detail": TEXT, "exits": _object_of(SCALAR, "exit codes"),
-                   "leftovers": _list_of(SCALAR, "paths"), "stacks": _object_of(TEXT, "stacks")}, ("status",))
+                   "leftovers": _list_of(SCALAR, "paths"), "stacks": _object_of(TEXT, "stacks"),
+                   "watchdog": WATCHDOG}, ("status",))
 EXPECT_ENTRY = _fields({"checker": _name, "params": OBJECT, "allow_unknown": TEXT_OR_NULL}, ("checker",))
 VERDICT = _fields({"checker": TEXT, "status": TEXT, "message": TEXT, "evidence": _list_of(OBJECT, "events"),
                    "notes": _list_of(TEXT, "notes"), "allowed": TEXT}, ("checker", "status"))

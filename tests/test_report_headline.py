@@ -38,7 +38,10 @@ def test_every_status_the_harness_assigns_is_declared() -> None:
 @pytest.mark.parametrize(("outcome", "words"), [
     ({"status": "ok"}, "ran to the end"),
     ({"status": "hung", "detail": "watchdog after 60 s"}, "hung: watchdog after 60 s"),
-    ({"status": "hung"}, "hung: the watchdog killed it"),
+    ({"status": "hung"}, "hung: the harness ended it"),
+    ({"status": "hung", "detail": "x", "watchdog": {"deadline_s": 60.0}}, "hung: watchdog after 60 s"),
+    ({"status": "hung", "watchdog": {"deadline_s": 2.5, "config_s": 1.0, "scale": 2.5}}, "hung: watchdog after 2.5 s"),
+    ({"status": "hung", "watchdog": {"config_s": 1.0}}, "hung: the harness ended it"),  # no bound: no number
     ({"status": "failed"}, "failed: could not start"),
     ({"status": "weird"}, "ended as 'weird'"),
 ])

@@ -31,7 +31,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -39,14 +39,15 @@ from harness import envvars, events
 from harness.errors import HarnessError
 from harness.history import Event, Recorder
 from harness.launch.channel import Channel
+from harness.launch.outcome import OUTCOME_STATUSES, RunOutcome
 from harness.launch.parts import WORKER, Cast, cast_named
 from harness.launch.pauses import resume_before_kill
 from harness.launch.spawn import SPAWN_LOCK, ForkServer, LaunchError, become_subreaper
 from harness.names import TMP, new_run_id
-from harness.timeouts import scaled
+from harness.timeouts import scale, scaled
 
-__all__ = ["Cluster", "Proc", "RemoteError", "RunOutcome", "LaunchError", "run_id_for", "exit_mode", "SPAWN_LOCK",
-           "others_live", "Others"]
+__all__ = ["Cluster", "Proc", "RemoteError", "RunOutcome", "OUTCOME_STATUSES", "LaunchError", "run_id_for",
+           "exit_mode", "SPAWN_LOCK", "others_live", "Others"]
 
 # Runs that share this process (played at once on threads of their own) are told apart by
 # their process groups: each run's processes are forked into a group of their own, and each engine tree a hosted
@@ -102,21 +103,6 @@ class RemoteError(HarnessError):
         super().__init__(message)
         self.error_type = error_type
         self.error_class = error_class  # the exception class raised in the child, e.g. StateConsistencyError
-
-
-OUTCOME_STATUSES = ("ok", "hung", "failed")  # every RunOutcome.status; the report page words each one
-
-
-@dataclass
-class RunOutcome:
-    """How a run ended: ``ok``, ``hung`` (the watchdog killed it) or ``failed`` (could not start)."""
-
-    status: str = "ok"
-    stacks: dict[str, str] = field(default_factory=dict)
-    exits: dict[str, int] = field(default_factory=dict)  # label -> exit code (negative: killed by signal)
-    detail: str = ""
-    leftovers: list[str] = field(default_factory=list)  # paths the run left, found before the harness removed them
-    strays: list[int] = field(default_factory=list)  # processes of the run's group that outlived it, killed
 
 
 class Proc:
@@ -239,7 +225,8 @@ class Cluster:
         self.ipc = f"r{self.run_id}"
         self.shm_dir = shm_dir
         self.rec = recorder if recorder is not None else Recorder(role="harness")
-        self.deadline_s = scaled(deadline)
+        self.deadline_s = scaled(deadline)  # the watchdog's bound; an engine host adds its launches' to it
+        self.deadline = deadline  # the scenario's own (unscaled): what the watchdog's bound is made of
         self.outcome = RunOutcome()
         self._common = {"ipc": self.ipc, "root": str(self.root), "tp": tp, "pp_size": pp, "variant": variant,
                         "drain_timeout": drain_timeout, "exit_budget": exit_budget, "device": device,
@@ -418,7 +405,10 @@ class Cluster:
         if self._closed.wait(self.deadline_s):
             return
         self.outcome.status = "hung"
-        self.rec.emit("watchdog_fired", deadline_s=self.deadline_s)
+        host = self.host
+        self.outcome.watchdog = {"deadline_s": self.deadline_s, "config_s": self.deadline, "scale": scale(),
+                                 "launches": getattr(host, "launches", 0), "launch_s": getattr(host, "launch_s", 0.0)}
+        self.rec.emit("watchdog_fired", **self.outcome.watchdog)
         live = [p for p in list(self._procs.values()) if p.alive]
         for proc in live:
             self.outcome.stacks[proc.label] = self._stacks_of(proc)

@@ -19,6 +19,7 @@ from typing import Any
 from harness.artifacts import cut
 from harness.checkers.base import Verdict
 from harness.history import Event
+from harness.launch.outcome import watchdog_words
 from harness.report.timeline import MARKER_KINDS, Evidence, evidence_key, timeline_views
 from harness.scenario.report import replay_command
 from harness.scenario.report import timeline as text_timeline
@@ -37,7 +38,8 @@ VALUE_CHARS = 300  # characters of one event's data in a row
 LIST_MAX = 200  # problems, exit codes, leftovers, stacks and notes listed at most (then "... and N more")
 TEXT_LINES = 2000  # lines of the text timeline at most (evidence first)
 # the words of each run outcome (harness.launch.cluster.OUTCOME_STATUSES) on the page's headline
-OUTCOME_WORDS = {"ok": "ran to the end", "hung": "hung: the watchdog killed it", "failed": "failed: could not start"}
+# ("hung" without the watchdog's bound: a start that hung, ended at its launch bound; with it, watchdog_words)
+OUTCOME_WORDS = {"ok": "ran to the end", "hung": "hung: the harness ended it", "failed": "failed: could not start"}
 
 CSS = """
 body{font:14px/1.4 system-ui,-apple-system,"Segoe UI",sans-serif;margin:1.5em;color:#1b1f24;background:#fff}
@@ -75,6 +77,7 @@ svg .violation.evidence circle{fill:none;stroke:#cf222e;stroke-width:2.5}
 svg :hover{opacity:.7}
 .focus-note{color:#57606a;margin:.2em 0} details.whole-run{margin-top:.6em}
 details.whole-run summary{cursor:pointer;color:#0969da} svg .focus-band{fill:#0969da;fill-opacity:.07}
+svg .gap{fill:#eaeef2;stroke:#8c959f;stroke-dasharray:4 3}
 .legend span{margin-right:1.2em;white-space:nowrap} .legend i{display:inline-block;width:1.6em;height:.7em;
 margin-right:.3em;vertical-align:middle}
 """
@@ -131,8 +134,13 @@ def _header(doc: Mapping[str, Any], verdicts: Sequence[Verdict], history: str, r
 
 
 def outcome_words(outcome: Mapping[str, Any]) -> str:
-    """How the run ended, in words: its status's (OUTCOME_WORDS), a hung run's with the watchdog's detail."""
+    """How the run ended, in words: its status's (OUTCOME_WORDS); a hung run's with the bound its watchdog fired
+    at ("hung: watchdog after 60 s"), else with its detail."""
     status = str(outcome.get("status", "unknown"))
+    watchdog = outcome.get("watchdog")
+    fired = watchdog_words(watchdog) if status == "hung" and isinstance(watchdog, Mapping) else ""
+    if fired:
+        return fired
     words = OUTCOME_WORDS.get(status, f"ended as {status!r}")
     detail = str(outcome.get("detail") or "")
     return f"hung: {detail}" if status == "hung" and detail else words

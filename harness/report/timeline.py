@@ -3,7 +3,9 @@
 x is time in ms from the first event; there is one lane per (process, thread).
 :func:`timeline_views` opens on the span that matters, ``svg.timeline.focus``
 (:func:`focus`: from the first fault, stop or kill to the last event of the
-stop, and every violation's evidence, padded), with the whole run,
+stop, and every violation's evidence, padded; a hung run's, :func:`hang`: from
+its last progress to the watchdog firing, the silence between drawn as a break,
+``rect.gap``), with the whole run,
 ``svg.timeline.whole``, one click away in a ``<details>`` below it: plain HTML,
 no script.  A run whose stop takes most of it has the whole view only.  Each
 view carries ``data-view``, ``data-t0-ms`` and ``data-t1-ms`` (its axis, in ms
@@ -45,7 +47,7 @@ from harness.artifacts import cut
 from harness.categories import category_of
 from harness.history import Event
 
-__all__ = ["svg_timeline", "timeline_views", "focus", "Evidence", "evidence_key", "MARKER_KINDS", "SPANS",
+__all__ = ["svg_timeline", "timeline_views", "focus", "hang", "Evidence", "evidence_key", "MARKER_KINDS", "SPANS",
            "FOCUS_MAX"]
 
 LABEL_W = 300  # px: the lane-label column
@@ -70,11 +72,14 @@ CLOSING = ("stop_returned", "second_stop_returned", "stop_all_returned", "stop_f
 FOCUS_PAD = 0.1  # of the focus span, on each side
 FOCUS_MIN_PAD_NS = 200_000  # a focus on one instant still shows a little around it
 FOCUS_MAX = 0.75  # of the run: a focus wider than this is no focus (the whole view only)
+GAP_W = 60  # px: a hung run's silence (its last progress to the watchdog) drawn as a break of the axis
+HANG_GAP = 0.5  # of a hung run's span: a silence longer than this is drawn as a break, not to scale
 LABEL_CHARS = 46  # characters of a lane label at most (the column is LABEL_W wide)
 MAX_LANES = 200  # lanes drawn at most: a run has a few dozen; the rest share one, "other lanes"
 MAX_DRAWN = 4000  # spans, points and markers drawn in one view at most (evidence rings always): the page's size
 VALUE_CHARS = 120  # characters of one data value in a tooltip at most (its length is shown; the history keeps it)
 
+Window = tuple[int, int]  # (t_ns from, to): a view's span
 Key = tuple[int, int, str, str]  # (t_ns, pid, kind, thread): how an evidence event is found in the history
 Evidence = dict[Key, list[tuple[str, str]]]  # event key -> [(checker, message)]
 
@@ -96,9 +101,16 @@ class _Layout:
     lanes: dict[tuple[int, str, str], int] = field(default_factory=dict)  # (pid, label, thread) -> index
     groups: dict[tuple[int, str], list[int]] = field(default_factory=dict)  # process -> its lane indexes
     hidden: int = 0  # lanes past MAX_LANES: their events are drawn on the last lane, "other lanes"
+    gap: tuple[int, int] | None = None  # a stretch with no event drawn GAP_W px wide, not to scale (a hang)
 
     def x(self, t_ns: int) -> float:
-        return LABEL_W + (min(max(t_ns, self.t0), self.t1) - self.t0) / max(1, self.t1 - self.t0) * PLOT_W
+        t = min(max(t_ns, self.t0), self.t1)
+        if self.gap is None:
+            return LABEL_W + (t - self.t0) / max(1, self.t1 - self.t0) * PLOT_W
+        g0, g1 = self.gap
+        per = (PLOT_W - GAP_W) / max(1, (self.t1 - self.t0) - (g1 - g0))  # px per ns, on either side of the gap
+        left = LABEL_W + (min(t, g0) - self.t0) * per
+        return left if t <= g0 else left + GAP_W * min(1.0, (t - g0) / max(1, g1 - g0)) + max(0, t - g1) * per
 
     def shows(self, t_ns: int) -> bool:
         return self.t0 <= t_ns <= self.t1
@@ -131,10 +143,10 @@ class _Layout:
         return TOP + self.count * LANE_H + BOTTOM
 
 
-def _layout(events: Sequence[Event], window: tuple[int, int] | None) -> _Layout:
+def _layout(events: Sequence[Event], window: tuple[int, int] | None, gap: tuple[int, int] | None = None) -> _Layout:
     first, last = events[0].t_ns, events[-1].t_ns
     t0, t1 = window if window is not None else (first, last)
-    lay = _Layout(t0, t1, first, last)
+    lay = _Layout(t0, t1, first, last, gap=gap)
     by_process: dict[tuple[int, str], list[str]] = {}  # process -> its threads, each in order of its first event
     seen: set[tuple[int, str, str]] = set()
     threadless: list[tuple[int, str]] = []
@@ -287,17 +299,26 @@ def _tick_step(span_ms: float) -> float:
 
 
 def _axis(lay: _Layout) -> list[str]:
-    """Ticks at round ms of the run (not of the view) across the view's span."""
-    lo, hi = (lay.t0 - lay.origin) / 1e6, (lay.t1 - lay.origin) / 1e6
-    step = _tick_step(hi - lo) if hi > lo else 1.0
-    out, n = [], math.ceil(lo / step - 1e-9)
-    while n * step <= hi + 1e-9:
-        ms = round(n * step, 9)
-        x = lay.x(lay.origin + round(ms * 1e6))
-        out.append(f'<line class="tick" data-kind="tick" x1="{x:.1f}" x2="{x:.1f}" y1="{TOP - 4}" '
-                   f'y2="{lay.height - BOTTOM:.1f}"/><text class="tick-label" data-ms="{ms:g}" x="{x:.1f}" '
-                   f'y="{TOP - 8}">{ms:g} ms</text>')
-        n += 1
+    """Ticks at round ms of the run (not of the view) across the view's span, on either side of its gap."""
+    ends = [lay.t0, *(lay.gap or ()), lay.t1]
+    segments = [((a - lay.origin) / 1e6, (b - lay.origin) / 1e6) for a, b in zip(ends[::2], ends[1::2], strict=True)]
+    shown = sum(hi - lo for lo, hi in segments)
+    step = _tick_step(shown) if shown > 0 else 1.0
+    out = []
+    for lo, hi in segments:
+        n = math.ceil(lo / step - 1e-9)
+        while n * step <= hi + 1e-9:
+            ms = round(n * step, 9)
+            x = lay.x(lay.origin + round(ms * 1e6))
+            out.append(f'<line class="tick" data-kind="tick" x1="{x:.1f}" x2="{x:.1f}" y1="{TOP - 4}" '
+                       f'y2="{lay.height - BOTTOM:.1f}"/><text class="tick-label" data-ms="{ms:g}" x="{x:.1f}" '
+                       f'y="{TOP - 8}">{ms:g} ms</text>')
+            n += 1
+    if lay.gap is not None:
+        x0, (g0, g1) = lay.x(lay.gap[0]), lay.gap
+        out.append(f'<rect class="gap" data-kind="gap" {_attr(data_t_ms=_ms(lay, g0), data_t_end_ms=_ms(lay, g1))} '
+                   f'x="{x0:.1f}" y="{TOP}" width="{GAP_W}" height="{lay.height - TOP - BOTTOM:.1f}"><title>'
+                   f"{(g1 - g0) / 1e6:.1f} ms without an event, drawn {GAP_W} px wide, not to scale</title></rect>")
     return out
 
 
@@ -318,15 +339,16 @@ def _lanes(lay: _Layout) -> list[str]:
 
 
 def svg_timeline(events: Sequence[Event], evidence: Evidence | None = None,
-                 window: tuple[int, int] | None = None, band: tuple[int, int] | None = None) -> str:
+                 window: tuple[int, int] | None = None, band: tuple[int, int] | None = None,
+                 gap: tuple[int, int] | None = None) -> str:
     """The inline ``<svg class="timeline">`` of ``events``, on the axis ``window`` (t_ns from, to; default the
     whole run: ``whole``, else ``focus``), with ``band`` (the focus, on the whole view) shaded as
-    ``rect.focus-band``; a note instead when there are none."""
+    ``rect.focus-band`` and ``gap`` (no event in it) drawn as ``rect.gap``; a note instead when there are none."""
     evs = sorted(events, key=lambda e: e.t_ns)
     if not evs:
         return '<p class="empty-timeline">(no events: nothing to draw)</p>'
     ev = evidence or {}
-    lay = _layout(evs, window)
+    lay = _layout(evs, window, gap)
     view = "whole" if window is None else "focus"
     spans, used = _spans(evs)
     parts = _lanes(lay) + _axis(lay)
@@ -385,6 +407,31 @@ def focus(events: Sequence[Event], evidence: Evidence | None = None) -> tuple[in
     return None if hi <= lo or hi - lo > FOCUS_MAX * (last - first) else (lo, hi)
 
 
+def hang(events: Sequence[Event], evidence: Evidence | None = None) -> tuple[Window, Window | None] | None:
+    """A hung run's span that matters, (from, to) and its silence, or None when the watchdog never fired.
+
+    From its last progress (the last event before ``watchdog_fired``; from the first fault, stop or stopping
+    step when one came before it: what led into the hang) to the watchdog firing and the kill after it, widened
+    to every violation's evidence, padded.  The silence between the last progress and the watchdog, when it is
+    over HANG_GAP of that span, is returned to be drawn as a break (its events stay in scale on either side)."""
+    evs = sorted(events, key=lambda e: e.t_ns)
+    fired = next((e.t_ns for e in evs if e.kind == "watchdog_fired"), None)
+    before = [e for e in evs if fired is not None and e.t_ns < fired]
+    if fired is None or not before:
+        return None
+    progress = before[-1].t_ns
+    starts = [e.t_ns for e in before if e.kind in OPENING or (e.kind == "step_started" and _stopping(e))]
+    shown = [e.t_ns for e in evs if evidence_key(e) in (evidence or {})]
+    lo, hi = min([progress, *starts[:1], *shown]), max([evs[-1].t_ns, *shown])
+    silence = fired - progress
+    pad = max(int(((hi - lo) - silence) * FOCUS_PAD), FOCUS_MIN_PAD_NS)  # of the time drawn to scale
+    lo, hi = max(evs[0].t_ns, lo - pad), min(evs[-1].t_ns, hi + pad)
+    gap = (progress + pad, fired - pad) if silence - 2 * pad > HANG_GAP * (hi - lo) else None
+    if hi <= lo or (gap is None and hi - lo > FOCUS_MAX * (evs[-1].t_ns - evs[0].t_ns)):
+        return None
+    return (lo, hi), gap
+
+
 def _stopping(e: Event) -> bool:
     return category_of(e.data) in STOPPING
 
@@ -407,7 +454,8 @@ def timeline_views(events: Sequence[Event], evidence: Evidence | None = None) ->
     """The focus view with the whole run one click away below it (``details#whole-run``), or the whole
     view alone when the run has no focus (see :func:`focus`)."""
     evs = sorted(events, key=lambda e: e.t_ns)
-    window = focus(evs, evidence) if evs else None
+    hung = hang(evs, evidence) if evs else None
+    window, gap = hung if hung is not None else (focus(evs, evidence) if evs else None, None)
     whole = svg_timeline(evs, evidence, band=window)
     note = (f'<p class="drawn-note" data-kind="drawn-note">At most {MAX_DRAWN} shapes and {MAX_LANES} lanes are '
             "drawn in a view; the text timeline below and the history hold every event.</p>"
@@ -416,9 +464,12 @@ def timeline_views(events: Sequence[Event], evidence: Evidence | None = None) ->
         return f'{note}<div class="scroll">{whole}</div>'
     t = [f"{(x - evs[0].t_ns) / 1e6:.1f}" for x in (*window, evs[-1].t_ns)]
     inside = sum(1 for e in evs if window[0] <= e.t_ns <= window[1])
+    what = ("from the first fault, stop or kill to the stop's last event and the evidence" if hung is None else
+            "the hang: from its last progress to the watchdog firing and the kill" + (
+                "" if gap is None else f", its {(gap[1] - gap[0]) / 1e6:.1f} ms without an event drawn as a break"))
     return (f'{note}<p class="focus-note" data-kind="focus-note">Showing {t[0]}-{t[1]} ms of {t[2]} ms ({inside} of '
-            f"{len(evs)} events): from the first fault, stop or kill to the stop's last event and the evidence, "
+            f"{len(evs)} events): {what}, "
             f'padded. <a href="#whole-run">The whole run</a> is below.</p>'
-            f'<div class="scroll">{svg_timeline(evs, evidence, window)}</div>'
+            f'<div class="scroll">{svg_timeline(evs, evidence, window, gap=gap)}</div>'
             f'<details id="whole-run" class="whole-run"><summary>The whole run: 0-{t[2]} ms, {len(evs)} events '
             f'(click to show)</summary><div class="scroll">{whole}</div></details>')

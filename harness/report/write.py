@@ -76,7 +76,8 @@ def describe(result: RunResult, nodeid: str | None = None, target: str | None = 
             "matrix": item.id, "params": dict(item.params),
             "variant": result.variant, "run_id": result.run_id, "nodeid": nodeid, "target": target,
             "outcome": {"status": out.status, "detail": out.detail, "exits": dict(out.exits),
-                        "leftovers": list(out.leftovers), "stacks": dict(out.stacks)},
+                        "leftovers": list(out.leftovers), "stacks": dict(out.stacks),
+                        **({"watchdog": dict(out.watchdog)} if out.watchdog else {})},
             "step_error": result.step_error, "broken": getattr(result, "broken", ""),
             "seconds": round(result.seconds, 3), "scale": getattr(result, "scale", 1.0),
             "absent": sorted(absent_of(result.variant)), "expect": expect}

@@ -9,6 +9,7 @@ from typing import Any
 from harness.artifacts import cut
 from harness.checkers.index import frozen
 from harness.history import Event
+from harness.launch.outcome import watchdog_reason
 
 NOISE = {"fault_armed", "process_resources", "listener_started", "stop_all_returned", "teardown_step",
          "exit_hook_started", "exit_hook_finished", "step_started"}  # left out of the compact timeline
@@ -79,8 +80,10 @@ def failure_text(result: Any, nodeid: str | None = None, page: Any = None, targe
     """The report of one run, for pytest's failure output and the terminal (``page``: its HTML report;
     ``target``: the session's target override, which the replay needs when there is no report: the node id alone
     runs the file's). Its replay line works from any directory (:func:`replay_command`)."""
+    # a hung run's first line (pytest's short summary shows it) says the watchdog ended it, after how long and why
+    fired = watchdog_reason(result.outcome.watchdog) if result.outcome.status == "hung" else ""
     out = [f"scenario {result.item.scenario.name}[{result.item.id}] on {result.variant}: "
-           f"outcome {result.outcome.status}, {result.seconds:.2f}s, run {result.run_id}"]
+           f"{fired or 'outcome ' + result.outcome.status}, {result.seconds:.2f}s, run {result.run_id}"]
     if getattr(result, "broken", ""):
         out.append(f"broken: {result.broken} (nothing this run shows counts)")
     if result.step_error:

@@ -194,6 +194,9 @@ def _outcome(events: list[Event], last: RunOutcome | None, launches: set[int], r
     hung = any(e.kind == "watchdog_fired" or (e.kind == "engine_start_failed" and e.data.get("hung")) for e in events)
     out = RunOutcome(status="hung" if hung else "ok", detail=f"item {k + 1} of {n} of chained run {run_id}")
     out.stacks = {str(e.data.get("label")): str(e.data.get("text")) for e in events if e.kind == "stacks"}
+    fired = next((e for e in events if e.kind == "watchdog_fired"), None)
+    if fired is not None:  # the chained run's one bound: the sum of its scenarios' deadlines
+        out.watchdog = {**fired.data, "scenarios": n}
     if last is not None:
         mine = tuple(f"{root}/e{x}" for x in launches)
         out.leftovers = [p for p in last.leftovers if any(p == m or p.startswith(m + "/") for m in mine)]

@@ -111,7 +111,10 @@ class Config(Strict):
 
     drain_timeout: Duration = Field(5.0, description="how long stop waits for a handler inside the backend")
     exit_budget: Duration | None = Field(None, description="exit hook's drain budget; default the target's")
-    deadline: Duration = Field(60.0, gt=0, description="the watchdog: past this the run is killed as hung")
+    deadline: Duration = Field(60.0, gt=0, description=(
+        "the watchdog's bound for the whole run: past it every process's stacks are taken, every process is "
+        "killed and the outcome is hung; times LASTCALL_TIMEOUT_SCALE, plus an engine run's launch allowances "
+        "(docs/scenarios.md, The watchdog)"))
     capacity: Size = Field(64 * MIB, description="KV address space of group 0, e.g. 64MiB")
     ipc_timeout: Duration = Field(10.0, gt=0, description="client-side request timeout; the default wait timeout")
     # engine targets (vllm_engine, engine_standin): flags of the launch, under vLLM's own names (tp: topology.tp)
