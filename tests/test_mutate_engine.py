@@ -103,7 +103,7 @@ def test_an_engine_sample_is_recorded_in_its_own_record_and_table(tmp_path: Path
 
 @pytest.mark.slow
 def test_a_stand_in_mutant_is_killed_in_its_exec_d_processes_and_an_unreached_one_survives(tmp_path: Path) -> None:
-    """About 25 s: the unmutated engine scenarios (-k: engine-sigterm-idle), then each mutant on them (the kill
+    """About 15-25 s: the unmutated engine scenarios (-k: engine-sigterm-idle), then each mutant on them (the kill
     confirmed once).  It fails when the stand-in the run launches does not import the mutated copy."""
     out_json = tmp_path / "run.json"
     before = (ROOT / STANDIN).read_bytes()
