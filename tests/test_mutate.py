@@ -98,6 +98,34 @@ def test_only_the_functions_named_are_mutated_and_ids_are_stable() -> None:
         mutants_of(SMALL, "small.py", ["L.stop", "L.nope"])
 
 
+def test_a_closure_is_mutated_under_its_own_qualname_and_never_as_its_outer_function() -> None:
+    """A function defined inside another is named as Python's __qualname__ names it (outer.<locals>.inner, at any
+    depth of the outer's blocks); the outer's mutants leave its body alone."""
+    src = textwrap.dedent('''\
+        def outer(o):
+            if o:
+                def inner(x):
+                    x.stop()
+                    return x
+            else:
+                class K:
+                    def m(self):
+                        self.n = 1
+            return inner
+        ''')
+    import ast
+
+    from harness.mutate.mutator import functions_of
+
+    assert list(functions_of(ast.parse(src))) == ["outer", "outer.<locals>.inner", "outer.<locals>.K.m"]
+    assert {m.about for m in mutants_of(src, "c.py", ["outer"])} == {"condition `o` negated", "`return inner` removed"}
+    inner = mutants_of(src, "c.py", ["outer.<locals>.inner"])
+    assert [m.id.rsplit(":", 1)[0] for m in inner] == ["c.py::outer.<locals>.inner::remove"] * 2
+    assert {m.line for m in inner} == {4, 5}
+    assert [m.about for m in mutants_of(src, "c.py", ["outer.<locals>.K.m"])] == ["`self.n = 1` removed",
+                                                                                  "`1` -> `2`"]
+
+
 def test_an_id_follows_its_statement_not_its_line() -> None:
     """Lines added above a function, or a statement above the edited one, leave every id as it was; an edited
     statement's mutants get new ids; two identical edits of one function are told apart."""

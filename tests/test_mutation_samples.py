@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from harness.mutate import samples
+from harness.mutate.scopes import SCOPES, Scope
 
 
 def _doc(commit: str, killed: int, of: int = 40, *, seed: int = 7, planned: int | None = None) -> dict[str, Any]:
@@ -55,13 +56,15 @@ def test_only_fresh_whole_samples_of_one_commit_make_a_headline(docs: list[tuple
     assert samples.headline(_entries(*docs)).startswith(says)
 
 
-def test_the_page_s_table_is_rendered_from_the_record() -> None:
-    page = samples.PAGE.read_text()
-    start, stop = page.index(samples.BEGIN) + len(samples.BEGIN), page.index(samples.END)
-    on_disk = json.loads(samples.RECORD.read_text())["samples"] if samples.RECORD.exists() else []
+@pytest.mark.parametrize("scope", SCOPES, ids=[s.name for s in SCOPES])
+def test_the_page_s_table_is_rendered_from_the_record(scope: Scope) -> None:
+    page = scope.page.read_text()
+    begin, end = scope.markers
+    start, stop = page.index(begin) + len(begin), page.index(end)
+    on_disk = json.loads(scope.record.read_text())["samples"] if scope.record.exists() else []
     assert page[start:stop].strip() == samples.markdown(on_disk).strip(), (
-        "docs/mutation.md's fresh-samples table differs from docs/data/mutation_samples.json: "
-        "python -c 'from harness.mutate.samples import render; render()'")
+        f"docs/mutation.md's fresh-samples table of the {scope.name} differs from {scope.record.name}: "
+        "python -c 'from harness.mutate.scopes import render_samples; render_samples()'")
 
 
 def test_a_sample_without_a_seed_draws_one_and_says_how_to_run_it_again(capsys: pytest.CaptureFixture[str]) -> None:

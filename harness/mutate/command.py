@@ -4,7 +4,8 @@
 function of MODULE when none is) one edit at a time in a temporary copy first on the run's PYTHONPATH, runs
 the scenarios (reference items only, through ``lastcall run``) against T for each, and prints the raw and
 non-equivalent scores and every survivor with its diff.  ``python -m harness.mutate`` (``./dev mutate``)
-does the same over mutation/stop-path.txt, each mutant against the scenarios of its file's listener.
+does the same over mutation/stop-path.txt, each mutant against the scenarios of its file's listener, and with
+``--engine`` over mutation/engine-stop-path.txt, each mutant of the engine stand-in against the engine scenarios.
 """
 
 from __future__ import annotations
@@ -14,9 +15,12 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from harness.errors import ConfigError
+
+if TYPE_CHECKING:
+    from harness.mutate.scopes import Scope
 
 __all__ = ["register", "cmd_mutate", "dev_main", "EXIT_OK", "EXIT_SURVIVORS", "EXIT_USAGE"]
 
@@ -179,20 +183,23 @@ def cmd_mutate(args: argparse.Namespace) -> int:
 
 
 def dev_main(argv: Sequence[str] | None = None) -> int:
-    """``./dev mutate``: the reference's stop path (mutation/stop-path.txt) against the scenario library."""
+    """``./dev mutate``: the reference's stop path (mutation/stop-path.txt) against the scenario library; with
+    ``--engine``, the engine stand-in's (mutation/engine-stop-path.txt) against the engine scenarios."""
     from harness.mutate.analysis import analyse
-    from harness.mutate.plan import EQUIVALENT, STOP_PATH, SURVIVORS, read_entries, read_stop_path, subjects_of
-    from harness.mutate.run import cast_of_file, scenarios_for
+    from harness.mutate.plan import EQUIVALENT, SURVIVORS, read_entries
+    from harness.mutate.scopes import ENGINE, REFERENCE, groups_of
 
     p = argparse.ArgumentParser(prog="./dev mutate", description=dev_main.__doc__, epilog=EPILOG)
     _common(p)
-    p.add_argument("--record", action="store_true", help="write docs/data/mutation.json and docs/mutation.md's "
-                   "table (the recorded measurement)")
+    p.add_argument("--engine", action="store_true", help="mutate the engine stand-in's stop path "
+                   "(mutation/engine-stop-path.txt) and run the engine scenarios on it, recorded apart")
+    p.add_argument("--record", action="store_true", help="write the run's JSON (docs/data/mutation.json; "
+                   "mutation_engine.json with --engine), a sample's line of the record of samples, and "
+                   "docs/mutation.md's tables")
     args = p.parse_args(argv)
+    scope = ENGINE if args.engine else REFERENCE
     if args.record:
-        from harness.mutate.table import DATA
-
-        args.json = args.json or str(DATA)
+        args.json = args.json or str(scope.data)
     given = list(argv if argv is not None else sys.argv[1:])
     drawn = _seed(args)
     command = ("./dev mutate " + " ".join(given + ([f"--seed {args.seed}"] if drawn and args.sample else []))).strip()
@@ -200,15 +207,8 @@ def dev_main(argv: Sequence[str] | None = None) -> int:
 
     restore = sigterm_interrupts()  # SIGTERM as ^C: the mutant's run is stopped and cleaned up too
     try:
-        subjects = subjects_of(read_stop_path(STOP_PATH))
-        library = str(STOP_PATH.parents[1] / "scenarios")
-        groups = []
-        for cast in ("worker", "handshake"):
-            mine = [s for s in subjects if cast_of_file(s.rel) == cast]
-            if mine:
-                groups.append((cast, mine, scenarios_for([library], (cast,))))
-        a = analyse(groups, target=None, sample=args.sample, seed=args.seed, only=args.only, timeout=args.timeout,
-                    equivalent=read_entries(EQUIVALENT, equivalent=True),
+        a = analyse(groups_of(scope), target=None, sample=args.sample, seed=args.seed, only=args.only,
+                    timeout=args.timeout, equivalent=read_entries(EQUIVALENT, equivalent=True),
                     explained=read_entries(SURVIVORS, equivalent=False), keyword=args.keyword,
                     after=_progress(args, command), workers=args.workers)
     except ConfigError as exc:
@@ -221,12 +221,20 @@ def dev_main(argv: Sequence[str] | None = None) -> int:
         restore()
     code = _finish(a, args, command)
     if args.record:
-        from harness.mutate.analysis import to_json
-        from harness.mutate.samples import append, render
+        _record(a, args, command, scope, drawn=drawn)
+    return code
+
+
+def _record(a: Any, args: argparse.Namespace, command: str, scope: Scope, *, drawn: bool) -> None:
+    """--record: the page's tables, and a sample's line appended to its scope's record (none ever dropped)."""
+    from harness.mutate.analysis import to_json
+    from harness.mutate.samples import append, render
+
+    if scope.measured_tables:
         from harness.mutate.table import render_doc
 
         render_doc()
-        if args.sample and not args.only:  # a sample: appended to the record of samples, never dropped
-            append(to_json(a, sample=args.sample, seed=args.seed, target=None, command=command), drawn=drawn)
-            render()
-    return code
+    if args.sample and not args.only:
+        append(to_json(a, sample=args.sample, seed=args.seed, target=None, command=command), drawn=drawn,
+               path=scope.record)
+        render(scope.page, scope.record, scope.markers)

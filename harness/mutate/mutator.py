@@ -77,18 +77,36 @@ def anchor_of(fn: ast.AST, lines: list[str], m: Mutant) -> str:
 
 
 def functions_of(tree: ast.Module) -> dict[str, ast.FunctionDef | ast.AsyncFunctionDef]:
-    """Every function and method of a module by qualname (``Class.method``, ``func``, ``Outer.Inner.m``)."""
+    """Every function and method of a module by qualname, as Python's ``__qualname__`` spells it (``func``,
+    ``Class.method``, ``Outer.Inner.m``, and a function defined in one as ``func.<locals>.inner``: a closure's
+    body is mutated under its own name, never as part of the function that defines it)."""
     found: dict[str, ast.FunctionDef | ast.AsyncFunctionDef] = {}
 
     def visit(body: Sequence[ast.stmt], prefix: str) -> None:
         for node in body:
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 found[prefix + node.name] = node
+                visit(_defined_in(node), f"{prefix}{node.name}.<locals>.")
             elif isinstance(node, ast.ClassDef):
                 visit(node.body, f"{prefix}{node.name}.")
 
     visit(tree.body, "")
     return found
+
+
+def _defined_in(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> list[ast.stmt]:
+    """The functions and classes ``fn``'s body defines, at any depth of its blocks (not inside those), in order."""
+    out: list[ast.stmt] = []
+
+    def visit(node: ast.AST) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                out.append(child)
+            elif isinstance(child, (ast.stmt, ast.excepthandler, ast.match_case)):
+                visit(child)
+
+    visit(fn)
+    return out
 
 
 def _is_instrumentation(node: ast.AST) -> bool:

@@ -98,8 +98,9 @@ def markdown(samples: list[dict[str, Any]]) -> str:
     return "\n".join([headline(samples), "", *rows])
 
 
-def render(page: Path = PAGE, path: Path = RECORD) -> None:
-    """Write the record's table between the page's markers."""
+def render(page: Path = PAGE, path: Path = RECORD, markers: tuple[str, str] = (BEGIN, END)) -> None:
+    """Write the record's table between the page's markers (the reference's unless others are given)."""
     text = page.read_text()
-    start, stop = text.index(BEGIN) + len(BEGIN), text.index(END)
+    begin, end = markers
+    start, stop = text.index(begin) + len(begin), text.index(end)
     page.write_text(text[:start] + "\n" + markdown(_read(path)) + "\n" + text[stop:])
