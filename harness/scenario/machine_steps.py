@@ -16,12 +16,11 @@ from typing import Any
 from harness.scenario.player import Player, StepError, step_kind
 from harness.timeouts import thread_cpu
 
-__all__ = ["cpu_ns", "cpu_share", "lowest_free_fd", "CALIBRATION_S"]
+__all__ = ["cpu_ns", "cpu_share", "measure_window", "lowest_free_fd", "CALIBRATION_S"]
 
-# how long measure_idle spins to measure the share of a CPU a busy thread gets (harness.checkers.modes judges a
-# window's CPU time against it): long enough to span several of the kernel's time slices (a few ms each)
+# the shortest spin that measures the share of a CPU a busy thread gets: long enough to span several of the
+# kernel's time slices (a few ms each)
 CALIBRATION_S = 0.05
-
 
 
 def cpu_ns(pid: int) -> tuple[int, int]:
@@ -61,17 +60,27 @@ def cpu_share(spin_s: float = CALIBRATION_S) -> float:
     return (r1 - r0) / max(1, (r1 - r0) + (w1 - w0))
 
 
+def measure_window(pid: int, window: float) -> dict[str, float]:
+    """What ``pid``'s threads did over ``window`` seconds, beside what a thread that never blocks got over the
+    same seconds: the calibration spins on a thread of its own for the whole window, so both face the same
+    contention however the machine's load comes and goes (a spin before the window measured another moment:
+    a neighbour that stopped or started between them moved the verdict).  The value idle_cost judges."""
+    got: list[float] = []
+    spinner = threading.Thread(target=lambda: got.append(cpu_share(max(window, CALIBRATION_S))),
+                               name="lastcall-calibration", daemon=True)
+    (r0, q0), t0 = cpu_ns(pid), time.monotonic_ns()
+    spinner.start()
+    spinner.join()  # it spins until its own clock passes the window's end: it always returns
+    (r1, q1), t1 = cpu_ns(pid), time.monotonic_ns()
+    return {"run_s": (r1 - r0) / 1e9, "wait_s": (q1 - q0) / 1e9, "runnable_s": (r1 - r0 + q1 - q0) / 1e9,
+            "window_s": (t1 - t0) / 1e9, "cpu_share": got[0]}
+
+
 @step_kind("measure_idle")
 def measure_idle(pl: Player, s: Any, name: str) -> None:
     proc = pl.proc(s.of)
     pl.started(name, "measure_idle", pid=proc.pid, window=s.window)
-    share = cpu_share()
-    t0, (r0, q0) = time.monotonic_ns(), cpu_ns(proc.pid)
-    threading.Event().wait(s.window)  # the window measured: nothing is waited for
-    (r1, q1), t1 = cpu_ns(proc.pid), time.monotonic_ns()
-    pl.returned(name, "measure_idle", True, {
-        "run_s": (r1 - r0) / 1e9, "wait_s": (q1 - q0) / 1e9, "runnable_s": (r1 - r0 + q1 - q0) / 1e9,
-        "window_s": (t1 - t0) / 1e9, "cpu_share": share}, pid=proc.pid)
+    pl.returned(name, "measure_idle", True, measure_window(proc.pid, s.window), pid=proc.pid)
 
 
 def lowest_free_fd(pid: int) -> int:
