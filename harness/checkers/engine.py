@@ -169,11 +169,19 @@ def engine_exit_status(run: RunRecord, p: Params) -> Verdict:
     return ok(name, f"{judged} exit status(es) true", tuple(why_not))
 
 
+class RequestsEnd(Params):
+    """engine_requests_end: every request ends, none hangs; those named in ``complete`` run to their end."""
+
+    complete: list[str] = Field(default_factory=list, description="engine_request steps that must end complete, "
+                                "not aborted, refused or cut (a request that fits in the --shutdown-timeout drain)")
+
+
 @checker("engine_requests_end", "every request to the engine ends (complete, aborted, refused or cut), none "
-         "hangs", judges=_STEPS, evidence={}, observes_exit=True,
+         "hangs; those named in complete run to their end", params=RequestsEnd, judges=_STEPS, evidence={},
+         observes_exit=True,
          timing=("whether each request ended within the step's bound (complete, aborted, refused or cut). Load "
                  "lengthens a generation; the bound is the step's timeout, stretched by the target's bound_scale"))
-def engine_requests_end(run: RunRecord, p: Params) -> Verdict:
+def engine_requests_end(run: RunRecord, p: RequestsEnd) -> Verdict:
     name = "engine_requests_end"
     started = [e for e in run.of("step_started") if e.data.get("kind") == "engine_request"]
     if not started:
@@ -186,6 +194,12 @@ def engine_requests_end(run: RunRecord, p: Params) -> Verdict:
             bad.append((s, f"{s.data['step']}: never returned"))
         elif (r.data.get("value") or {}).get("outcome") == "hung":
             bad.append((r, f"{s.data['step']}: {r.data['value'].get('error', 'hung')}"))
+        elif s.data["step"] in p.complete and (r.data.get("value") or {}).get("outcome") != "complete":
+            bad.append((r, f"{s.data['step']}: {(r.data.get('value') or {}).get('outcome')}, not complete, though "
+                           "it was to run to its end"))
+    missing = sorted(set(p.complete) - {s.data["step"] for s in started})
+    if missing:
+        return unknown(name, f"complete names {', '.join(missing)}: no engine_request step of that name")
     if bad:
         return violated(name, "; ".join(m for _, m in bad), [e for e, _ in bad])
     return ok(name, ", ".join(f"{k}: {e.data['value']['outcome']}" for k, e in ended.items()))

@@ -49,11 +49,11 @@ exit, and holds the API server's listening socket, inherited: a restart cannot b
 ``loses_signal_during_start`` (SIGTERM is ignored until the tree is ready: one sent during the start is
 lost and the tree keeps running), ``waits_on_paused_child`` (a stop waits however long its child takes, with
 no bound and no SIGKILL: a paused worker or engine core holds the stop), ``keeps_port`` (the engine core
-inherits the API server's listening socket
-and has no parent-death watch: after the API server dies it lives on holding the port), ``late_generation``
-(a request that arrives after shutdown began is admitted and generated), ``hangs_on_held_side_channel`` (a held
-NIXL side-channel port kills the engine core's listener thread and the start waits for it forever, as vLLM's
-does: the failure is printed, the start never ends).
+inherits the API server's listening socket and has no parent-death watch: after the API server dies it lives
+on holding the port), ``late_generation`` (a request that arrives after shutdown began is admitted and
+generated), ``hangs_on_held_side_channel`` (a held NIXL side-channel port kills the engine core's listener
+thread and the start waits for it forever, as vLLM's does: the failure is printed, the start never ends),
+``aborts_within_drain`` (``--shutdown-timeout`` is ignored: requests in flight are aborted at once).
 """
 
 from __future__ import annotations
@@ -80,7 +80,7 @@ __all__ = ["VARIANTS", "READY_LINE", "SHUTDOWN_LINE", "GATE", "main"]
 
 VARIANTS = ("standin", "ignores_sigterm", "leaves_socket_file", "keeps_child", "exits_zero_after_engine_died",
             "hangs_stream", "loses_signal_during_start", "keeps_port", "late_generation",
-            "hangs_on_held_side_channel", "waits_on_paused_child")
+            "hangs_on_held_side_channel", "waits_on_paused_child", "aborts_within_drain")
 READY_LINE = "INFO:     Application startup complete."
 SHUTDOWN_LINE = "INFO:     [shutdown] API server: shutdown triggered"  # vLLM's own words (its launcher)
 GATE = "start-gate.sock"  # in the tree's cwd (the run directory): the harness's start gate
@@ -387,7 +387,7 @@ def _drain(st: _State) -> None:
     """Shutdown's handling of the requests in flight: up to --shutdown-timeout to finish, then abort; a
     connection that still has not ended after the abort's grace (its client stopped reading) is closed."""
     o = st.o
-    if o.shutdown_timeout > 0 and not st.engine_dead.is_set():
+    if o.shutdown_timeout > 0 and not st.engine_dead.is_set() and o.variant != "aborts_within_drain":
         st.drained(o.shutdown_timeout)
     st.abort.set()
     if o.variant == "hangs_stream":

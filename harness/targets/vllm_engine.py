@@ -15,7 +15,8 @@ ready and failure lines, the environment, how long a launch may take and whether
   planted-bug variants ``engine_ignores_sigterm``, ``engine_leaves_socket_file``, ``engine_keeps_child``,
   ``engine_exits_zero_after_engine_died``, ``engine_hangs_stream``, ``engine_loses_signal_during_start``,
   ``engine_keeps_port``, ``engine_late_generation``, ``engine_hangs_on_held_side_channel``,
-  ``engine_waits_on_paused_child`` (harness.engine.standin says what each does wrong).
+  ``engine_waits_on_paused_child``, ``engine_aborts_within_drain`` (harness.engine.standin says what each
+  does wrong).
 
 This module imports neither vLLM nor the engine package: validation and collection load target names
 everywhere.
@@ -219,6 +220,8 @@ _BUGS = {
     "hangs_on_held_side_channel": "a held NIXL side-channel port: the failure is printed, the start waits forever",
     "waits_on_paused_child": "a stop waits forever on a child that neither answers nor dies (a paused worker or "
                              "engine core), instead of a bounded wait then SIGKILL",
+    "aborts_within_drain": "--shutdown-timeout is ignored: requests in flight at SIGTERM are aborted at once "
+                           "instead of given the drain to finish",
 }
 _LAUNCH_S = {"hangs_on_held_side_channel": 2.0}  # a start that hangs costs its whole launch bound: keep it short
 STANDIN_VARIANTS: dict[str, EngineTarget] = {
@@ -235,4 +238,5 @@ ENGINE_KEEPS_PORT = STANDIN_VARIANTS["engine_keeps_port"]
 ENGINE_LATE_GENERATION = STANDIN_VARIANTS["engine_late_generation"]
 ENGINE_HANGS_ON_HELD_SIDE_CHANNEL = STANDIN_VARIANTS["engine_hangs_on_held_side_channel"]
 ENGINE_WAITS_ON_PAUSED_CHILD = STANDIN_VARIANTS["engine_waits_on_paused_child"]
+ENGINE_ABORTS_WITHIN_DRAIN = STANDIN_VARIANTS["engine_aborts_within_drain"]
 ENGINE_TARGETS: dict[str, EngineTarget] = {"vllm_engine": TARGET, "engine_standin": STANDIN, **STANDIN_VARIANTS}
