@@ -4,6 +4,7 @@ glance (pids, paths, seconds as cells), escaped and bounded whatever the history
 from __future__ import annotations
 
 import re
+from typing import Any
 
 import pytest
 
@@ -14,7 +15,7 @@ from harness.report.html import KV_CHARS, KV_DEPTH, render_page
 BLANK = render_page({"outcome": {"status": "ok"}}, [violated("engine_tree_exits", "m", [])], [])
 
 
-def _cell(data: dict[str, object]) -> str:
+def _cell(data: dict[str, Any]) -> str:
     """The data cell of the one evidence event's row on its page."""
     e = Event(1_000_000, 4242, "harness", "", "MainThread", "step_returned", data)
     page = render_page({"outcome": {"status": "ok"}}, [violated("engine_tree_exits", "m", [e])], [e])
@@ -45,7 +46,7 @@ def _deep(n: int) -> object:
 
 # Each is a line's worth of a history (some MB at most, as the JSON the history holds; the tooltips and the
 # text timeline write the event's data out once before cutting it), far over one event's budget.
-HOSTILE = {
+HOSTILE: dict[str, dict[str, Any]] = {
     "many keys, each a wide table": {f"k{i}": {f"j{j}": ["x" * 100] * 10 for j in range(50)} for i in range(50)},
     "many rows of many columns": {"value": [{f"c{i}": "y" * 60 for i in range(50)}] * 300},
     "many empty cells": {"value": [{}] * 50_000, "e": [""] * 50_000, "m": {str(i): "" for i in range(50_000)}},
@@ -58,7 +59,7 @@ HOSTILE = {
 
 @pytest.mark.parametrize("name", HOSTILE)
 def test_evidence_tables_are_bounded_and_escaped_whatever_the_data_holds(name: str) -> None:
-    cell = _cell(HOSTILE[name])  # type: ignore[arg-type]
+    cell = _cell(HOSTILE[name])
     assert len(cell) < 15 * KV_CHARS, len(cell)
     assert "more" in cell or "too deep" in cell or "characters)" in cell
     assert "<script" not in cell and "<img" not in cell

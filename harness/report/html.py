@@ -80,6 +80,13 @@ svg .marker.watchdog_fired{stroke:#cf222e;stroke-width:4}
 svg .span.violation{fill:#ff8182;stroke:#cf222e;stroke-width:2} svg .marker.violation{stroke:#cf222e}
 svg .event.violation,svg .mark.violation{fill:#cf222e}
 svg .violation.evidence circle{fill:none;stroke:#cf222e;stroke-width:2.5}
+svg .lane.engine-lane{fill:#f0f6ff} svg .lane.request-lane{fill:#fbf7ff}
+svg .life{fill:#8c959f;fill-opacity:.5;stroke:#57606a} svg .life.survived{fill:#cf222e;stroke:#82071e}
+svg .life.open,svg .life.survived{stroke-dasharray:4 2} svg .life.closed{fill:#bf8700}
+svg .life-mark{stroke-width:2} svg .life-mark.ready{stroke:#1a7f37} svg .life-mark.signalled{stroke:#bc4c00}
+svg .life-mark.exited{stroke:#24292f}
+svg .request.answered{fill:#4ac26b;stroke:#1a7f37} svg .request.aborted{fill:#ffb77c;stroke:#bc4c00}
+svg .request.hung{fill:#ff8182;stroke:#cf222e;stroke-dasharray:4 2} svg .request.not_sent{fill:#d0d7de}
 svg :hover{opacity:.7}
 .focus-note{color:#57606a;margin:.2em 0} details.whole-run{margin-top:.6em}
 details.whole-run summary{cursor:pointer;color:#0969da} svg .focus-band{fill:#0969da;fill-opacity:.07}
@@ -92,7 +99,11 @@ LEGEND = (("frame read", "background:#54aeff"), ("dispatch", "background:#4ac26b
           ("stop returned", "border-left:3px solid #0550ae"),
           ("fault reached/released", "border-left:3px dotted #bf8700"),
           ("process exited", "border-left:3px dotted #24292f"), ("watchdog", "border-left:4px solid #cf222e"),
-          ("violation evidence", "border:2px solid #cf222e;border-radius:1em;width:.7em"))
+          ("violation evidence", "border:2px solid #cf222e;border-radius:1em;width:.7em"),
+          ("engine process alive", "background:#8c959f"), ("survived", "background:#cf222e"),
+          ("ready", "border-left:3px solid #1a7f37"), ("signal sent", "border-left:3px solid #bc4c00"),
+          ("request answered", "background:#4ac26b"), ("aborted", "background:#ffb77c"),
+          ("hung", "background:#ff8182"))
 
 
 def evidence_of(verdicts: Sequence[Verdict]) -> Evidence:
