@@ -86,14 +86,18 @@ HISTORY = [
     _e(20, "step_returned", step="stuck", kind="engine_request", value={"outcome": "hung"}),
     _e(30, "step_returned", step="gone", kind="wait_gone", value={"gone": False, "survivors": [MEMBERS[2]]}),
     _e(31, "engine_process_exited", pid=12, name="VLLM::Worker"),
-    _e(32, "engine_closed", killed=[], terminated=[MEMBERS[2]]), _e(40, "run_ended"),
+    _e(32, "engine_closed", killed=[], terminated=[MEMBERS[2]]),
+    _e(33, "engine_launched", pid=20, port=1, launch=1), _e(34, "engine_start_failed", error="port", launch=1),
+    _e(35, "engine_launched", pid=30, port=1, launch=2),
+    _e(36, "engine_start_failed", error="not ready", launch=2, hung=True), _e(40, "run_ended"),
 ]
 
 
 def test_a_survivor_is_drawn_to_the_end_and_an_unanswered_request_as_hung() -> None:
     rows = engine_rows(HISTORY)
     assert {p: (life.end, life.ended) for p, life in rows.lives.items()} == {
-        10: ("exited", 12_000_000), 11: ("exited", 13_000_000), 12: ("survived", None)}
+        10: ("exited", 12_000_000), 11: ("exited", 13_000_000), 12: ("survived", None),
+        20: ("exited", 34_000_000), 30: ("closed", 36_000_000)}
     assert rows.lives[10].name == "api_server" and rows.lives[10].signals == [(10_000_000, "SIGTERM")]
     assert {s: (r.end, r.outcome) for s, r in rows.requests.items()} == {
         "ok": ("answered", "complete"), "stuck": ("hung", "hung"), "lost": ("hung", "no answer")}

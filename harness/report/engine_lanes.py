@@ -7,8 +7,9 @@ the harness's view of the tree, not the tree's own events.  From it, below the (
 * ``rect.engine-lane`` (``data-pid``, ``data-name``): a lane per process of the tree, in order of first sight.
   ``rect.life`` (``data-kind="process-life"``, ``data-end``): its life, from its launch (``engine_launched``;
   a child of the tree from its launch too, its own start unseen) to how it ended: ``exited``
-  (``engine_process_exited``), ``survived`` (among a ``wait_gone``'s survivors: drawn to the run's end),
-  ``closed`` (ended by the harness at the run's end, ``engine_closed``) or ``open`` (no end seen).
+  (``engine_process_exited``, or ``engine_start_failed``: it exited before it was ready), ``survived``
+  (among a ``wait_gone``'s survivors: drawn to the run's end), ``closed`` (ended by the harness: at the
+  run's end, ``engine_closed``, or a start that hung) or ``open`` (no end seen).
   ``line.life-mark`` (``data-kind`` ``process-ready`` / ``process-signalled`` with ``data-sig`` /
   ``process-exited``): its ready line, each signal sent to it, its exit.
 * ``rect.request-lane`` / ``rect.request`` (``data-kind="request"``, ``data-step``, ``data-outcome``,
@@ -108,14 +109,27 @@ def _step_event(rows: EngineRows, e: Event, launched: int) -> None:
                 survivor.end, survivor.ended = "survived", None
 
 
+def _start_failed(rows: EngineRows, e: Event, leader: int | None) -> None:
+    """A launch that never became ready: it exited (its status known), or it hung and the harness stopped it."""
+    end = "closed" if e.data.get("hung") else "exited"
+    for m in [{"pid": leader}, *_listed(e.data.get("members"))]:
+        life = _life_of(rows, m)
+        if life is not None and life.end == "open":
+            life.end, life.ended = end, e.t_ns
+
+
 def engine_rows(events: Sequence[Event]) -> EngineRows:
     """The tree's processes and the requests of an engine run's history (empty for any other run)."""
     rows = EngineRows()
     launched = 0
+    leaders: dict[object, int] = {}  # launch -> its API server's pid
     for e in events:
         if e.kind == "engine_launched" and isinstance(e.data.get("pid"), int):
             launched = e.t_ns
+            leaders[str(e.data.get("launch"))] = e.data["pid"]
             rows.lives.setdefault(e.data["pid"], Life(e.data["pid"], "api_server", e.t_ns))
+        elif e.kind == "engine_start_failed":
+            _start_failed(rows, e, leaders.get(str(e.data.get("launch"))))
         elif e.kind in ("engine_ready", "engine_handed"):
             _members(rows, e.data.get("members"), e.t_ns, launched or e.t_ns)
             for m in _listed(e.data.get("members")) or [{"pid": e.data.get("pid")}]:
