@@ -274,6 +274,9 @@ _BUILTIN: tuple[EventKind, ...] = (
        "signal or kill it) or run_end (the run's steps ended); alive: whether it was still there to resume",
        {"pid": "int", "process": "str", "reason": "str", "paused_by": "str", "paused_s": "float", "alive": "bool"},
        {**_STEP}),
+    _k("engine_process_exited", "harness", "a process of the engine tree exited, seen by the harness as it happened "
+       "from the first signal on (its pidfd readable; one that exited between two reads of the tree, at the later "
+       "read); name: its process name", {"pid": "int", "name": "str"}),
     _k("engine_closed", "harness", "the harness ended an engine tree: terminated (SIGTERM), then killed (SIGKILL) "
        "what was still alive, and removed the /dev/shm segments it held that outlived it",
        {"killed": "list"}, {"terminated": "list", "removed": "list"}),

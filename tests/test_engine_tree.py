@@ -140,6 +140,26 @@ def test_a_gone_watch_times_the_trees_end_itself_however_late_it_is_asked(tmp_pa
         assert tree.close() == []
 
 
+def test_a_gone_watch_seeded_with_the_members_before_the_signal_records_an_exit_it_could_not_watch(
+        tmp_path: Path) -> None:
+    """The tree gone before the watch's first read (a signal that ends it at once): each member read before the
+    signal still gets its exit, at that read, and the watch's callback (engine_process_exited) with its name."""
+    tree = _tree(tmp_path, "clean")
+    try:
+        tree.start(timeout=30)
+        before = tree.members()
+        tree.signal(signal.SIGTERM)
+        assert tree.wait_gone(timeout=30)
+        seen: list[tuple[int, str]] = []
+        watch = GoneWatch(tree, lambda pid, name: seen.append((pid, name)), before)
+        assert watch.done.wait(30)
+        assert set(watch.exits) == {m.pid for m in before}
+        assert sorted(seen) == sorted((m.pid, m.name) for m in before)
+        watch.close()
+    finally:
+        assert tree.close() == []
+
+
 def test_a_gone_watch_names_an_orphan_and_never_calls_a_survivor_gone(tmp_path: Path) -> None:
     tree = _tree(tmp_path, "orphan")
     try:

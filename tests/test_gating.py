@@ -198,19 +198,27 @@ def _views(history: Path, verdicts: Path) -> list[str]:
     return ["focus", "whole"] if focus(evs, evidence_of(judged)) is not None else ["whole"]
 
 
-@pytest.mark.slow
-def test_report_page_in_a_headless_browser(failed_run: Path, tmp_path: Path) -> None:
+def _browser() -> str:
     browser = _chromium()
     if browser is None:
         if os.environ.get("CI") == "true":
             pytest.fail("CI must check the report page in Chromium: install the chromium package (.ci/run does)")
         pytest.skip("no Chromium on this machine (apt-get install chromium); CI runs this test")
+    return browser
+
+
+def _flags(browser: str, tmp_path: Path) -> list[str]:
     # --disable-dev-shm-usage: a container's /dev/shm is small, and Chromium that runs out there dies with an
     # empty DOM (a clean-clone CI run saw one); its status and stderr go in the message if it dies all the same
-    flags = [browser, "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--disable-quic",
-             "--no-first-run",
-             "--disable-background-networking", "--disable-component-update", "--disable-sync",
-             f"--user-data-dir={tmp_path / 'profile'}"]
+    return [browser, "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--disable-quic",
+            "--no-first-run", "--disable-background-networking", "--disable-component-update", "--disable-sync",
+            f"--user-data-dir={tmp_path / 'profile'}"]
+
+
+@pytest.mark.slow
+def test_report_page_in_a_headless_browser(failed_run: Path, tmp_path: Path) -> None:
+    browser = _browser()
+    flags = _flags(browser, tmp_path)
     # the fixture's fresh run: its page shows the timeline, the evidence and the stop, on the views its history
     # calls for
     fresh = _run_dir(failed_run) / "index.html"
@@ -244,3 +252,37 @@ def test_report_page_in_a_headless_browser(failed_run: Path, tmp_path: Path) -> 
     px = _png_pixels(shot.read_bytes())
     red = int(((px[..., 0] > 180) & (px[..., 1] < 80) & (px[..., 2] < 90)).sum())
     assert red > 20, f"the violation (drawn in red) is not visible in the rendered page ({red} red pixels)"
+
+
+@pytest.mark.slow
+def test_an_engine_runs_page_in_a_headless_browser(tmp_path: Path) -> None:
+    """An engine run on the stand-in (a survivor planted: engine_keeps_child): as Chromium reads its page, a lane
+    per process of the tree with its life, the worker's drawn to the end as survived, the signal on the API
+    server's lane, and the request's bar answered."""
+    from harness.report.write import write_run
+    from harness.scenario import load
+    from harness.scenario.loader import expand
+    from harness.scenario.runner import run_item
+
+    flags = _flags(_browser(), tmp_path)
+    result = run_item(expand(load("scenarios/engine-sigterm-idle.yaml"))[0], variant="engine_keeps_child")
+    page = write_run(result, tmp_path / "reports")
+    assert page is not None
+    done = subprocess.run([*flags, "--dump-dom", page.as_uri()], capture_output=True, text=True, timeout=120)
+    assert "<svg" in done.stdout, f"Chromium dumped nothing (status {done.returncode}): {done.stderr[-2000:]}"
+    dom = Dom(done.stdout)
+    whole = [{**a, "(tag)": t} for t, a in dom.found if a["(svg)"] == "whole"]
+    ready = next(e for e in result.events if e.kind == "engine_ready")
+    pids = [str(m["pid"]) for m in ready.data["members"]]
+    lanes = [a["data-pid"] for a in whole if a.get("data-kind") == "engine-lane" and a["(tag)"] == "rect"]
+    assert lanes[:3] == pids, lanes
+    lives = {a["data-pid"]: a for a in whole if a.get("data-kind") == "process-life"}
+    assert [lives[p]["data-end"] for p in pids] == ["exited", "exited", "survived"], lives
+    run_ms = float(next(v for v in dom.all("svg", "timeline") if v["data-view"] == "whole")["data-run-ms"])
+    assert float(lives[pids[2]]["data-t-end-ms"]) == run_ms
+    assert "survived" in lives[pids[2]].get("(title)", ""), lives[pids[2]]
+    signals = [(a["data-pid"], a["data-sig"]) for a in whole if a.get("data-kind") == "process-signalled"]
+    assert signals == [(pids[0], "SIGTERM")], signals
+    bars = [a for a in whole if a.get("data-kind") == "request"]
+    assert [(b["data-step"], b["data-end"]) for b in bars] == [("r1", "answered")]
+    assert "sent @" in bars[0]["(title)"] and "complete @" in bars[0]["(title)"]

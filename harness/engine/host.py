@@ -320,12 +320,14 @@ class EngineHost:
         judged them before (wait_gone)."""
         return remove_segments(self.owners.get(self.trees.index(tree), {}))
 
-    def watch(self, tree: EngineTree) -> GoneWatch:
-        """Watch ``tree`` from now on (a signal was just sent to it): ``gone_watch``, replacing the last one; the
+    def watch(self, tree: EngineTree, before: list[Member] | None = None) -> GoneWatch:
+        """Watch ``tree`` from now on (a signal was just sent to it; ``before``: its members read before the
+        signal): ``gone_watch``, replacing the last one, each exit recorded as ``engine_process_exited``; the
         host's :meth:`close` ends it at the latest."""
         if self.gone_watch is not None:
             self.gone_watch.close()
-        self.gone_watch = GoneWatch(tree)
+        self.gone_watch = GoneWatch(tree, lambda pid, name: self.c.rec.emit("engine_process_exited", pid=pid,
+                                                                            name=name), before or [])
         return self.gone_watch
 
     def kill(self) -> None:

@@ -387,9 +387,14 @@ class GoneWatch:
     was opened, counts as exited at the read that missed it (an upper bound).  :meth:`close` ends the thread.
     """
 
-    def __init__(self, tree: EngineTree) -> None:
+    def __init__(self, tree: EngineTree, on_exit: Callable[[int, str], None] | None = None,
+                 before: Sequence[Member] = ()) -> None:
         self.tree = tree
+        self.on_exit = on_exit  # called on the watch's thread as each process is seen to exit (pid, name)
         self.exits: dict[int, float] = {}
+        # the members read before the signal: one that exits before the watch's first read exits at that read
+        self._before = {m.pid for m in before if m.state != "Z"}
+        self._names: dict[int, str] = {m.pid: m.name for m in before}
         self.orphaned: dict[int, str] = {}
         self.gone_at: float | None = None
         self.done = threading.Event()
@@ -401,14 +406,15 @@ class GoneWatch:
 
     def _run(self) -> None:
         watched: dict[int, int] = {}  # pidfd -> pid
-        alive: set[int] = set()
+        alive: set[int] = set(self._before)
         try:
             while True:
                 live = [m for m in self.tree.members() if m.state != "Z"]
                 now = time.monotonic()
                 for pid in alive - {m.pid for m in live}:
-                    self.exits.setdefault(pid, now)  # gone before its pidfd was opened, or unwatched
+                    self._exited(pid, now)  # gone before its pidfd was opened, or unwatched
                 alive = {m.pid for m in live}
+                self._names.update((m.pid, m.name) for m in live)
                 missed = False
                 for m in live:
                     if m.pid != self._leader and m.ppid == os.getpid():
@@ -430,12 +436,19 @@ class GoneWatch:
                 if self._stop_r in ready:
                     return
                 for fd in ready:
-                    self.exits.setdefault(watched.pop(fd), t)
+                    self._exited(watched.pop(fd), t)
                     os.close(fd)
         finally:
             self.watching.set()
             for fd in watched:
                 os.close(fd)
+
+    def _exited(self, pid: int, t: float) -> None:
+        if pid in self.exits:
+            return
+        self.exits[pid] = t
+        if self.on_exit is not None:
+            self.on_exit(pid, self._names.get(pid, "?"))
 
     def seconds_since(self, since: float, now: float) -> float:
         """Seconds from ``since`` to the tree's end: to when its last process exited once it is gone, else to

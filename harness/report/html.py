@@ -12,11 +12,12 @@ pre.stacks[data-label]``, ``#problems li``, ``#leftovers li``, ``pre#text-timeli
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Mapping, Sequence
 from html import escape
 from typing import Any
 
-from harness.artifacts import cut
+from harness.artifacts import cut, shown
 from harness.checkers.base import Verdict
 from harness.history import Event
 from harness.launch.outcome import watchdog_words
@@ -35,6 +36,10 @@ STACKS_CHARS = 20000  # characters of one process's stacks shown at most (the ta
 # (verdicts.json and the history keep everything). Its largest run page is some MiB.
 TEXT_CHARS = 2000  # characters of one message, detail or header value
 VALUE_CHARS = 300  # characters of one event's data in a row
+KV_CHARS = TEXT_CHARS  # characters of one evidence event's data at most, every nested cell together
+CELL_COST = 8  # what one cell's markup counts against KV_CHARS, so many empty cells are bounded too
+KV_COLUMNS = 20  # columns of a list-of-mappings table at most
+KV_DEPTH = 3  # mappings within mappings shown as nested tables this deep; deeper ones as cut text
 LIST_MAX = 200  # problems, exit codes, leftovers, stacks and notes listed at most (then "... and N more")
 TEXT_LINES = 2000  # lines of the text timeline at most (evidence first)
 # the words of each run outcome (harness.launch.cluster.OUTCOME_STATUSES) on the page's headline
@@ -57,6 +62,9 @@ text-align:left;border-bottom:1px solid #eee}
 .headline{font-size:1.15em;margin:.2em 0} .catch{font-weight:600;padding:.2em .6em;margin:.3em 0}
 .catch.caught{background:#dafbe1;border-left:4px solid #1a7f37} .catch.missed{background:#ffebe9;
 border-left:4px solid #cf222e}
+table.kv{border-collapse:collapse;font-size:12px} table.kv th{color:#57606a;font-weight:normal;padding:0 6px 0 0;
+vertical-align:top;text-align:left} table.kv td{padding:0 6px 0 0;vertical-align:top;border:0}
+table.kv.list th{border-bottom:1px solid #ddd}
 .problems{background:#fff8c5;border:1px solid #d4a72c;padding:.4em .8em}
 .scroll{overflow-x:auto;border:1px solid #e1e4e8}
 svg.timeline{font:11px ui-monospace,Menlo,monospace;background:#fff}
@@ -74,6 +82,13 @@ svg .marker.watchdog_fired{stroke:#cf222e;stroke-width:4}
 svg .span.violation{fill:#ff8182;stroke:#cf222e;stroke-width:2} svg .marker.violation{stroke:#cf222e}
 svg .event.violation,svg .mark.violation{fill:#cf222e}
 svg .violation.evidence circle{fill:none;stroke:#cf222e;stroke-width:2.5}
+svg .lane.engine-lane{fill:#f0f6ff} svg .lane.request-lane{fill:#fbf7ff}
+svg .life{fill:#8c959f;fill-opacity:.5;stroke:#57606a} svg .life.survived{fill:#cf222e;stroke:#82071e}
+svg .life.open,svg .life.survived{stroke-dasharray:4 2} svg .life.closed{fill:#bf8700}
+svg .life-mark{stroke-width:2} svg .life-mark.ready{stroke:#1a7f37} svg .life-mark.signalled{stroke:#bc4c00}
+svg .life-mark.exited{stroke:#24292f}
+svg .request.answered{fill:#4ac26b;stroke:#1a7f37} svg .request.aborted{fill:#ffb77c;stroke:#bc4c00}
+svg .request.hung{fill:#ff8182;stroke:#cf222e;stroke-dasharray:4 2} svg .request.not_sent{fill:#d0d7de}
 svg :hover{opacity:.7}
 .focus-note{color:#57606a;margin:.2em 0} details.whole-run{margin-top:.6em}
 details.whole-run summary{cursor:pointer;color:#0969da} svg .focus-band{fill:#0969da;fill-opacity:.07}
@@ -87,7 +102,11 @@ LEGEND = (("frame read", "background:#54aeff"), ("dispatch", "background:#4ac26b
           ("stop returned", "border-left:3px solid #0550ae"),
           ("fault reached/released", "border-left:3px dotted #bf8700"),
           ("process exited", "border-left:3px dotted #24292f"), ("watchdog", "border-left:4px solid #cf222e"),
-          ("violation evidence", "border:2px solid #cf222e;border-radius:1em;width:.7em"))
+          ("violation evidence", "border:2px solid #cf222e;border-radius:1em;width:.7em"),
+          ("engine process alive", "background:#8c959f"), ("survived", "background:#cf222e"),
+          ("ready", "border-left:3px solid #1a7f37"), ("signal sent", "border-left:3px solid #bc4c00"),
+          ("request answered", "background:#4ac26b"), ("aborted", "background:#ffb77c"),
+          ("hung", "background:#ff8182"))
 
 
 def evidence_of(verdicts: Sequence[Verdict]) -> Evidence:
@@ -194,12 +213,78 @@ def _problems(problems: Sequence[str], step_error: str, broken: str = "") -> lis
     return out
 
 
+class _Budget:
+    """The characters one event's data may still show (KV_CHARS, each cell's markup counted as CELL_COST), so
+    a page stays bounded whatever the history holds: once spent, each table stops at the row it is on and says
+    how many it left out."""
+
+    def __init__(self) -> None:
+        self.left = KV_CHARS
+
+    def cell(self, x: object) -> str:
+        text = shown(x, max(1, min(VALUE_CHARS, self.left)))
+        self.left -= len(text) + CELL_COST
+        return escape(text, quote=True)
+
+
+def _left(n: int, what: str) -> str:
+    return f'<span class="more">... and {n} more {what}</span>' if n > 0 else ""
+
+
+def _kv(value: object, b: _Budget, depth: int = 0) -> str:
+    """``value`` as a person reads it: a mapping as a key/value table, a list of mappings as a table with a
+    column per key, another list one item a line; every scalar through shown() and escaped.  A mapping or
+    list deeper than KV_DEPTH is named with its size, never written out as its repr."""
+    if not isinstance(value, Mapping | list | tuple):
+        return f"<code>{b.cell(value)}</code>"
+    if depth >= KV_DEPTH:
+        what = f"a mapping of {len(value)} keys" if isinstance(value, Mapping) else f"a list of {len(value)} items"
+        return f'<i class="deep">({b.cell(what)}, nested too deep to show)</i>'
+    if isinstance(value, Mapping):
+        return _kv_mapping(value, b, depth)
+    items = value[:LIST_MAX]
+    if items and all(isinstance(x, Mapping) for x in items):
+        return _kv_rows(value, b, depth)
+    lines = []
+    for x in items:
+        if b.left <= 0:
+            break
+        lines.append(f"<div>{_kv(x, b, depth + 1)}</div>")
+    return "".join(lines) + _left(len(value) - len(lines), "items")
+
+
+def _kv_mapping(value: Mapping[Any, Any], b: _Budget, depth: int) -> str:
+    rows = []
+    for k, v in itertools.islice(value.items(), LIST_MAX):
+        if b.left <= 0:
+            break
+        rows.append(f"<tr><th>{b.cell(k)}</th><td>{_kv(v, b, depth + 1)}</td></tr>")
+    return f'<table class="kv">{"".join(rows)}</table>{_left(len(value) - len(rows), "keys")}'
+
+
+def _kv_rows(value: Sequence[Mapping[Any, Any]], b: _Budget, depth: int) -> str:
+    """A list of mappings (the survivors of a tree, the sockets of a process): a row each, a column per key."""
+    keys: dict[Any, None] = {}
+    for x in value[:LIST_MAX]:
+        keys.update(dict.fromkeys(x))
+    cols = list(keys)[:KV_COLUMNS]
+    head = "".join(f"<th>{b.cell(c)}</th>" for c in cols)
+    if len(keys) > len(cols):
+        head += f"<th>{_left(len(keys) - len(cols), 'columns')}</th>"
+    rows = []
+    for x in value[:LIST_MAX]:
+        if b.left <= 0:
+            break
+        rows.append("<tr>" + "".join(f"<td>{_kv(x[c], b, depth + 1) if c in x else ''}</td>" for c in cols)
+                    + "</tr>")
+    return f'<table class="kv list"><tr>{head}</tr>{"".join(rows)}</table>{_left(len(value) - len(rows), "items")}'
+
+
 def _event_row(e: Event, t0: int) -> str:
-    data = ", ".join(f"{cut(str(k), 40)}={cut(str(v), VALUE_CHARS)}" for k, v in list(e.data.items())[:LIST_MAX]
-                     if k != "text")
+    data = {k: v for k, v in e.data.items() if k != "text"}
     return (f'<tr data-kind="{_h(e.kind)}"><td>{(e.t_ns - t0) / 1e6:.3f} ms</td><td>{_h(e.rank or e.role, 200)} '
-            f"[{e.pid}]</td><td>{_h(e.thread, 200)}</td><td><b>{_h(e.kind)}</b></td><td><code>{_h(data)}</code></td>"
-            "</tr>")
+            f"[{e.pid}]</td><td>{_h(e.thread, 200)}</td><td><b>{_h(e.kind)}</b></td>"
+            f'<td class="data">{_kv(data, _Budget())}</td></tr>')
 
 
 def _verdicts(verdicts: Sequence[Verdict], t0: int) -> list[str]:

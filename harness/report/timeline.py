@@ -29,6 +29,8 @@ that crosses an edge cut at it):
   ``failed`` and ``data-ok``), fault_reached, fault_released, process_exited
   and watchdog_fired: across the lanes of their process (watchdog: all).
 * ``circle.event``: every other event, small and grey.
+* an engine run's lanes below the rest: a lane per process of the tree with its life, and a bar per request
+  (:mod:`harness.report.engine_lanes`).
 * ``g.violation.evidence`` (``data-kind`` the event's kind, ``data-checker``):
   a red ring on each evidence event of a violated verdict, titled with the
   checker's message; the span or marker it belongs to also gets ``violation``.
@@ -46,6 +48,7 @@ from itertools import islice
 from harness.artifacts import cut
 from harness.categories import category_of
 from harness.history import Event
+from harness.report.engine_lanes import Axis, draw_engine, engine_rows
 
 __all__ = ["svg_timeline", "timeline_views", "focus", "hang", "Evidence", "evidence_key", "MARKER_KINDS", "SPANS",
            "FOCUS_MAX"]
@@ -102,6 +105,7 @@ class _Layout:
     groups: dict[tuple[int, str], list[int]] = field(default_factory=dict)  # process -> its lane indexes
     hidden: int = 0  # lanes past MAX_LANES: their events are drawn on the last lane, "other lanes"
     gap: tuple[int, int] | None = None  # a stretch with no event drawn GAP_W px wide, not to scale (a hang)
+    extra: int = 0  # the engine's lanes below them (harness.report.engine_lanes)
 
     def x(self, t_ns: int) -> float:
         t = min(max(t_ns, self.t0), self.t1)
@@ -136,7 +140,7 @@ class _Layout:
     @property
     def count(self) -> int:
         """Lanes drawn: one per (process, thread) up to MAX_LANES, and one for the rest."""
-        return len(self.lanes) + (1 if self.hidden else 0)
+        return len(self.lanes) + (1 if self.hidden else 0) + self.extra
 
     @property
     def height(self) -> float:
@@ -351,7 +355,11 @@ def svg_timeline(events: Sequence[Event], evidence: Evidence | None = None,
     lay = _layout(evs, window, gap)
     view = "whole" if window is None else "focus"
     spans, used = _spans(evs)
-    parts = _lanes(lay) + _axis(lay)
+    engine = engine_rows(evs)
+    first = lay.count
+    lay.extra = engine.lanes
+    axis = Axis(lay.x, lay.y, lambda t: _ms(lay, t), lay.t0, lay.t1, lay.end, LANE_H, LABEL_W + PLOT_W + 10)
+    parts = _lanes(lay) + draw_engine(engine, axis, first) + _axis(lay)
     if band is not None:
         x0, x1 = lay.x(band[0]), lay.x(band[1])
         parts.append(f'<rect class="focus-band" data-kind="focus-band" x="{x0:.1f}" y="{TOP}" width="{x1 - x0:.1f}" '

@@ -268,7 +268,7 @@ def engine_signal(pl: Player, s: Any, name: str) -> None:
     _watch_shutdown(pl, tree, name)
     st.signal_t, st.signal_step = time.monotonic(), name
     tree.signal(getattr(signal, s.sig), pid)
-    host.watch(tree)  # when each process exits, from now on: wait_gone reports the tree's own time
+    host.watch(tree, members)  # when each process exits, from now on: wait_gone reports the tree's own time
     st.release_gate()  # a start held at its gate goes on, as a real engine's start would
     pl.returned(name, "engine_signal", True, pid, to=s.to, sig=s.sig)
 
