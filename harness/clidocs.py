@@ -4,17 +4,30 @@
 the "Exit codes:" block of harness.cli's docstring (the one declaration, which ``lastcall --help`` prints as its
 epilog too); the commands are read from :func:`harness.cli.build_parser` by walking argparse's parser objects
 (their ``_actions``: argparse keeps no public list of them, and this module alone reads it).
+
+``python -m harness.clidocs --help-fixtures`` writes fixtures/help/: what ``lastcall --help`` and each
+(sub)command's ``--help`` print, one file per command, at a fixed width (argparse wraps to $COLUMNS), so that
+a change to any help text is seen in review; a test checks the committed files are current.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
+import os
 import re
+import sys
+from pathlib import Path
 
 from harness import cli
 from harness.markdown import cell
 
-__all__ = ["render_markdown", "exit_codes"]
+__all__ = ["render_markdown", "exit_codes", "command_paths", "help_output", "help_fixtures", "write_help_fixtures",
+           "HELP_DIR", "HELP_COLUMNS"]
+
+HELP_DIR = Path(__file__).resolve().parent.parent / "fixtures" / "help"  # the committed --help texts
+HELP_COLUMNS = 100  # the terminal width the --help texts are written at: argparse wraps to $COLUMNS
 
 _CODE = re.compile(r"^  (\d+)\s+(.*)$")  # a code's first line in the block: two spaces, the code, its meaning
 
@@ -119,5 +132,59 @@ def render_markdown() -> str:
     return "\n".join(out).rstrip("\n") + "\n"
 
 
-if __name__ == "__main__":  # python -m harness.clidocs > docs/cli.md
-    print(render_markdown(), end="")
+def command_paths() -> list[list[str]]:
+    """Every command's words after ``lastcall``, read from the parser: [] (lastcall itself), then each
+    subcommand, each followed by its own subcommands."""
+    def walk(path: list[str], command: argparse.ArgumentParser) -> list[list[str]]:
+        out = [path]
+        for name, _, sub in _subcommands(command):
+            out += walk([*path, name], sub)
+        return out
+
+    return walk([], cli.build_parser())
+
+
+def help_file(path: list[str]) -> str:
+    """The fixture's file name of a command: lastcall.txt, contract.txt, ctl.list.txt."""
+    return f"{'.'.join(path) or 'lastcall'}.txt"
+
+
+def help_output(path: list[str]) -> str:
+    """What ``lastcall PATH... --help`` prints through harness.cli.main, at HELP_COLUMNS columns."""
+    before = os.environ.get("COLUMNS")
+    os.environ["COLUMNS"] = str(HELP_COLUMNS)
+    buf = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(buf):
+            cli.main([*path, "--help"])
+    finally:
+        if before is None:
+            del os.environ["COLUMNS"]
+        else:
+            os.environ["COLUMNS"] = before
+    return buf.getvalue()
+
+
+def help_fixtures() -> dict[str, str]:
+    """file name -> --help text, for every command of the parser."""
+    return {help_file(path): help_output(path) for path in command_paths()}
+
+
+def write_help_fixtures(folder: Path = HELP_DIR) -> None:
+    """Write every command's --help text into ``folder`` and remove the files no command has any more."""
+    folder.mkdir(parents=True, exist_ok=True)
+    texts = help_fixtures()
+    for name, text in texts.items():
+        (folder / name).write_text(text)
+    for old in folder.glob("*.txt"):
+        if old.name not in texts:
+            old.unlink()
+
+
+if __name__ == "__main__":  # python -m harness.clidocs > docs/cli.md; --help-fixtures: fixtures/help/
+    if sys.argv[1:] == ["--help-fixtures"]:
+        write_help_fixtures()
+    elif sys.argv[1:]:
+        sys.exit("usage: python -m harness.clidocs [--help-fixtures]")
+    else:
+        print(render_markdown(), end="")

@@ -12,7 +12,7 @@ its usage segment.  Each artifact's state comes from its owner record: ``alive``
 or ``unknown`` (no readable record: a crash between bind and record, or a
 directory left empty).
 
-These functions return data; ``lastcall ctl`` (harness/cli.py) formats it.
+These functions return data; ``lastcall ctl`` (harness/commands/instances.py) formats it.
 """
 
 from __future__ import annotations
