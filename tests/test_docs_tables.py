@@ -213,6 +213,31 @@ def test_every_path_of_the_repository_a_page_names_exists(page: Path) -> None:
     assert not missing, f"{page.relative_to(ROOT)} names paths that are not there: {missing}"
 
 
+def test_every_table_shows_the_provenance_of_its_measurement() -> None:
+    """Under each generated table, the line its renderer prints from what its JSON records (the renderers'
+    tests above compare it with the JSON)."""
+    figures = script("figures")
+    bare = [f"{page.relative_to(ROOT)}: {name}" for name, page, _ in figures.tables()
+            if provenance.parse(figures.docpage.between(page.read_text(), name)) is None]
+    assert not bare, f"tables with no provenance line under them: {bare}"
+
+
+def test_every_generated_table_has_a_row_in_the_index_and_every_row_a_table(tmp_path: Path,
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    figures = script("figures")
+    assert figures.unindexed() == [], "add what the table measures to MEASURES in benchmarks/figures.py"
+    page = tmp_path / "new.md"
+    page.write_text("# New\n\n<!-- new-thing-table:begin -->\n| a |\n<!-- new-thing-table:end -->\n")
+    monkeypatch.setattr(figures, "PAGES", [*figures.PAGES, page])
+    assert figures.unindexed() == ["new-thing"]  # a table added without its row is seen
+
+
+def test_the_figures_index_is_current() -> None:
+    figures = script("figures")
+    assert (ROOT / "docs" / "figures.md").read_text() == figures.render(), (
+        f"docs/figures.md is stale: regenerate it with: {figures.COMMAND}")
+
+
 def test_a_table_whose_data_lacks_a_field_says_it_was_not_recorded(tmp_path: Path) -> None:
     """Nothing is filled in from the machine that renders: a field the JSON lacks reads "not recorded"."""
     robustness = script("load_robustness")
