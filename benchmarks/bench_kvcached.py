@@ -25,6 +25,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_table
+import docpage
 
 NAME = "kvcached-bench"  # docs/data/kvcached_bench.json and the markers in docs/benchmarks.md
 KV = "kvcached==0.1.6"
@@ -77,7 +78,7 @@ def tables(data: Mapping[str, Any]) -> str:
     return "\n".join([f"`{t['command']}` ({t['seconds']:.0f} s, {t['leak_checks']} leak checks passed, "
                       f"{bench_table.where(t)}):", "", tracking_table(t), "",
                       f"`{r['command']}` ({r['seconds']:.0f} s, {r['leak_checks']} leak checks passed, "
-                      f"{bench_table.where(r)}):", "", reference_table(r)])
+                      f"{bench_table.where(r)}):", "", reference_table(r), "", docpage.provenance(data)])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -101,11 +102,10 @@ def main(argv: list[str] | None = None) -> int:
             return 1
         command = "lastcall bench " + " ".join(f"--arm {a}" for a in arms) + f" {flags}"
         runs[key] = bench_table.reduce(r.as_dict(), command)
-    data: dict[str, object] = {"runs": runs}
+    made = docpage.measured(__file__, sys.argv[1:] if argv is None else argv)
+    data: dict[str, object] = {**{k: v for k, v in made.items() if k != "command"}, "runs": runs}
     print(tables(data))
     if args.write:
-        import docpage
-
         docpage.write(NAME, data, tables(data))
     return 0
 

@@ -16,18 +16,24 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
+import docpage
+
+from harness.provenance import FIELDS
+
 NAME = "lastcall-bench"  # docs/data/lastcall_bench.json and the markers in docs/benchmarks.md
 
 
 def reduce(run: Mapping[str, Any], command: str) -> dict[str, Any]:
-    """What the table needs of a ``lastcall bench --json`` result, and the command that made it."""
+    """What the table needs of a ``lastcall bench --json`` result, the command that made it, and the rest of
+    the provenance the result recorded."""
     keep = ("ratio", "ci", "p", "verdict")
     ops = {op: {"arms": {a: {"median_us": s["median_us"]} for a, s in o["arms"].items()},
                 "vs_baseline": {a: {k: c[k] for k in keep} for a, c in o["vs_baseline"].items()},
                 "aa_floor": {k: o["aa_floor"][k] for k in keep} if o.get("aa_floor") else None}
            for op, o in run["ops"].items()}
-    return {"command": command, "settings": run["settings"], "baseline": run["baseline"], "aa_arm": run["aa_arm"],
-            "ops": ops, "leak_checks": run.get("leak_checks"), "seconds": run.get("seconds")}
+    made = {k: run[k] for k in FIELDS if k in run and k != "command"}
+    return {**made, "command": command, "settings": run["settings"], "baseline": run["baseline"],
+            "aa_arm": run["aa_arm"], "ops": ops, "leak_checks": run.get("leak_checks"), "seconds": run.get("seconds")}
 
 
 def _ci(c: Mapping[str, Any]) -> str:
@@ -57,7 +63,7 @@ def table(result: Mapping[str, Any]) -> str:
                      if aa else "")
             out.append(f"| {shown} | {o['arms'][base]['median_us']:.1f} | {o['arms'][a]['median_us']:.1f} | "
                        f"{c['ratio']:.3f} | {_ci(c)} | {c['p']:.2g} | {c['verdict']} | {floor} |")
-    return "\n".join([*out, "", f"Placement: {where(result)}."])
+    return "\n".join([*out, "", f"Placement: {where(result)}.", "", docpage.provenance(result)])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -70,8 +76,6 @@ def main(argv: list[str] | None = None) -> int:
         result = reduce(json.load(f), args.command)
     print(table(result))
     if args.write:
-        import docpage
-
         docpage.write(NAME, result, table(result))
     return 0
 

@@ -23,10 +23,8 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import datetime
 import json
 import os
-import platform
 import signal
 import statistics
 import sys
@@ -151,9 +149,8 @@ def measure_launchers(target: EngineTarget, flags: EngineFlags, reps: int) -> li
 def table(result: Mapping[str, Any]) -> str:
     # the 1-minute load average when the table was written: the launches of --from-reports ran earlier, and
     # their own machine's load is the findings page's to say
-    load = f", load average {result['load']} when written" if "load" in result else ", shared with other work"
-    lines = [f"Measured {result['date']} on {result['machine']} ({result['cpus']} CPUs{load}), "
-             f"{result['source']}:", "",
+    load = f"load average {result['load']} when written" if "load" in result else "shared with other work"
+    lines = [f"Launches: {result['source']}; {load}:", "",
              "| target | TP | launcher | sample | processes | launches | launch to ready, median (min-max) | "
              "SIGTERM to gone, median | failed |", "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for m in result["targets"]:
@@ -176,7 +173,8 @@ def table(result: Mapping[str, Any]) -> str:
                          f"{a['launch_s']:.1f} s | "
                          f"{a['per_run_s']:.1f} s | {'**yes**' if a['met'] else 'no (missed)'} |")
     lines += ["", f"Cost rule: a real-engine scenario's watchdog deadline is 60 s plus "
-              f"{result['launch_bound_s']:.0f} s (the launch bound) per launch it needs."]
+              f"{result['launch_bound_s']:.0f} s (the launch bound) per launch it needs.", "",
+              docpage.provenance(result)]
     return "\n".join(lines)
 
 
@@ -216,8 +214,7 @@ def main() -> int:
             sources.append(f"vLLM {a.reps} launch(es) by each launcher, one at a time, the launchers interleaved "
                            "(sample: side by side)")
     source = "; ".join(sources)
-    result = {"date": datetime.date.today().isoformat(), "machine": platform.machine(), "cpus": os.cpu_count(),
-              "load": round(os.getloadavg()[0], 1),
+    result = {**docpage.measured(__file__, sys.argv[1:]), "load": round(os.getloadavg()[0], 1),
               "source": source, "launch_bound_s": TARGET.launch_s, "targets": targets, "amortised": amortised}
     text = table(result)
     print(text)

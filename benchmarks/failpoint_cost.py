@@ -21,12 +21,13 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import os
 import platform
 import statistics
 import sys
 import time
 from collections.abc import Callable, Mapping
+
+import docpage
 
 from harness import failpoints
 from harness.bench.interleave import format_rows
@@ -66,7 +67,8 @@ def table(result: Mapping[str, object]) -> str:
         f"| `failpoints.hit(site)`, nothing armed | {ns['nothing_armed']:.1f} | {ns['nothing_armed'] - floor:.1f} "
         f"(target <= {result['target_ns']:.0f}) |",
         f"| another site armed | {ns['another_armed']:.1f} | {ns['another_armed'] - floor:.1f} |",
-        f"| this site armed with `pass` | {ns['this_armed']:.1f} | (comparison only) |"])
+        f"| this site armed with `pass` | {ns['this_armed']:.1f} | (comparison only) |",
+        "", docpage.provenance(result)])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -104,10 +106,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"failpoints.hit(site): median of {runs} runs x {n} calls, ns per call")
     print(format_rows(["case", "ns/call", "minus floor", "target"], rows))
     if args.write:
-        import docpage
-
-        result = {"date": datetime.date.today().isoformat(), "python": platform.python_version(),
-                  "machine": f"{platform.machine()}, {os.cpu_count()} CPUs", "runs": runs, "calls": n,
+        result = {**docpage.measured(__file__, sys.argv[1:] if argv is None else argv), "runs": runs, "calls": n,
                   "target_ns": TARGET_NS, "ns_per_call": {"empty_loop": floor, "nothing_armed": bare,
                                                           "another_armed": other, "this_armed": armed}}
         docpage.write("failpoint-cost", result, table(result))

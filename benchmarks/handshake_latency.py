@@ -11,14 +11,14 @@ table in docs/benchmarks.md.
 from __future__ import annotations
 
 import argparse
-import datetime
-import os
-import platform
 import socket
 import statistics
+import sys
 import threading
 import time
 from collections.abc import Mapping
+
+import docpage
 
 from harness.errors import PortInUse
 from harness.reference.handshake import AgentMetadata, fetch_metadata
@@ -89,7 +89,7 @@ def table(result: Mapping[str, object]) -> str:
     for r in rows:
         out.append(f"| {MEASURES[r['measure']]} | {VARIANTS.get(r['variant'], r['variant'])} | {r['median_ms']:.2f} | "
                    f"{r['min_ms']:.2f} | {r['max_ms']:.2f} | {r['n']} |")
-    return "\n".join(out)
+    return "\n".join([*out, "", docpage.provenance(result)])
 
 
 def main() -> None:
@@ -111,12 +111,9 @@ def main() -> None:
     for r in rows:
         print(f"{r[0]:36} {r[1]:16} {r[2]:10.2f} {r[3]:8.2f} {r[4]:8.2f} {r[5]:4}")
     if a.write:
-        import docpage
-
         measured = [{"measure": r[0], "variant": r[1], "median_ms": r[2], "min_ms": r[3], "max_ms": r[4], "n": r[5]}
                     for r in rows]
-        result: dict[str, object] = {"date": datetime.date.today().isoformat(), "python": platform.python_version(),
-                                     "machine": f"{platform.machine()}, {os.cpu_count()} CPUs", "rows": measured}
+        result: dict[str, object] = {**docpage.measured(__file__, sys.argv[1:]), "rows": measured}
         docpage.write("handshake-latency", result, table(result))
 
 

@@ -19,10 +19,8 @@ and its figures to docs/data/hostile_input.json (unless ``--no-write``).
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -34,6 +32,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT))
 
+import docpage  # noqa: E402
 from hostile_cases import CASES, GOOD, HEAD, TAIL  # noqa: E402
 
 from harness.scenario.yamlnodes import MAX_BYTES, MAX_EXPANDED, MAX_NODES  # noqa: E402
@@ -101,8 +100,7 @@ def run(runs: int) -> dict[str, object]:
         for name, path in _near_limits(Path(tmp)):
             rows.append(_row(name, f"lastcall validate {_shown(path, tmp)}",
                              [_measure(["validate", path], {}) for _ in range(runs)]))
-    return {"date": datetime.date.today().isoformat(), "python": platform.python_version(),
-            "machine": f"{platform.machine()}, {os.cpu_count()} CPUs (shared)", "runs": runs,
+    return {**docpage.measured(__file__, sys.argv[1:]), "runs": runs,
             "goal": {"wall_s": GOAL_S, "peak_rss_mib": GOAL_MIB}, "rows": rows}
 
 
@@ -121,15 +119,15 @@ def _row(name: str, command: str, samples: list[tuple[int, float, float]]) -> di
 def table(result: dict[str, object]) -> str:
     rows = result["rows"]
     assert isinstance(rows, list)
-    out = [f"Measured by `benchmarks/hostile_input.py` on {result['date']} ({result['machine']}, Python "
-           f"{result['python']}; median wall time of {result['runs']} runs, largest peak RSS; each a fresh "
-           f"process, interpreter start and imports included). Goal: under {GOAL_S:g} s and {GOAL_MIB:g} MiB.",
+    out = [f"Measured by `benchmarks/hostile_input.py` (median wall time of {result['runs']} runs, largest peak "
+           f"RSS; each a fresh process, interpreter start and imports included). Goal: under {GOAL_S:g} s and "
+           f"{GOAL_MIB:g} MiB.",
            "", "| input | command | exit | wall s | peak RSS MiB | within goal |", "|---|---|---|---|---|---|"]
     for r in rows:
         code = "/".join(str(c) for c in r["exit"])
         out.append(f"| {r['case']} | `{r['command']}` | {code} | {r['wall_s']:.2f} | {r['peak_rss_mib']:.0f} | "
                    f"{'yes' if r['within_goal'] else '**no**'} |")
-    return "\n".join(out)
+    return "\n".join([*out, "", docpage.provenance(result)])
 
 
 def _write(result: dict[str, object]) -> None:

@@ -68,6 +68,8 @@ from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import Any
 
+import docpage
+
 from harness.bench.bare import BareListener
 from harness.bench.interleave import Arm, Request, Step, format_result, format_rows, run_interleaved
 from harness.bench.serverproc import Served, ServerProcess, on_cpu, two_cpus
@@ -87,7 +89,6 @@ STOP_TARGET_MS = 1.0  # median stop() with 256 parked connections
 LOADED_TARGET = 2.0  # loaded / unloaded request latency
 OPS = ("kv_tensors_created", "map 16", "unmap pair")
 NAME = "ipc-roundtrip"  # docs/data/ipc_roundtrip.json and the markers of its tables in docs/benchmarks.md
-HERE = Path(__file__).resolve().parent  # the checkout whose commit a run records
 
 
 # ----------------------------------------------------------------- client
@@ -579,31 +580,16 @@ def tables(result: Mapping[str, Any]) -> str:
     two += [f"| {label} | " + " | ".join(cells) + (f" | {target} |" if target else " | |")
             for label, cells, target in rows]
     return "\n".join(one) + "\n\n" + "\n".join(two) + "\n\n" + "\n".join(
-        f"- run {n}: {provenance(r)}" for n, r in enumerate(runs, 1))
+        f"- run {n}: {made(r)}" for n, r in enumerate(runs, 1)) + "\n\n" + docpage.provenance(result)
 
 
-def provenance(run: Mapping[str, Any]) -> str:
-    """When, where and how a run was made, from what it recorded (the commit and the command where it did)."""
+def made(run: Mapping[str, Any]) -> str:
+    """When and how a run was made (its machine, python and command are in the line under the tables)."""
     pin = run.get("pinned")
     where = (f"client on CPU {pin['client']}, listeners on CPU {pin['listeners']}" if pin else "unpinned")
-    made = [run["date"], *([f"commit {run['commit']}"] if run.get("commit") else []), run["machine"],
-            f"python {run['python']}", f"{run['windows']} windows x {run['requests']} requests",
-            f"{run['stop_reps']} fresh listeners per stop row", where]
-    return ", ".join(made) + (f"; `{run['command']}`" if run.get("command") else "")
-
-
-def head_commit() -> str | None:
-    """The commit measured (marked ``+`` where the working tree differs from it), or None outside a checkout."""
-    import subprocess
-
-    try:
-        head = subprocess.run(["git", "-C", str(HERE), "rev-parse", "--short", "HEAD"], check=True,
-                              capture_output=True, text=True).stdout.strip()
-        dirty = subprocess.run(["git", "-C", str(HERE), "status", "--porcelain", "--untracked-files=no"],
-                               check=True, capture_output=True, text=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return None
-    return head + ("+" if dirty else "")
+    return ", ".join([run.get("date", "date not recorded"), f"commit {run.get('commit') or 'not recorded'}",
+                      f"{run['windows']} windows x {run['requests']} requests",
+                      f"{run['stop_reps']} fresh listeners per stop row", where])
 
 
 def raise_fd_limit(need: int) -> str:
@@ -646,11 +632,9 @@ def main(argv: list[str] | None = None) -> int:
     root = Path(tempfile.mkdtemp(prefix="lc-", dir="/tmp"))
     sections: list[Callable[[], str]] = []
     ipc: dict[str, Any] = {}
-    run: dict[str, Any] = {"date": datetime.date.today().isoformat(), "python": platform.python_version(),
-                           "machine": f"{platform.machine()}, {os.cpu_count()} CPUs", "windows": args.windows,
-                           "requests": args.requests, "stop_reps": args.stop_reps, "ipc": ipc,
-                           "pinned": dict(PIN), "commit": head_commit(),
-                           "command": " ".join([".venv/bin/python benchmarks/ipc_roundtrip.py", *sys.argv[1:]])}
+    run: dict[str, Any] = {**docpage.measured(__file__, sys.argv[1:] if argv is None else argv),
+                           "windows": args.windows, "requests": args.requests, "stop_reps": args.stop_reps,
+                           "ipc": ipc, "pinned": dict(PIN)}
     if "ipc" not in args.skip:
         sections += [functools.partial(part_ipc, root, k, args.windows, args.requests, where, ipc)
                      for where in args.placement for k in kinds]
@@ -669,8 +653,6 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     if args.write:
         import json
-
-        import docpage
 
         before = json.loads(docpage.data_path(NAME).read_text())["runs"] if args.append else []
         result: dict[str, Any] = {"runs": [*before, run]}

@@ -26,10 +26,8 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import datetime
 import math
 import os
-import platform
 import shlex
 import shutil
 import signal
@@ -45,7 +43,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import docpage
-from loads import CI, KINDS, STOP_S, Load, die_with_parent, group_alive, group_members, load, meminfo
+from loads import CI, KINDS, STOP_S, Load, die_with_parent, group_alive, group_members, load
 
 from harness.checkers.modes import HOST_TOO_SLOW
 
@@ -258,26 +256,11 @@ def table(result: Mapping[str, Any]) -> str:
                                  f"{first} |")
     else:
         lines.append("No item failed or was skipped as too slow under any load.")
-    m = result["machine"]
-    lines += ["", f"{result['date']}, commit {result['commit']}"
-              + (" with uncommitted changes in the working tree" if result.get("dirty") else "")
-              + (" (`cold`: a clone of that commit)" if "cold" in kinds else "")
-              + f"; {m['cpus']} CPUs ({m['model']}), "
-              f"{m['mem_total_gib']} GiB; python {result['python']}; `{result['command']}`; each repeat "
-              f"`python -m pytest {' '.join(result['pytest_args'])}`" + (f" `-k {shlex.quote(result['k'])}`"
-                                                                           if result.get("k") else "") + "."]
+    lines += ["", f"Each repeat `python -m pytest {' '.join(result['pytest_args'])}`"
+              + (f" `-k {shlex.quote(result['k'])}`" if result.get("k") else "")
+              + (" (`cold`: in a clone of the commit measured)" if "cold" in kinds else "") + ".",
+              "", docpage.provenance(result)]
     return "\n".join(lines)
-
-
-def machine() -> dict[str, Any]:
-    cpuinfo = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
-    model = next((line.split(":", 1)[1].strip() for line in cpuinfo.splitlines() if line.startswith("model name")),
-                 platform.processor() or platform.machine())
-    return {"cpus": os.cpu_count(), "model": model, "mem_total_gib": round(meminfo()["MemTotal"] / (1 << 30), 1)}
-
-
-def _git(*args: str) -> str:
-    return subprocess.run(["git", "-C", str(ROOT), *args], capture_output=True, text=True, check=True).stdout.strip()
 
 
 def measure(kinds: list[str], repeats: int, k: str | None, argv: list[str]) -> dict[str, Any]:
@@ -304,11 +287,7 @@ def measure(kinds: list[str], repeats: int, k: str | None, argv: list[str]) -> d
                           flush=True)
                 if run.get("broken"):
                     print(f"  broken: {'; '.join(run['broken'])}\n{run['tail']}", file=sys.stderr, flush=True)
-    return {"date": datetime.date.today().isoformat(), "commit": _git("rev-parse", "--short", "HEAD"),
-            "dirty": bool(_git("status", "--porcelain", "--untracked-files=no")), "machine": machine(),
-            "python": platform.python_version(), "command": shlex.join(["python", "benchmarks/load_robustness.py",
-                                                                        *argv]),
-            "pytest_args": PYTEST_ARGS, "k": k, "repeats": repeats,
+    return {**docpage.measured(__file__, argv), "pytest_args": PYTEST_ARGS, "k": k, "repeats": repeats,
             "runs": [{key: run[key] for key in ("kind", "repeat", "wall_s", "rc", "broken", "left") if key in run}
                      for run in runs], **tally(runs)}
 

@@ -74,7 +74,7 @@ def table(result: dict[str, object]) -> str:
     lines.append("")
     lines.append(f"`--repeat {result['repeat']}`, `-n {result['workers']}` on {result['cpus']} cores; a run's bound "
                  f"is {result['bound_s']:.0f} s.")
-    return "\n".join(lines)
+    return "\n".join([*lines, "", docpage.provenance(result)])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -87,7 +87,8 @@ def main(argv: list[str] | None = None) -> int:
     if not 1 <= args.repeat <= 1000:
         print(f"stress_catch_rate: --repeat must be from 1 to 1000, got {args.repeat}", file=sys.stderr)
         return 2
-    result = measure(args.repeat, args.scenarios)
+    result = {**docpage.measured(__file__, sys.argv[1:] if argv is None else argv),
+              **measure(args.repeat, args.scenarios)}
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=2) + "\n")
     if not args.no_write:

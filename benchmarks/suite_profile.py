@@ -25,7 +25,6 @@ import argparse
 import datetime
 import json
 import os
-import platform
 import re
 import shutil
 import subprocess
@@ -167,8 +166,7 @@ def table(result: Mapping[str, Any]) -> str:
     """The markdown of docs/suite-profile.md, from the JSON this script writes."""
     p = result["profile"]
     note = f"; {result['note'].rstrip('.')}" if result.get("note") else ""
-    out = [f"One probed run: `{p['command']}`, {result['where']} of {result['commit']}, {result['date']}, "
-           f"{result['machine']}, python {result['python']}{note}.", "",
+    out = [f"One probed run: `{p['command']}`, in the {result['where']}{note}.", "",
            f"Wall {_s(p['wall_s'])} s (pytest's session from start to finish: {_s(p['session_s'])} s), "
            f"{p['tests']} tests, "
            f"{_s(p['test_s'])} s of test time (set-up + call + teardown, summed over both workers); "
@@ -212,7 +210,7 @@ def table(result: Mapping[str, Any]) -> str:
         for r in slow["files"]:
             out.append(f"| `{r['file']}` | {r['tests']} | {r['measured']} | {_s(r['s'])} | {_s(r['max_s'])} | "
                        f"{r['known'] or '-'} |")
-    return "\n".join(out)
+    return "\n".join([*out, "", docpage.provenance(result)])
 
 
 def measured_from(files: Sequence[Path]) -> dict[str, float]:
@@ -270,10 +268,9 @@ def main(argv: list[str] | None = None) -> int:
         else:
             probe = args.probe_out or tmp / "probe.json"
             run = run_probe(where, args.select, args.paths, args.keyword, probe, python, args.workers)
-        result: dict[str, Any] = {"date": run.get("date", datetime.date.today().isoformat()),
+        result: dict[str, Any] = {**docpage.measured(__file__, sys.argv[1:] if argv is None else argv),
+                                  "date": run.get("date", datetime.date.today().isoformat()),
                                   "commit": run.get("commit", commit),
-                                  "machine": f"{platform.machine()}, {os.cpu_count()} CPUs",
-                                  "python": platform.python_version(),
                                   "where": run.get("where", ("set-up clean clone" if args.setup else "clean clone")
                                                    if args.clone else "working tree"),
                                   "profile": analyse(run)}

@@ -27,7 +27,6 @@ import argparse
 import datetime
 import json
 import os
-import platform
 import re
 import resource
 import shutil
@@ -152,7 +151,6 @@ def measure(tree: Path, selects: list[str], runs: int, in_tree: bool) -> dict[st
         if tmp is not None:
             shutil.rmtree(tmp, ignore_errors=True)
     return {"date": datetime.date.today().isoformat(), "commit": commit,
-            "machine": f"{platform.machine()}, {os.cpu_count()} CPUs", "python": platform.python_version(),
             "where": "working tree" if in_tree else "clean clone", "pytest_args": " ".join(PYTEST_ARGS),
             "selections": rows}
 
@@ -176,8 +174,7 @@ def from_profiles(files: list[Path]) -> dict[str, Any]:
     rows = {sel: {"runs": rs, "median_wall_s": statistics.median(r["wall_s"] for r in rs),
                   "median_cpu_s": statistics.median(r["cpu_s"] for r in rs), "target_s": TARGET_S[sel]}
             for sel, rs in runs.items()}
-    return {"date": max(dates), "commit": commits.pop(), "machine": f"{platform.machine()}, {os.cpu_count()} CPUs",
-            "python": platform.python_version(), "where": " and ".join(sorted(wheres)), "selections": rows}
+    return {"date": max(dates), "commit": commits.pop(), "where": " and ".join(sorted(wheres)), "selections": rows}
 
 
 def measure_one(where: Path, select: str, runs: int, clean_first: bool) -> dict[str, Any]:
@@ -220,14 +217,13 @@ def table(result: Mapping[str, Any]) -> str:
                      f"{' / '.join(_mmss(r['wall_s']) for r in row['runs'])} | {_mmss(row['median_wall_s'])} | "
                      f"{_mmss(row['median_cpu_s'])} | {items} | <= {_mmss(row['target_s'])} | {flag} |")
     lines.append("")
-    lines.append(f"{result['where']} of {result['commit']}, {result['date']}, {result['machine']}, "
-                 f"python {result['python']}; `pytest {result.get('pytest_args', OLD_ARGS)}`, pytest alone timed."
+    lines.append(f"In a {result['where']}: `pytest {result.get('pytest_args', OLD_ARGS)}`, pytest alone timed."
                  + (f" {result['note']}" if result.get("note") else ""))
     for select, row in result["selections"].items():  # a row an --append kept from an earlier run says whose
         if row.get("commit", result["commit"]) != result["commit"] or row.get("date", result["date"]) != result["date"]:
             lines.append(f"The `{' '.join(SELECTIONS[select]) or '(default)'}` row is an earlier run's, kept: "
                          f"{row.get('where', result['where'])} of {row['commit']}, {row.get('date', '?')}.")
-    return "\n".join(lines)
+    return "\n".join([*lines, "", docpage.provenance(result)])
 
 
 def census(tree: Path, select: str, log: Path, in_tree: bool, paths: tuple[str, ...] = ()) -> dict[str, Any]:
@@ -307,8 +303,10 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.paths:
         p.error("test paths are for --census only: the timed runs take the whole selection")
-    result = from_profiles(args.from_profile) if args.from_profile else measure(ROOT, args.select, args.runs,
-                                                                                    args.tree)
+    measured = from_profiles(args.from_profile) if args.from_profile else measure(ROOT, args.select, args.runs,
+                                                                                      args.tree)
+    # the machine, python and command of this run; the date and commit the runs measured carry
+    result = {**docpage.measured(__file__, sys.argv[1:] if argv is None else argv), **measured}
     if args.note:
         result["note"] = args.note
     print(table(result))

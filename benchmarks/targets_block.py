@@ -7,10 +7,13 @@ and compares."""
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import docpage
+
+from harness import provenance
 
 NAME = "targets"
 README = docpage.ROOT / "README.md"
@@ -36,6 +39,7 @@ def table(suite: dict[str, Any] | None = None, ipc: dict[str, Any] | None = None
     ipc = _load("ipc-roundtrip") if ipc is None else ipc
     engine = _load("engine-launch") if engine is None else engine
     rows = ["| target | measured | met | where |", "|---|---|---|---|"]
+    shown: list[Mapping[str, Any]] = []  # the records of the measurements a row shows, for the line under them
     what = {"default": "the default suite (`./dev test`) <= 4 min", "not-slow": '`-m "not slow"` <= 2 min'}
     for select, row in suite.get("selections", {}).items():
         met = "yes" if row["median_wall_s"] <= row["target_s"] else "**no (missed)**"
@@ -43,6 +47,7 @@ def table(suite: dict[str, Any] | None = None, ipc: dict[str, Any] | None = None
                     f"({row.get('where', suite.get('where', ''))} of {row.get('commit', suite.get('commit', '?'))}, "
                     f"{row.get('date', suite.get('date', '?'))}) | {met} | "
                     "[running.md](docs/running.md#suite-time) |")
+        shown += [{**suite, **{k: row[k] for k in ("commit", "date") if k in row}}]
     runs = ipc.get("runs") or [{}]
     last = runs[-1]
     ms, cpu = last.get("stop_median_ms", {}).get("256"), last.get("stop_cpu_us", {}).get("256")
@@ -58,6 +63,7 @@ def table(suite: dict[str, Any] | None = None, ipc: dict[str, Any] | None = None
         rows.append(f"| stop() with 256 idle connections parked <= {STOP_TARGET_MS:g} ms, median | {ms:.2f} ms "
                     f"({last.get('stop_reps', '?')} fresh listeners, {last.get('date', '?')}){profile} | {met} | "
                     "[benchmarks.md](docs/benchmarks.md) |")
+        shown += provenance.records_of({"runs": [last]})
     lib = engine.get("library")  # the engine library's wall time, `vllm serve` exec'd, against CI's bound
     if lib:
         met = "yes" if lib["wall_s"] <= ENGINE_LIBRARY_TARGET_S else "**no (missed)**"
@@ -65,7 +71,8 @@ def table(suite: dict[str, Any] | None = None, ipc: dict[str, Any] | None = None
                     f"{_mmss(ENGINE_LIBRARY_TARGET_S)} | {_mmss(lib['wall_s'])} ({lib['tests']} tests, "
                     f"{lib.get('date', '?')}) | {met} | "
                     "[benchmarks.md](docs/benchmarks.md) |")
-    return "\n".join(rows)
+        shown += [{**engine, **{k: lib[k] for k in ("date",) if k in lib}}]
+    return "\n".join([*rows, "", provenance.line(shown)])
 
 
 def write() -> None:

@@ -142,7 +142,7 @@ class TestOnRealProcesses:
         ops = ["kv_tensors_created", "map4", "unmap_pair"]
         r = run_bench(["reference", "harness.bench.arms:TRACKING_NOOP"], ops, windows=3, requests=5, warmup=1,
                       keep_alive=keep_alive, json_path=str(tmp_path / "b.json"), svg_path=str(tmp_path / "b.svg"),
-                      progress=False, seed=3)
+                      progress=False, seed=3, command="lastcall bench --windows 3")
         assert r.result.arms == ["reference", "TRACKING_NOOP", "reference (A/A)"]
         assert r.leak_checks == 3 * 3 * 3
         data = json.loads((tmp_path / "b.json").read_text())
@@ -152,6 +152,8 @@ class TestOnRealProcesses:
             assert set(data["ops"][op]["vs_baseline"]["TRACKING_NOOP"]) >= {"ratio", "ci", "p", "verdict"}
             assert data["ops"][op]["aa_floor"]["verdict"] in ("no difference", "slower", "faster")
         ET.fromstring((tmp_path / "b.svg").read_text())
+        assert {k for k in ("date", "commit", "machine", "python", "command") if data.get(k)} == {
+            "date", "commit", "machine", "python", "command"}  # its provenance, for the table under it
         assert data["settings"]["placement"] == pin_plan(True)  # pinned by default where there are two CPUs
         assert ("requests sent from CPU" if pin_plan(True) else "unpinned") in format_bench(r)
 

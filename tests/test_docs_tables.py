@@ -13,6 +13,7 @@ from types import ModuleType
 
 import pytest
 
+from harness import provenance
 from harness.scenario import table
 from harness.scenario.loader import load, load_many
 
@@ -45,8 +46,7 @@ def data(name: str) -> dict[str, object]:
 
 
 def test_the_planted_bug_table_is_rendered_from_its_data() -> None:
-    cells, variants = table.from_data(data("planted_bug_table.json"))
-    assert shown(table.PAGE, table.BEGIN, table.END) == table.markdown(cells, variants), (
+    assert shown(table.PAGE, table.BEGIN, table.END) == table.rendered(data("planted_bug_table.json")), (
         "docs/planted-bug-table.md differs from docs/data/planted_bug_table.json: rerun "
         "`python -m harness.scenario.table --write --from reports/planted-bug-table`, do not edit the table")
 
@@ -75,7 +75,9 @@ def test_writing_the_planted_bug_table_replaces_only_the_text_between_its_marker
              table.Cell("s2", "reference", True, False, ("c",))]
     table.write(cells, ["reference", "v_a"], "a test", root=str(tmp_path))
     assert page.read_text() == (f"before\n{table.BEGIN}\n| scenario | reference | v a |\n|---|---|---|\n"
-                                f"| s1 | pass | **x** |\n| s2 | FAIL | - |\n{table.END}\nafter\n")
+                                f"| s1 | pass | **x** |\n| s2 | FAIL | - |\n\nMeasured: date not recorded · commit not "
+                                "recorded · machine not recorded · python not recorded · command `a test`\n"
+                                f"{table.END}\nafter\n")
     back, variants = table.from_data(json.loads((tmp_path / table.DATA).read_text()))
     assert back == cells and variants == ["reference", "v_a"]
 
@@ -99,6 +101,7 @@ def test_the_hostile_input_table_is_rendered_from_its_data() -> None:
                                              ("handshake_latency", "handshake_latency.json"),
                                              ("ipc_roundtrip", "ipc_roundtrip.json"),
                                              ("bench_table", "lastcall_bench.json"),
+                                             ("bench_kvcached", "kvcached_bench.json"),
                                              ("engine_launch", "engine_launch.json")])
 def test_each_benchmark_table_is_rendered_from_its_data(name: str, data_file: str) -> None:
     mod = script(name)
@@ -137,9 +140,15 @@ def test_the_bench_table_reads_what_lastcall_bench_writes() -> None:
         "| op | reference (us) | SLOW (us) | ratio | 90% CI | p | verdict | A/A floor [CI], p |",
         "|---|---|---|---|---|---|---|---|",
         "| map16 | 10.0 | 12.5 | 1.250 | [1.100, 1.400] | 0.0012 | slower | 1.000 [0.900, 1.100], p 0.5 |",
-        "", "Placement: unpinned."]  # a run without a placement (before lastcall bench pinned) was unpinned
-    run["settings"]["placement"] = {"client": 0, "arms": 1}  # type: ignore[index]
+        "", "Placement: unpinned.",  # a run without a placement (before lastcall bench pinned) was unpinned
+        "", "Measured: date not recorded · commit not recorded · machine not recorded · python not recorded · "
+        "command `lastcall bench`"]
+    run.update(date="2026-12-07", python="3.11.7")  # what `lastcall bench --json` records beside its result
     assert bench.table(bench.reduce(run, "lastcall bench")).splitlines()[-1] == (
+        "Measured: date 2026-12-07 · commit not recorded · machine not recorded · python 3.11.7 · "
+        "command `lastcall bench`")
+    run["settings"]["placement"] = {"client": 0, "arms": 1}  # type: ignore[index]
+    assert bench.table(bench.reduce(run, "lastcall bench")).splitlines()[-3] == (
         "Placement: requests from CPU 0, every arm on CPU 1.")
 
 
@@ -202,3 +211,50 @@ def test_every_path_of_the_repository_a_page_names_exists(page: Path) -> None:
     named = {m.rstrip(".") for m in REPO_PATH.findall(page.read_text())}
     missing = sorted(p for p in named if not (ROOT / p).exists())
     assert not missing, f"{page.relative_to(ROOT)} names paths that are not there: {missing}"
+
+
+def test_every_table_shows_the_provenance_of_its_measurement() -> None:
+    """Under each generated table, the line its renderer prints from what its JSON records (the renderers'
+    tests above compare it with the JSON)."""
+    figures = script("figures")
+    bare = [f"{page.relative_to(ROOT)}: {name}" for name, page, _ in figures.tables()
+            if provenance.parse(figures.docpage.between(page.read_text(), name)) is None]
+    assert not bare, f"tables with no provenance line under them: {bare}"
+
+
+def test_every_generated_table_has_a_row_in_the_index_and_every_row_a_table(tmp_path: Path,
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    figures = script("figures")
+    assert figures.unindexed() == [], "add what the table measures to MEASURES in benchmarks/figures.py"
+    page = tmp_path / "new.md"
+    page.write_text("# New\n\n<!-- new-thing-table:begin -->\n| a |\n<!-- new-thing-table:end -->\n")
+    monkeypatch.setattr(figures, "PAGES", [*figures.PAGES, page])
+    assert figures.unindexed() == ["new-thing"]  # a table added without its row is seen
+
+
+def test_the_figures_index_is_current() -> None:
+    figures = script("figures")
+    assert (ROOT / "docs" / "figures.md").read_text() == figures.render(), (
+        f"docs/figures.md is stale: regenerate it with: {figures.COMMAND}")
+
+
+def test_a_table_whose_data_lacks_a_field_says_it_was_not_recorded(tmp_path: Path) -> None:
+    """Nothing is filled in from the machine that renders: a field the JSON lacks reads "not recorded"."""
+    robustness = script("load_robustness")
+    copy = tmp_path / "load_robustness.json"
+    copy.write_text((ROOT / "docs" / "data" / "load_robustness.json").read_text())
+    recorded = json.loads(copy.read_text())
+    assert f"Measured: date {recorded['date']} · " in robustness.table(recorded)
+    del recorded["date"]
+    copy.write_text(json.dumps(recorded))
+    line = robustness.table(json.loads(copy.read_text())).splitlines()[-1]
+    assert line.startswith("Measured: date not recorded · commit ") and provenance.parse(line) is not None
+    assert provenance.parse(line)["machine"] == provenance.fields([recorded])["machine"] != provenance.NOT_RECORDED
+
+
+def test_a_measuring_script_records_every_field_of_its_provenance() -> None:
+    made = script("docpage").measured(str(ROOT / "benchmarks" / "failpoint_cost.py"), ["--runs", "3", "--write"])
+    assert [k for k in provenance.FIELDS if made.get(k)] == list(provenance.FIELDS)
+    assert made["command"] == "python benchmarks/failpoint_cost.py --runs 3 --write"
+    assert set(made["machine"]) == {"cpus", "model", "mem_total_gib"}
+    assert provenance.NOT_RECORDED not in provenance.line([made])

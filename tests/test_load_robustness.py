@@ -101,9 +101,10 @@ def test_the_table_counts_each_kind_and_lists_every_item_that_failed_or_was_too_
         f"| `{b}` | `cpu2` | 1 / 1 | 0 | not caught \\| x |",
         f"| `{c}` | `cpu2` | 0 / 0 | 1 | not judged here: y |",
         "",
-        "2026-12-07, commit abc1234 with uncommitted changes in the working tree; 2 CPUs (AMD EPYC), 23.5 GiB; "
-        "python 3.11.9; `python benchmarks/load_robustness.py --kinds none cpu2 --repeats 2`; each repeat "
-        "`python -m pytest scenarios/ -n 2` `-k 'a or b'`."]
+        "Each repeat `python -m pytest scenarios/ -n 2` `-k 'a or b'`.",
+        "",
+        "Measured: date 2026-12-07 · commit abc1234+ · machine 2 CPUs, AMD EPYC, 23.5 GiB · python 3.11.9 · "
+        "command `python benchmarks/load_robustness.py --kinds none cpu2 --repeats 2`"]
 
 
 def test_the_page_shows_the_table_of_its_data_or_says_it_is_not_yet_measured() -> None:

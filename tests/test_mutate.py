@@ -249,6 +249,7 @@ def test_the_report_gives_both_scores_every_survivor_with_its_diff_and_a_wrong_e
     assert f"WRONG: {ms[2].id} is listed in mutation/equivalent.yaml but was killed by timeout" in text
     data = to_json(a, sample=4, seed=1, target=None, command="x")
     assert data["raw"] == {"killed": 2, "all": 4} and data["non_equivalent"] == {"killed": 1, "all": 2}
+    assert data["machine"]["cpus"] and data["date"] and data["command"] == "x"  # the line under its table
     assert [m["status"] for m in data["mutants"]] == [KILLED, SURVIVED, TIMEOUT, SURVIVED]
     assert data["mutants"][0]["failed"] == ["a.yaml::a[tp1]"] and "diff" in data["mutants"][3]
 

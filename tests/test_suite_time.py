@@ -128,12 +128,13 @@ def test_the_engine_library_row_says_met_only_within_ci_s_bound() -> None:
     mod = script("targets_block")
     lib = {"wall_s": 1900.0, "tests": 18, "date": "2026-12-07"}
     rows = mod.table(suite={}, ipc={}, engine={"library": lib}).splitlines()
-    assert rows[-1].startswith("| real vLLM: the engine library (`./dev vllm-engine-test`), exec'd, <= 30 min 00 s | "
-                               "31 min 40 s (18 tests, 2026-12-07)") and "**no (missed)**" in rows[-1]
-    met = mod.table(suite={}, ipc={}, engine={"library": dict(lib, wall_s=600.0)}).splitlines()[-1]
+    assert rows[-3].startswith("| real vLLM: the engine library (`./dev vllm-engine-test`), exec'd, <= 30 min 00 s | "
+                               "31 min 40 s (18 tests, 2026-12-07)") and "**no (missed)**" in rows[-3]
+    assert rows[-1].startswith("Measured: date 2026-12-07 · ")  # the provenance of the rows shown, under them
+    met = mod.table(suite={}, ipc={}, engine={"library": dict(lib, wall_s=600.0)}).splitlines()[-3]
     assert "10 min 00 s" in met and "| yes |" in met
     # a launch forked from a zygote is no figure of what users run: its old amortised rows are not shown
-    assert len(mod.table(suite={}, ipc={}, engine={"amortised": [{"per_run_s": 12.0}]}).splitlines()) == 2
+    assert len(mod.table(suite={}, ipc={}, engine={"amortised": [{"per_run_s": 12.0}]}).splitlines()) == 4
 
 
 def test_the_stops_floor_is_shown_beside_its_profile_once_measured() -> None:
@@ -142,7 +143,7 @@ def test_the_stops_floor_is_shown_beside_its_profile_once_measured() -> None:
            "stop_reps": 25, "date": "2026-12-01"}
     assert "floor" not in mod.table(ipc={"runs": [run]}, engine={})  # a run before the floor was measured
     run["stop_floor_us"] = {"256": {"closes": 600.0, "teardown": 200.0}}
-    row = mod.table(ipc={"runs": [run]}, engine={}).splitlines()[-1]
+    row = mod.table(ipc={"runs": [run]}, engine={}).splitlines()[-3]
     assert "1.50 ms" in row and "**no (missed)**" in row
     assert "its floor, the kernel and the file system alone in one thread: 0.80 ms (600 us of closes, 200 us" in row
 

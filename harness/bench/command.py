@@ -41,6 +41,7 @@ import contextlib
 import html
 import json
 import random
+import shlex
 import shutil
 import sys
 import time
@@ -48,6 +49,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from harness import provenance
 from harness.bench.arms import OPS, Client, check_op, flavoured
 from harness.bench.interleave import ORDERS, Arm, Result, Window, format_rows, run_interleaved
 from harness.bench.serverproc import ServerProcess, on_cpu, pin_threads, two_cpus
@@ -244,12 +246,13 @@ def run_bench(arms: list[str], ops: list[str], windows: int = 15, requests: int 
               order: str = "abba", keep_alive: bool = False, aa: bool = True, json_path: str | None = None,
               svg_path: str | None = None, progress: bool = True, *, alpha: float = 0.01,
               confidence: float = 0.95, seed: int | None = None, backend: str = "noop",
-              record: bool = False, pin: bool = True) -> BenchResult:
+              record: bool = False, pin: bool = True, command: str | None = None) -> BenchResult:
     """Measure ``ops`` on every arm in its own worker process; compare each arm with the first.
 
     Returns: the window medians, per op each arm's comparison with the first
         (ratio, bootstrap interval, Mann-Whitney p, verdict at ``alpha``) and the
-        A/A control's (when ``aa``); also written as JSON / SVG when paths are given.
+        A/A control's (when ``aa``); also written as JSON / SVG when paths are given, the JSON with the
+        date, commit, machine and Python of the run and ``command``, the command line that asked for it.
     Placement: pinned (``pin``, where this process may use two CPUs or more), the requests are sent from the
         first CPU and every arm's listener process runs on the second, so each request is the same cross-CPU
         round trip in every window of every arm; unpinned, the scheduler's choice (the listener on the client's
@@ -362,7 +365,10 @@ def run_bench(arms: list[str], ops: list[str], windows: int = 15, requests: int 
                       {op: vs(op, aa_label, labels[aa_of]) for op in ops} if aa_label else {}, leaks.checks,
                       seconds, problems)
     if json_path:
-        Path(json_path).write_text(json.dumps(out.as_dict(), indent=2) + "\n")
+        # its provenance beside it; the command only where the caller says it (a call from code has none)
+        made = provenance.record(command or "", Path(__file__).resolve().parents[2])
+        made = {k: v for k, v in made.items() if v or k != "command"}
+        Path(json_path).write_text(json.dumps({**out.as_dict(), **made}, indent=2) + "\n")
     if svg_path:
         Path(svg_path).write_text(render_svg(out))
     return out
@@ -472,7 +478,7 @@ def bench_main(args: argparse.Namespace) -> int:
         r = run_bench(args.arm or list(DEFAULT_ARMS), args.op or list(OPS), args.windows, args.requests,
                       args.warmup, args.order, args.keep_alive, not args.no_aa, args.json, args.svg,
                       progress=True, alpha=args.alpha, seed=args.seed, backend=args.backend,
-                      pin=not getattr(args, "no_pin", False))
+                      pin=not getattr(args, "no_pin", False), command=shlex.join(["lastcall", *sys.argv[1:]]))
     except LeakFound as exc:
         print(f"lastcall bench: {exc}", file=sys.stderr)
         return EXIT_LEAK

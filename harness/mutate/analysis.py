@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from harness import provenance
 from harness.errors import ConfigError
 from harness.mutate.mutator import Mutant, diff_of
 from harness.mutate.plan import Entry, as_json, choose
@@ -231,7 +232,7 @@ def to_json(a: Analysis, *, sample: int | None, seed: int, target: str | None, c
     return {"command": command, "planned": a.planned, "sample": sample, "seed": seed, "target": target,
             "mutants_in_scope": a.total,
             "commit": a.commit or _commit(), "date": datetime.date.today().isoformat(),
-            "python": sys.version.split()[0],
+            "python": sys.version.split()[0], "machine": provenance.machine(),
             "unmutated_seconds": {k: round(v, 1) for k, v in a.baselines.items()}, "flaky_on_unmutated": a.flaky,
             "raw": {"killed": len(a.killed), "all": len(a.outcomes)},
             "non_equivalent": {"killed": sum(1 for o in ne if o.killed), "all": len(ne)},

@@ -15,6 +15,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from harness import provenance
+
 __all__ = ["DATA", "PAGE", "BEGIN", "END", "FRESH", "FRESH_BEGIN", "FRESH_END", "markdown", "render_doc"]
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -86,7 +88,7 @@ def markdown(data: dict[str, Any], explanations: dict[str, str] | None = None) -
             lines.append(f"| `{m['id']}` | `{m['qualname']}` | {_cell(m['about'])} | {_cell(why)} |")
     else:
         lines.append("none.")
-    return "\n".join(lines)
+    return "\n".join([*lines, "", provenance.line(provenance.records_of(data))])
 
 
 def _short_command(command: str) -> str:

@@ -133,11 +133,22 @@ PAGE = "docs/planted-bug-table.md"  # the page that shows the table, between the
 BEGIN, END = "<!-- planted-bug-table:begin -->", "<!-- planted-bug-table:end -->"
 
 
-def to_data(cells: list[Cell], variants: Sequence[str], source: str) -> dict[str, object]:
-    """The committed form of a table: its columns, its cells, and where the cells came from."""
+def to_data(cells: list[Cell], variants: Sequence[str], source: str,
+            made: dict[str, Any] | None = None) -> dict[str, object]:
+    """The committed form of a table: its columns, its cells, where the cells came from, and the provenance
+    ``made`` of the run that measured them (the command alone where none is given: the cells came from a run
+    this process did not see)."""
     from dataclasses import asdict
 
-    return {"source": source, "variants": list(variants), "cells": [asdict(c) for c in cells]}
+    return {"source": source, **(made or {"command": source}), "variants": list(variants),
+            "cells": [asdict(c) for c in cells]}
+
+
+def rendered(data: dict[str, object]) -> str:
+    """The page's text between the markers: the table of :func:`to_data`'s output and its provenance line."""
+    from harness import provenance
+
+    return markdown(*from_data(data)) + "\n\n" + provenance.line(provenance.records_of(data))
 
 
 def from_data(data: dict[str, object]) -> tuple[list[Cell], list[str]]:
@@ -152,20 +163,21 @@ def between_markers(text: str, begin: str, end: str) -> str:
     return text[text.index(begin) + len(begin):text.index(end)].strip("\n")
 
 
-def write(cells: list[Cell], variants: Sequence[str], source: str, root: str = ".") -> None:
+def write(cells: list[Cell], variants: Sequence[str], source: str, root: str = ".",
+          made: dict[str, Any] | None = None) -> None:
     """Commit a table: its cells to :data:`DATA`, its Markdown into :data:`PAGE` between the markers."""
     import json
     from dataclasses import asdict
     from pathlib import Path
 
     data, page = Path(root) / DATA, Path(root) / PAGE
-    d = to_data(cells, variants, source)
+    d = to_data(cells, variants, source, made)
     body = ",\n".join(f" {json.dumps(k)}: {json.dumps(v)}" for k, v in d.items() if k != "cells")
     rows = ",\n".join(json.dumps(asdict(c)) for c in cells)  # one cell a line: a rerun's diff shows the cells
     data.write_text(f"{{\n{body},\n \"cells\": [\n{rows}\n]}}\n")
     text = page.read_text()
     start, stop = text.index(BEGIN) + len(BEGIN), text.index(END)
-    page.write_text(text[:start] + "\n" + markdown(cells, variants) + "\n" + text[stop:])
+    page.write_text(text[:start] + "\n" + rendered(d) + "\n" + text[stop:])
 
 
 def merged(kept: Sequence[Cell], fresh: Sequence[Cell], variants: Sequence[str]) -> list[Cell]:
@@ -249,7 +261,12 @@ def _table(args: Any) -> int:
         source = "python -m harness.scenario.table --write " + " ".join(paths)
     print(markdown(cells, variants))
     if args.write:
-        write(cells, variants, source)
+        from pathlib import Path
+
+        from harness import provenance
+
+        root = Path(__file__).resolve().parents[2]  # --from measured nothing here: its cells' run is not known
+        write(cells, variants, source, made=None if args.from_dir else provenance.record(source, root))
     return 0
 
 
