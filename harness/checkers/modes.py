@@ -68,13 +68,14 @@ HOST_TOO_SLOW = "not judged here: host too slow"  # neither a pass nor a failure
          params=IdleCost, judges=("step_returned",), observes_exit=False,
          timing=("the worker's own CPU time over a measure_idle window (schedstat's run time, not time waiting for "
                  "a CPU), against what the harness's calibration spin got over the same window. Load lowers both "
-                 "alike, however it comes and goes; below a tenth of a CPU the verdict is 'not judged here: host too slow'"))
+                 "alike, however it comes and goes; below a tenth of a CPU the verdict is 'not judged here: host "
+                 "too slow'"))
 def idle_cost(run: RunRecord, p: IdleCost) -> Verdict:
     """A window's own CPU time (schedstat's run time: time spent waiting for a CPU is the machine's, not the
     listener's) against what a spinning thread got in the same step (``cpu_share``, measured by the harness's
-    calibration spin over the same window): a spinner is on a CPU for about that share of the window however loaded the machine, a
-    blocked thread for none of it.  A history of an older lastcall (``runnable_s`` only) is judged on that sum
-    against the whole window."""
+    calibration spin over the same window): a spinner is on a CPU for about that share of the window however loaded
+    the machine, a blocked thread for none of it. A history of an older lastcall (``runnable_s`` only) is judged on
+    that sum against the whole window."""
     rets = [e for e in _steps(run, "measure_idle") if isinstance(e.data.get("value"), dict)]
     if not rets:
         return unknown("idle_cost", "no measure_idle step returned")
