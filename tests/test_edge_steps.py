@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import textwrap
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
@@ -12,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from harness import failpoints
 from harness.checkers import RunRecord, judge
 from harness.errors import ListenerError
 from harness.faults import client as cf
@@ -52,6 +54,63 @@ def test_pipeline_back_to_back_and_reused_answers_in_order(live: WorkerListener)
     for read_each in (False, True):
         replies = cf.pipeline(str(live.path), frames, 10.0, wire.decode_reply, read_each=read_each)
         assert [r.id for r in replies if r is not None] == [r.id for r in reqs]
+
+
+@pytest.mark.parametrize("variant", ["reference", "answered_not_cancelled"])
+def test_each_after_sends_the_next_request_after_the_answered_pass_whose_cancel_fails_it_at_once(
+        lc_root: Path, variant: str, no_thread_leak: None) -> None:
+    listener = VARIANTS[variant].listener(socket_path("t", 0, 0, lc_root), NoopBackend(), ipc="t")
+    held = failpoints.arm("backend.kv_tensors_created", "pause", count=1)
+    snapshot = failpoints.arm("listener.stop_snapshot", "pass", count=1)
+    answered = failpoints.arm("listener.answered", "pause", count=1)
+    listener.start()
+    got: dict[str, Any] = {}
+
+    def gate(n: int) -> None:
+        got["gated"] = answered.wait_reached(n)
+
+    def client() -> None:
+        frames = [wire.encode_request(wire.Request(cmd="kv_tensors_created", id=str(i))) for i in range(2)]
+        try:
+            got["replies"] = cf.pipeline(str(listener.path), frames, 0.5, wire.decode_reply, read_each=True,
+                                         gate=gate)
+        except TimeoutError:
+            got["replies"] = "timed out"
+
+    pipe, stopper = threading.Thread(target=client), threading.Thread(target=lambda: got.update(ok=listener.stop()))
+    try:
+        pipe.start()
+        assert held.wait_reached()
+        stopper.start()
+        assert snapshot.wait_reached()  # the stop's snapshot leaves the connection in the backend
+        held.release()
+        pipe.join(5)
+    finally:
+        failpoints.reset()
+        pipe.join(5)
+        stopper.join(10)
+    assert got["gated"] and got["ok"]
+    if variant == "reference":  # shut for reading once answered: the second request's send fails (EPIPE)
+        assert got["replies"][0] is not None and got["replies"][1:] == [None]
+    else:  # taken into the socket, never read: the client waits out its timeout
+        assert got["replies"] == "timed out"
+
+
+def test_each_after_is_checked_at_load_time() -> None:
+    ok = HEAD + textwrap.dedent("""\
+        steps:
+          - start: cluster
+          - arm: {site: listener.answered, action: pass, as: f1}
+          - pipeline: {requests: [{cmd: kv_tensors_created}, {cmd: kv_tensors_created}], read_each: true,
+                       each_after: f1, as: p1}
+          - wait: {returned: p1}
+        expect: [requests_served]
+        """)
+    assert loads(ok, "t.yaml").steps[2].spec.each_after == "f1"
+    with pytest.raises(ScenarioError, match="each_after: requests written back to back"):
+        loads(ok.replace("read_each: true", "read_each: false"), "t.yaml")
+    with pytest.raises(ScenarioError, match="undefined step name 'p1'; expected the as: name of an earlier arm step"):
+        loads(ok.replace("each_after: f1", "each_after: p1"), "t.yaml")
 
 
 def test_pipeline_on_no_keep_alive_loses_the_rest(lc_root: Path, lastcall_recorder: Recorder) -> None:

@@ -96,6 +96,8 @@ UNREACHABLE: dict[str, str] = {
                             "delay); the explorer takes each step only once it has completed",
     "accepts_after_stop": "needs the serving thread held between an accept and its decision (a failpoint delay) "
                           "when stop lands; the explorer takes each step only once it has completed",
+    "answered_not_cancelled": "needs a second request on one kept-alive connection sent once the listener has "
+                              "answered the first after a stop began; the explorer sends each request on a fresh one",
     "dies_on_accept_failure": "needs an accept that fails (EMFILE under a lowered fd limit); the explorer's accepts "
                               "succeed",
     "spins_on_accept_failure": "needs an accept that fails (EMFILE under a lowered fd limit), and is a cost, not an "

@@ -265,18 +265,21 @@ def _reply_frame(sock: socket.socket) -> bytes | CutReply | None:
 
 
 def pipeline(path: str, frames: list[bytes], timeout: float, decode: Callable[[bytes], wire.Reply], *,
-             read_each: bool = False) -> list[wire.Reply | CutReply | None]:
+             read_each: bool = False, gate: Callable[[int], None] | None = None) -> list[wire.Reply | CutReply | None]:
     """Send ``frames`` on one connection, back to back in one write (or each after the reply before, with
-    ``read_each``); the replies in the order read: None for each the listener closed the connection before
-    (at a frame boundary), a :class:`CutReply` for one it closed the connection in the middle of (and None for
+    ``read_each``, and after ``gate(i)`` returns for each request ``i`` after the first); the replies in the order
+    read: None for each the listener closed the connection before (at a frame boundary, or shut for reading: the
+    send fails with EPIPE), a :class:`CutReply` for one it closed the connection in the middle of (and None for
     each after it)."""
     s = connect(path, timeout)
     replies: list[wire.Reply | CutReply | None] = []
     try:
         if not read_each:
             s.sendall(b"".join(frames))
-        for data in frames:
+        for i, data in enumerate(frames):
             if read_each:
+                if i and gate is not None:
+                    gate(i)
                 s.sendall(data)
             body = _reply_frame(s)
             if body is None:

@@ -529,6 +529,7 @@ class WorkerListener:
                             conn.sock.shutdown(socket.SHUT_RD)
                         except OSError:
                             pass
+            failpoints.hit("listener.answered")  # this connection's pass is over, its post-dispatch cancel done
 
     def _call_backend(self, req: wire.Request) -> wire.Reply:
         try:

@@ -18,7 +18,7 @@ from harness.reference.listener import _PEERCRED, WorkerListener, _Conn, _State
 
 __all__ = ["CancelLeftToThread", "StartsTwice", "LeavesUmask", "SocketModeOpen", "BusyPollsAfterReply",
            "DiesOnAcceptFailure", "SpinsOnAcceptFailure", "UnrecordedDispatch", "MisreportsClose", "QueuesPartialReads",
-           "FailedStartNotUndone", "AcceptsAfterStop"]
+           "FailedStartNotUndone", "AcceptsAfterStop", "AnsweredNotCancelled"]
 
 
 class CancelLeftToThread(WorkerListener):
@@ -250,3 +250,48 @@ class AcceptsAfterStop(WorkerListener):
                 self.rec.emit("accepted", listener=self.label, conn=cid)
         self._ep.register(sock.fileno(), select.EPOLLIN)
         self._on_readable(conn)
+
+
+class AnsweredNotCancelled(WorkerListener):
+    """listener.py:525-531 (the dispatch pass's post-dispatch cancel, ``if self._stopping and conn.state is
+    _State.IDLE:`` with its block, removed): a connection answered after a stop began is left open for reading,
+    so its client's next request is taken into the socket and never read, and the client is told only when the
+    serving thread exits (after the drain gave up on another client's unread reply), instead of its send failing
+    at once (EPIPE).  (The reference's _dispatch_ready with that block removed.)"""
+
+    def _dispatch_ready(self) -> None:
+        while self._ready:
+            conn = self._ready.popleft()
+            while conn.bodies and conn.sock.fileno() != -1:
+                body = conn.bodies.popleft()
+                try:
+                    req = wire.decode_request(body)
+                except WireError as exc:
+                    self._on_bad_request(conn, exc)
+                    continue
+                failpoints.hit("listener.before_dispatch")
+                with self._lock:
+                    go = self._may_dispatch()
+                    failpoints.hit("listener.dispatch_decided")
+                    if go:
+                        conn.state = _State.DISPATCHING
+                        if self._on:
+                            self.rec.emit("dispatch_started", listener=self.label, conn=conn.cid, cmd=req.cmd,
+                                          id=req.id)
+                    else:
+                        self.rec.emit("dispatch_refused", listener=self.label, conn=conn.cid, cmd=req.cmd, id=req.id)
+                if go:
+                    reply = self._call_backend(req)
+                    if self._on:
+                        self.rec.emit("dispatch_finished", listener=self.label, conn=conn.cid, cmd=req.cmd,
+                                      status=reply.status)
+                else:
+                    reply = wire.Reply(status="error", id=req.id, error_type="shutting_down",
+                                       message=f"{self.label} is shutting down; request not dispatched")
+                self._send(conn, reply)
+            if conn.sock.fileno() != -1:
+                with self._lock:
+                    if conn.state is _State.QUEUED or conn.state is _State.DISPATCHING:
+                        conn.state = _State.WRITING if conn.out else _State.IDLE
+                    # the mutant: no `if self._stopping and conn.state is _State.IDLE:` cancel
+            failpoints.hit("listener.answered")

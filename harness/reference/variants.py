@@ -21,6 +21,7 @@ from harness.reference.handshake import HandshakeListener
 from harness.reference.listener import WorkerListener, _Conn, _State
 from harness.reference.listener_variants import (
     AcceptsAfterStop,
+    AnsweredNotCancelled,
     BusyPollsAfterReply,
     CancelLeftToThread,
     DiesOnAcceptFailure,
@@ -525,6 +526,8 @@ VARIANTS: dict[str, Variant] = _variants(
             "made stay", listener=FailedStartNotUndone),
     Variant("accepts_after_stop", "a connection accepted while a stop is under way is kept and answered, not "
             "closed unread", listener=AcceptsAfterStop),
+    Variant("answered_not_cancelled", "a connection answered after a stop began is left open for reading: its "
+            "client's next request is taken and never read", listener=AnsweredNotCancelled),
 )
 
 

@@ -167,12 +167,23 @@ class Pipeline(Strict):
     to: Worker = TO_FIELD
     requests: list[Pipelined] = Field(min_length=1, max_length=64, description="the requests, in order")
     read_each: bool = Field(False, description="reuse the connection: send each request after the reply before")
+    each_after: StepName | None = Field(None, description=(
+        "with read_each: an arm step's name; request N (from the second, N = 1) is sent only once its site has "
+        "been hit N times in all, e.g. after the listener's pass over the connection that answered the one before "
+        "(listener.answered)"))
     reply_size: Size | None = Field(None, ge=64, le=MAX_REPLY, description="pad each request's id so its reply "
                                     "is about this many bytes (see send)")
     timeout: Duration | None = Field(None, gt=0, description=(
         "how long the client waits for each reply before the step fails (TimeoutError), as send's; default "
         "config.ipc_timeout"))
     as_: StepName | None = AS_FIELD
+
+    @model_validator(mode="after")
+    def _gated_each(self) -> Pipeline:
+        if self.each_after is not None and not self.read_each:
+            raise ValueError("each_after: requests written back to back in one write wait for nothing; add "
+                             "read_each: true")
+        return self
 
 
 class StaleSocket(Strict):

@@ -16,7 +16,7 @@ from harness.faults import env
 from harness.launch.cluster import RemoteError
 from harness.reference import wire
 from harness.reference.paths import socket_path
-from harness.scenario.player import Player, StepError, step_kind
+from harness.scenario.player import Player, StepError, counting, step_kind
 
 __all__ = ["send_reader_fault", "short_id"]
 
@@ -65,9 +65,17 @@ def pipeline(pl: Player, s: Any, name: str) -> None:
     pl.started(name, "pipeline", n=len(reqs), read_each=s.read_each)
     limit = pl.timeout(s.timeout)
 
+    def gate(n: int) -> None:
+        """Request n waits for the n-th hit of each_after's site (counted from its arm)."""
+        proc, site, t = pl.armed[s.each_after]
+        if pl.c.rec.wait_for(counting(n, lambda e: e.kind == "fault_reached" and e.pid == proc.pid
+                                      and e.data.get("site") == site and e.t_ns >= t), limit) is None:
+            raise TimeoutError(f"each_after: {s.each_after} ({site} on {proc.label}) was not reached {n}x in {limit}s")
+
     def run() -> None:
         try:
-            replies = cf.pipeline(path, frames, limit, pl.codec.decode_reply, read_each=s.read_each)
+            replies = cf.pipeline(path, frames, limit, pl.codec.decode_reply, read_each=s.read_each,
+                                  gate=None if s.each_after is None else gate)
         except OSError as exc:
             pl.returned(name, "pipeline", False, None, error=f"{type(exc).__name__}: {exc}")
             return

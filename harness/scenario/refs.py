@@ -140,6 +140,8 @@ class _Refs:
                              f"a send with fault {_kinds(WITHHOLDING_FAULTS)}")
         elif step.kind == "wait":
             self.wait(i, step)
+        elif step.kind == "pipeline" and step.spec.each_after is not None:
+            self.ref((*at, "each_after"), step.spec.each_after, ("arm",), i)
         elif step.kind == "stop_hammer":
             self.ref(at, step.spec, ("hammer",), i)
         elif step.kind == "handshake_start" and isinstance(step.spec.port, str):
