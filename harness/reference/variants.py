@@ -369,8 +369,8 @@ for _kind in ("handshake_start", "handshake", "hammer", "stop_hammer", "malforme
     STEP_NEEDS.setdefault(_kind, "handshake_listener")  # handshake scenarios skip on a worker-only target
 # an arm on a site inside the listener itself (listener.*, cleanup.*, exit_hook...), not a backend call or the
 # process: a target whose listener is not the reference's has no such sites (harness.targets: capabilities)
-for _kind in ("engine_request", "engine_signal", "wait_gone", "engine_restart", "engine_start", "pause", "resume"):
-    STEP_NEEDS.setdefault(_kind, "engine_tree")  # engine scenarios skip on a listener target
+for _kind in ("engine_request", "engine_signal", "wait_gone", "engine_restart", "engine_start"):
+    STEP_NEEDS.setdefault(_kind, "engine_tree")  # engine scenarios skip on a listener target (pause needs nothing)
 STEP_NEEDS["arm_listener_site"] = "listener_failpoints"
 STEP_NEEDS["stress"] = "listener_failpoints"  # it arms sites inside the listener (harness.scenario.stress)
 STEP_NEEDS["ctl"] = "owner_records"  # lastcall ctl reads the reference's owner records beside its sockets
