@@ -15,9 +15,12 @@ Every pause is resumed, whichever comes first:
 * the end of the run's steps (reason ``run_end``: harness.scenario.player's finish_up).
 
 Each resumption is recorded through the ``emit`` the pause was given (``process_resumed``), after the SIGCONT is
-sent and before the caller's kill.  The process is signalled through a pidfd opened at the pause, so a pid
-reused after its process died is never signalled.  A process-wide registry, keyed by pid: the kill sites need
-no handle on the run that paused it.
+sent and before the caller's kill.  A resumption returns once the process's main thread has run again
+(:func:`_wait_ran`): a signal sent to a process whose threads are just woken goes to whichever thread the kernel
+finds free of pending work, seldom the main one, and a Python process runs its handler only once its main thread
+runs Python again: a SIGTERM right after the SIGCONT was seen to wait, unhandled, for the close.  The process
+is signalled through a pidfd opened at the pause, so a pid reused after its process died is never signalled.
+A process-wide registry, keyed by pid: the kill sites need no handle on the run that paused it.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from typing import Any
 
 __all__ = ["pause", "resume", "resume_all", "resume_before_kill", "paused_pids", "MAX_BOUND_S", "DEFAULT_BOUND_S"]
 
+RAN_S = 0.5  # seconds a resumption waits at most for the main thread to run again (a safety net: it runs in ms)
 DEFAULT_BOUND_S = 5.0  # seconds a pause lasts when its step names no bound
 MAX_BOUND_S = 20.0  # the longest pause: well below an engine's launch bound (60 s), so a run never hangs on one
 
@@ -92,10 +96,13 @@ def resume(pid: int, reason: str, step: str | None = None) -> bool:
             return False
         p.over.set()
         alive = True
+        ran = _ran_ns(pid)
         try:
             signal.pidfd_send_signal(p.pidfd, signal.SIGCONT)
         except ProcessLookupError:
             alive = False
+        if alive:
+            _wait_ran(pid, ran)
         os.close(p.pidfd)
         data: dict[str, Any] = {"step": step} if step else {}
         p.emit("process_resumed", pid=pid, process=p.process, reason=reason, paused_by=p.step,
@@ -103,6 +110,30 @@ def resume(pid: int, reason: str, step: str | None = None) -> bool:
     if p.timer is not None and p.timer is not threading.current_thread():
         p.timer.join()
     return True
+
+
+def _ran_ns(pid: int) -> int | None:
+    """How long the main thread of ``pid`` has been on a CPU, in ns (/proc/PID/task/PID/schedstat); None when
+    it is gone or the kernel keeps no schedstat."""
+    try:
+        with open(f"/proc/{pid}/task/{pid}/schedstat") as f:
+            return int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _wait_ran(pid: int, before: int | None) -> None:
+    """Return once the main thread of ``pid`` has run since ``before`` (its time on a CPU grew), it is gone, or
+    RAN_S passed.  No event tells another process's thread ran (waitid's WCONTINUED is for a parent): it is
+    read from /proc, yielding the CPU between reads so the woken thread gets it."""
+    if before is None:
+        return
+    end = time.monotonic() + RAN_S
+    while time.monotonic() < end:
+        now = _ran_ns(pid)
+        if now is None or now > before:
+            return
+        os.sched_yield()
 
 
 def resume_before_kill(pids: Iterable[int] | None = None) -> list[int]:
