@@ -5,6 +5,7 @@ before any kill (a kill step, the cluster's close, the watchdog) and when the ru
 from __future__ import annotations
 
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,12 +18,13 @@ from harness.scenario import ScenarioError, loads
 from harness.scenario.loader import expand
 from harness.scenario.runner import run_item
 
+SCENARIOS = Path(__file__).resolve().parent.parent / "scenarios"
 HEAD = """\
 name: worker-pause-test
 about: a pause of a worker
 catches: [no_conn_tracking]
 topology: {tp: 1, pp: 1}
-config: {ipc_timeout: 2s}
+config: {ipc_timeout: 10s}  # the bound of a wait and of the kill step's exit: a safety net
 steps:
   - start: cluster
 """
@@ -160,3 +162,21 @@ def test_the_watchdog_resumes_a_paused_worker_before_it_gathers_stacks_and_kills
     (stacks,) = [e for e in _of(result, "stacks") if e.data["pid"] == paused.data["pid"]]
     assert not stacks.data["text"].startswith("(no stacks")  # it answered: it was running when asked
     assert _state(paused.data["pid"]) in (None, "Z") and pauses.paused_pids() == []
+
+
+# ------------------------------------------------------------------ the scenario and its planted bug
+@pytest.mark.slow  # both runs (~3 s); the scenario's own items prove the same in the default suite
+def test_the_planted_client_waits_on_the_paused_worker_until_the_harness_resumes_it() -> None:
+    item = expand(loads((SCENARIOS / "worker-paused-with-a-call-in-flight.yaml").read_text(), "w.yaml"))[0]
+    good = run_item(item)
+    assert good.passed, good.verdicts
+    bad = run_item(item, variant="reply_without_deadline")
+    verdicts = {v.checker: v.status for v in bad.verdicts}
+    assert verdicts["calls_bounded"] == "violated", verdicts
+    (paused,) = _of(bad, "process_paused")
+    (resumed,) = _of(bad, "process_resumed")
+    began, (m1,) = [[e for e in _of(bad, kind) if e.data.get("step") == "m1"] for kind in ("step_started",
+                                                                                         "step_returned")]
+    assert resumed.data["reason"] == "bound" and m1.data["ok"] is True  # answered, once the worker ran again
+    assert (m1.t_ns - began[0].t_ns) / 1e9 >= paused.data["bound"]
+    assert pauses.paused_pids() == []

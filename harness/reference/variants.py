@@ -17,6 +17,7 @@ from typing import Any
 
 from harness.errors import ConfigError, ListenerError, WireError
 from harness.reference import wire
+from harness.reference.client_variants import ReplyWithoutDeadlineClient
 from harness.reference.handshake import HandshakeListener
 from harness.reference.listener import WorkerListener, _Conn, _State
 from harness.reference.listener_variants import (
@@ -406,6 +407,7 @@ class Variant:
     registry: type[Registry] = Registry
     worker: type[ReferenceWorker] = ReferenceWorker
     keep_usage_segment: bool = False  # engine side: shutdown forgets the /dev/shm usage record (kvcached #477)
+    client: Any = None  # engine side: its client class (harness.reference.client.Client; None: that one)
     capabilities: frozenset[str] = WORKER_CAPABILITIES  # what scenarios may ask of it (see STEP_NEEDS)
     handshake_listener: Any = None  # the reference also owns the handshake listener (harness.reference.handshake)
     codec: Any = None  # the reference framing (harness.targets.REFERENCE_CODEC)
@@ -525,6 +527,8 @@ VARIANTS: dict[str, Variant] = _variants(
             "made stay", listener=FailedStartNotUndone),
     Variant("accepts_after_stop", "a connection accepted while a stop is under way is kept and answered, not "
             "closed unread", listener=AcceptsAfterStop),
+    Variant("reply_without_deadline", "the engine's client reads a reply without its deadline: a paused rank "
+            "holds the call as long as it is stopped", client=ReplyWithoutDeadlineClient),
 )
 
 
