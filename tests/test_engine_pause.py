@@ -59,7 +59,9 @@ def _error(steps: str) -> str:
     ("{to: api_server, index: 1}", "p.yaml:7:12: steps[1].pause: index names a worker; the api_server is one process"),
     ("{to: gpu}", "p.yaml:7:17: steps[1].pause.to: expected one of: api_server, engine_core, worker, found 'gpu'"),
     ("{to: worker, resume_in: 1s}", "p.yaml:7:25: steps[1].pause: unknown key 'resume_in'; expected one of: to, "
-                                    "index, resume_after, as (did you mean 'resume_after'?)"),
+                                    "index, of, resume_after, as (did you mean 'resume_after'?)"),
+    ("{to: worker, of: {rank: 0}}", "p.yaml:7:12: steps[1].pause: of names a worker of a worker run, to and index a "
+                                    "process of an engine's tree; give one or the other"),
 ])
 def test_a_bad_pause_step_is_a_located_error(step: str, message: str) -> None:
     assert _error(f"  - pause: {step}\n").splitlines()[0] == message

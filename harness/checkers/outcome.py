@@ -16,7 +16,16 @@ from itertools import accumulate
 from harness.categories import LIFECYCLE, category_of
 from harness.checkers.base import RunRecord, Verdict, checker, observed, ok, unknown, violated
 from harness.checkers.index import first_by, frozen, in_order
-from harness.checkers.params import CallsAnswered, CtlCleans, FaultFired, Params, RestartRefused, StopResult, Within
+from harness.checkers.params import (
+    CallsAnswered,
+    CallsBounded,
+    CtlCleans,
+    FaultFired,
+    Params,
+    RestartRefused,
+    StopResult,
+    Within,
+)
 from harness.history import Event
 
 BAD_FAULTS = {"zero_length", "oversize_length", "garbage_body", "partial_header", "reset_mid_frame"}
@@ -156,6 +165,34 @@ def calls_answered(run: RunRecord, p: CallsAnswered) -> Verdict:
         return violated("calls_answered", f"{bad[0].data.get('step')} got no answer: {bad[0].data.get('error')}",
                         bad)
     return ok("calls_answered", f"{len(calls)} call(s) answered")
+
+
+@checker("calls_bounded", "each engine call ends, answered or failed, within a bound of its start: a rank that "
+         "neither answers nor dies (paused) holds no call past the client's deadline",
+         judges=("step_started", "step_returned"), observes_exit=False,
+         timing=("wall time from the call step's start to its return, as the harness saw it. Load lengthens it, "
+                 "never shortens it; the bound is set above the client's own timeout (ipc_timeout)"))
+def calls_bounded(run: RunRecord, p: CallsBounded) -> Verdict:
+    began = {e.data.get("step"): e for e in run.ordered if e.kind == "step_started" and category_of(e.data) == "call"}
+    calls = [e for e in _returned(run, "call") if p.calls is None or e.data.get("step") in p.calls]
+    ended = {e.data.get("step") for e in calls}
+    never = sorted(str(n) for n in began if (p.calls is None or n in p.calls) and n not in ended)
+    if never:
+        return violated("calls_bounded", f"{never[0]} never returned", [began[never[0]]])
+    if not calls or set(p.calls or ()) - ended:
+        missing = sorted(set(p.calls or ()) - ended)
+        return unknown("calls_bounded", f"no call step {' '.join(missing)} returned in the history"
+                       .replace("  ", " "))
+    bound = p.within * run.scale
+    took = {e.data.get("step"): (e.t_ns - began[e.data.get("step")].t_ns) / 1e9 for e in calls
+            if e.data.get("step") in began}
+    slow = [e for e in calls if took.get(e.data.get("step"), 0.0) > bound]
+    if slow:
+        name = slow[0].data.get("step")
+        return violated("calls_bounded", f"{name} took {took[name]:.3f}s > {bound:g}s "
+                        f"({'answered' if slow[0].data.get('ok') else 'failed'})", [began[name], slow[0]])
+    slowest = max(took.values(), default=0.0)
+    return ok("calls_bounded", f"{len(calls)} call(s) ended, the slowest in {slowest * 1e3:.0f} ms")
 
 
 @checker("ctl_cleans", "`lastcall ctl list` finds what a killed process left behind, and `ctl delete` removes it",

@@ -12,7 +12,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 __all__ = ["CHECKER_PARAMS", "Params", "StopResult", "StopLatency", "Within", "FaultFired", "PortReleased",
-           "CallsAnswered", "CtlCleans", "RestartRefused"]
+           "CallsAnswered", "CallsBounded", "CtlCleans", "RestartRefused"]
 
 
 class Params(BaseModel):
@@ -60,6 +60,13 @@ class CallsAnswered(Params):
     """calls_answered: the named engine calls (their `as:` names; None = every call) got a non-error answer."""
 
     calls: list[str] | None = None
+
+
+class CallsBounded(Params):
+    """calls_bounded: the named engine calls (None = every call) each ended within ``within`` of its start."""
+
+    calls: list[str] | None = None
+    within: float = Field(2.0, gt=0, description="seconds (write 500ms, 2s)")
 
 
 class CtlCleans(Params):

@@ -410,6 +410,7 @@ class Cluster:
                                  "launches": getattr(host, "launches", 0), "launch_s": getattr(host, "launch_s", 0.0)}
         self.rec.emit("watchdog_fired", **self.outcome.watchdog)
         live = [p for p in list(self._procs.values()) if p.alive]
+        resume_before_kill(p.pid for p in live)  # a paused process answers for its stacks, then is killed running
         for proc in live:
             self.outcome.stacks[proc.label] = self._stacks_of(proc)
             self.rec.emit("stacks", label=proc.label, pid=proc.pid, text=self.outcome.stacks[proc.label])
@@ -457,6 +458,8 @@ class Cluster:
         if self.host is not None:  # before the probes' after snapshot: what it had to kill is in its events
             self.host.close()
         procs = list(self._procs.values())
+        # a process the harness paused cannot exit: resumed first, or the orderly exit waits it out (ORDERLY_S)
+        resume_before_kill(p.pid for p in procs if p.alive)
         if self.outcome.status != "hung":
             for proc in procs:
                 if proc.alive and proc.chan is not None:

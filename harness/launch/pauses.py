@@ -15,9 +15,13 @@ Every pause is resumed, whichever comes first:
 * the end of the run's steps (reason ``run_end``: harness.scenario.player's finish_up).
 
 Each resumption is recorded through the ``emit`` the pause was given (``process_resumed``), after the SIGCONT is
-sent and before the caller's kill.  The process is signalled through a pidfd opened at the pause, so a pid
-reused after its process died is never signalled.  A process-wide registry, keyed by pid: the kill sites need
-no handle on the run that paused it.
+sent and before the caller's kill.  A pause returns once every thread of the process is stopped, and a
+resumption once none is and its main thread has run again (:func:`_wait_state`): a signal sent to a process
+whose threads are stopping or just woken goes to whichever thread the kernel finds free of pending work, seldom
+the main one, and a Python process runs its handler only once its main thread runs Python again: a SIGTERM
+right after the SIGCONT was seen to wait, unhandled, for the close.  The process
+is signalled through a pidfd opened at the pause, so a pid reused after its process died is never signalled.
+A process-wide registry, keyed by pid: the kill sites need no handle on the run that paused it.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ from typing import Any
 
 __all__ = ["pause", "resume", "resume_all", "resume_before_kill", "paused_pids", "MAX_BOUND_S", "DEFAULT_BOUND_S"]
 
+RAN_S = 0.5  # seconds a pause (a resumption) waits at most for the threads to stop (run); a safety net: it is ms
 DEFAULT_BOUND_S = 5.0  # seconds a pause lasts when its step names no bound
 MAX_BOUND_S = 20.0  # the longest pause: well below an engine's launch bound (60 s), so a run never hangs on one
 
@@ -71,6 +76,7 @@ def pause(pid: int, *, step: str, process: str, bound: float, emit: Emit) -> Non
         except ProcessLookupError:
             os.close(pidfd)
             raise
+        _wait_state(pid, stopped=True)
         p = _Pause(pid, pidfd, step, process, bound, emit)
         _PAUSED[pid] = p
         emit("process_paused", step=step, pid=pid, process=process, bound=bound)
@@ -92,10 +98,13 @@ def resume(pid: int, reason: str, step: str | None = None) -> bool:
             return False
         p.over.set()
         alive = True
+        before = _states(pid)  # before the SIGCONT: the main thread's time on a CPU, frozen while stopped
         try:
             signal.pidfd_send_signal(p.pidfd, signal.SIGCONT)
         except ProcessLookupError:
             alive = False
+        if alive:
+            _wait_state(pid, stopped=False, before=before)
         os.close(p.pidfd)
         data: dict[str, Any] = {"step": step} if step else {}
         p.emit("process_resumed", pid=pid, process=p.process, reason=reason, paused_by=p.step,
@@ -103,6 +112,39 @@ def resume(pid: int, reason: str, step: str | None = None) -> bool:
     if p.timer is not None and p.timer is not threading.current_thread():
         p.timer.join()
     return True
+
+
+def _states(pid: int) -> tuple[set[str], int] | None:
+    """The states of the threads of ``pid`` (/proc/PID/task/*/stat: R, S, D, T ...) and how long its main thread
+    has been on a CPU, in ns (its schedstat; 0 where the kernel keeps none); None when the process is gone."""
+    states = set()
+    try:
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            try:
+                with open(f"/proc/{pid}/task/{tid}/stat") as f:
+                    states.add(f.read().rsplit(")", 1)[1].split()[0])
+            except (OSError, IndexError):
+                continue  # the thread ended meanwhile
+        with open(f"/proc/{pid}/task/{pid}/schedstat") as f:
+            ran = int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None if not os.path.exists(f"/proc/{pid}") else (states, 0)
+    return states, ran
+
+
+def _wait_state(pid: int, *, stopped: bool, before: tuple[set[str], int] | None = None) -> None:
+    """Return once every thread of ``pid`` is stopped (``stopped``), or once none is and its main thread has run
+    since ``before`` was read (its time on a CPU grew); or once it is gone (a zombie counts), or RAN_S passed.
+    No event tells that another process's threads stopped or ran (waitid's WSTOPPED and WCONTINUED are for a
+    parent): it is read from /proc, yielding the CPU between reads so the threads get it."""
+    first = _states(pid) if before is None else before
+    end = time.monotonic() + RAN_S
+    while first is not None and time.monotonic() < end:
+        now = _states(pid)
+        if now is None or "Z" in now[0] or (now[0] <= {"T", "t"} if stopped else
+                                             not now[0] & {"T", "t"} and (now[1] > first[1] or not first[1])):
+            return
+        os.sched_yield()
 
 
 def resume_before_kill(pids: Iterable[int] | None = None) -> list[int]:

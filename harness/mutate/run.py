@@ -114,15 +114,14 @@ def scenarios_for(paths: Sequence[str], casts: Sequence[str]) -> list[str]:
     Error handling: ConfigError listing the files that do not load (lastcall validate says why).
     """
     from harness.scenario import load_many
-    from harness.scenario.steps import ENGINE_STEPS, is_handshake
+    from harness.scenario.steps import drives_engine, is_handshake
 
     scenarios, errors = load_many(list(paths))
     if errors:
         raise ConfigError("; ".join(str(e.errors[0]) for e in errors[:3]) + (" ..." if len(errors) > 3 else ""))
     out = []
     for sc in scenarios:
-        kinds = {s.kind for s in sc.steps}
-        this = "handshake" if is_handshake(sc.steps) else "engine" if kinds & set(ENGINE_STEPS) else "worker"
+        this = "handshake" if is_handshake(sc.steps) else "engine" if drives_engine(sc.steps) else "worker"
         if this in casts and sc.source is not None:
             out.append(str(Path(sc.source).resolve()))
     return sorted(out)

@@ -238,6 +238,8 @@ class Client:
     Error handling: ConfigError for no targets, a duplicate rank or a bad timeout.
     """
 
+    connection: type[Connection] = Connection  # how one rank is spoken to (a planted bug changes it)
+
     def __init__(self, targets: Sequence[Target], *, timeout: float | None = None, keep_alive: bool = False) -> None:
         self.targets = tuple(targets)
         if not self.targets or not all(isinstance(t, Target) for t in self.targets):
@@ -249,7 +251,7 @@ class Client:
             raise ConfigError(f"targets name {', '.join(dups)} more than once; list each rank once")
         self.timeout = resolve_timeout(timeout)
         self.keep_alive = keep_alive
-        self._conns = {t.label: Connection(t, timeout=self.timeout) for t in self.targets} if keep_alive else {}
+        self._conns = {t.label: self.connection(t, timeout=self.timeout) for t in self.targets} if keep_alive else {}
         self._lock = threading.Lock()  # guards _pool and _closed
         self._pool: ThreadPoolExecutor | None = None
         self._closed = False
@@ -260,7 +262,8 @@ class Client:
             if self.keep_alive:
                 reply = self._conns[target.label].request(req)
             else:
-                reply = request(target, req, timeout=self.timeout)
+                with self.connection(target, timeout=self.timeout) as conn:  # a fresh one, as request() does
+                    reply = conn.request(req)
         except ClientError as exc:
             return exc
         expected = "committed" if req.cmd == "prepare_unmap_from_kv_tensors" and req.commit else _EXPECTED[req.cmd]

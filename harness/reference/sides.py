@@ -63,7 +63,8 @@ class ReferenceEngineSide:
                                         shm_dir=shm_dir)
         self.owner = os.path.join(shm_dir, usage_segment_name(ipc) + ".owner")
         OwnerRecord.for_self(ipc, "usage").write(self.owner)
-        self.client = Client(targets_for(ipc, spec.get("tp", 1), spec.get("pp_size", 1), spec["root"]),
+        client = getattr(variant, "client", None) or Client
+        self.client = client(targets_for(ipc, spec.get("tp", 1), spec.get("pp_size", 1), spec["root"]),
                              timeout=spec.get("ipc_timeout"))
         self.path = str(self.usage.path)
 

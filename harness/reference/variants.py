@@ -17,6 +17,7 @@ from typing import Any
 
 from harness.errors import ConfigError, ListenerError, WireError
 from harness.reference import wire
+from harness.reference.client_variants import ReplyWithoutDeadlineClient
 from harness.reference.handshake import HandshakeListener
 from harness.reference.listener import WorkerListener, _Conn, _State
 from harness.reference.listener_variants import (
@@ -370,8 +371,8 @@ for _kind in ("handshake_start", "handshake", "hammer", "stop_hammer", "malforme
     STEP_NEEDS.setdefault(_kind, "handshake_listener")  # handshake scenarios skip on a worker-only target
 # an arm on a site inside the listener itself (listener.*, cleanup.*, exit_hook...), not a backend call or the
 # process: a target whose listener is not the reference's has no such sites (harness.targets: capabilities)
-for _kind in ("engine_request", "engine_signal", "wait_gone", "engine_restart", "engine_start", "pause", "resume"):
-    STEP_NEEDS.setdefault(_kind, "engine_tree")  # engine scenarios skip on a listener target
+for _kind in ("engine_request", "engine_signal", "wait_gone", "engine_restart", "engine_start"):
+    STEP_NEEDS.setdefault(_kind, "engine_tree")  # engine scenarios skip on a listener target (pause needs nothing)
 STEP_NEEDS["arm_listener_site"] = "listener_failpoints"
 STEP_NEEDS["stress"] = "listener_failpoints"  # it arms sites inside the listener (harness.scenario.stress)
 STEP_NEEDS["ctl"] = "owner_records"  # lastcall ctl reads the reference's owner records beside its sockets
@@ -407,6 +408,7 @@ class Variant:
     registry: type[Registry] = Registry
     worker: type[ReferenceWorker] = ReferenceWorker
     keep_usage_segment: bool = False  # engine side: shutdown forgets the /dev/shm usage record (kvcached #477)
+    client: Any = None  # engine side: its client class (harness.reference.client.Client; None: that one)
     capabilities: frozenset[str] = WORKER_CAPABILITIES  # what scenarios may ask of it (see STEP_NEEDS)
     handshake_listener: Any = None  # the reference also owns the handshake listener (harness.reference.handshake)
     codec: Any = None  # the reference framing (harness.targets.REFERENCE_CODEC)
@@ -528,6 +530,8 @@ VARIANTS: dict[str, Variant] = _variants(
             "closed unread", listener=AcceptsAfterStop),
     Variant("answered_not_cancelled", "a connection answered after a stop began is left open for reading: its "
             "client's next request is taken and never read", listener=AnsweredNotCancelled),
+    Variant("reply_without_deadline", "the engine's client reads a reply without its deadline: a paused rank "
+            "holds the call as long as it is stopped", client=ReplyWithoutDeadlineClient),
 )
 
 

@@ -12,7 +12,7 @@ from typing import Any, Literal
 from pydantic import Field, model_validator
 
 from harness.launch.pauses import DEFAULT_BOUND_S, MAX_BOUND_S
-from harness.scenario.fields import AS_DESCRIPTION, MAX_COUNT, MAX_RANKS, Duration, StepName, Strict
+from harness.scenario.fields import AS_DESCRIPTION, MAX_COUNT, MAX_RANKS, Duration, StepName, Strict, Worker
 
 __all__ = ["EngineRequest", "EngineSignal", "WaitGone", "EngineRestart", "EngineStart", "Pause", "PROCESS"]
 
@@ -68,16 +68,26 @@ class EngineSignal(_OneProcess):
 
 
 class Pause(_OneProcess):
-    """Pause one process of the engine's tree (SIGSTOP: it stops running without dying, as under a debugger, a
-    stalled disk or an overloaded host): that process alone, not its process group. It is resumed (SIGCONT) by a
+    """Pause one process (SIGSTOP: it stops running without dying, as under a debugger, a stalled disk or an
+    overloaded host): that process alone, not its process group. In an engine run a process of the engine's tree
+    (to, index); in a worker run a worker of the reference cluster (of: {rank, pp}). It is resumed (SIGCONT) by a
     resume step naming this one, at resume_after, before any signal or kill the harness sends it, or when the
     run's steps end, whichever comes first."""
 
+    of: Worker | None = Field(None, description=(
+        "a worker run: the worker process {rank, pp} to pause (to and index name a process of an engine's tree)"))
     resume_after: Duration = Field(DEFAULT_BOUND_S, gt=0, le=MAX_BOUND_S, description=(
         f"the bound: the harness resumes the process this long after the pause at the latest (at most "
         f"{MAX_BOUND_S:g}s, well below the launch bound: nothing stays stopped; scaled by the target's "
         f"bound_scale as the scenario's other bounds)"))
     as_: StepName | None = _AS
+
+    @model_validator(mode="after")
+    def _one_address(self) -> Pause:
+        if self.of is not None and {"to", "index"} & self.model_fields_set:
+            raise ValueError("of names a worker of a worker run, to and index a process of an engine's tree; "
+                             "give one or the other")
+        return self
 
 
 class WaitGone(Strict):

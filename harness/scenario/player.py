@@ -48,7 +48,7 @@ from harness.launch import pauses
 from harness.launch.cluster import Cluster, Proc, RemoteError
 from harness.probes.model import Snapshot
 from harness.scenario.loader import MatrixItem
-from harness.scenario.steps import STEP_TYPES, StepBase
+from harness.scenario.steps import STEP_TYPES, StepBase, drives_engine
 from harness.timeouts import scaled
 
 __all__ = ["Player", "StepKind", "StepError", "HistoryBudgetReached", "STEP_KINDS", "step_kind", "cast_for",
@@ -110,8 +110,11 @@ def step_kind(kind: str) -> Callable[[Play], Play]:
 
 
 def cast_for(steps: Iterable[StepBase], default: str = "worker") -> str:
-    """The cast a run of ``steps`` needs: the one its step kinds drive (``default`` when none names one)."""
-    casts = sorted({k.cast for s in steps if (k := STEP_KINDS.get(s.kind)) is not None and k.cast is not None})
+    """The cast a run of ``steps`` needs: the one its step kinds drive, ``engine`` after ``start: engine``
+    (``default`` when none names one)."""
+    steps = list(steps)
+    casts = sorted({k.cast for s in steps if (k := STEP_KINDS.get(s.kind)) is not None and k.cast is not None}
+                   | ({"engine"} if drives_engine(steps) else set()))
     if len(casts) > 1:
         raise StepError(f"the steps drive more than one kind of run ({', '.join(casts)}); a scenario drives one")
     return casts[0] if casts else default

@@ -23,12 +23,12 @@ from harness.scenario.explain import did_you_mean, one_of
 from harness.scenario.fields import Worker
 from harness.scenario.schema import EXPECT_TYPES, Scenario
 from harness.scenario.steps import (
-    ENGINE_STEPS,
     EVENT_KINDS,
     HANDSHAKE_STEPS,
     WITHHOLDING_FAULTS,
     WORKER_STEPS,
     StepBase,
+    drives_engine,
 )
 
 __all__ = ["check"]
@@ -75,6 +75,7 @@ class _Refs:
         self.problems: list[Problem] = []
         # a handshake scenario: the index of its first handshake step
         self.handshake = next((i for i, s in enumerate(sc.steps) if s.kind in HANDSHAKE_STEPS), None)
+        self.engine = drives_engine(sc.steps)
 
     def add(self, path: KeyPath, message: str, hint: str | None = None, *, at_key: bool = False) -> None:
         """One problem at ``path``'s value, or (``at_key``) at its key."""
@@ -115,6 +116,7 @@ class _Refs:
                 started = early = True  # one problem is enough
             self.refs_of(i, step)
             self.listener_of(i, step)
+            self.pause_of(i, step)
             if step.name is not None:
                 first = self.named.get(step.name)
                 if first is not None:
@@ -164,6 +166,23 @@ class _Refs:
                  f"scenario ({first} at steps[{self.handshake}]); one scenario drives one listener",
                  hint="use handshake_start, handshake, hammer, malformed_handshake, handshake_shutdown or cycle "
                       "here, or put this step in a scenario of its own")
+
+    def pause_of(self, i: int, step: StepBase) -> None:
+        """A pause names the process its run has: to (and index) in an engine run, of in a worker run."""
+        if step.kind != "pause":
+            return
+        at: KeyPath = ("steps", i, "pause")
+        if self.handshake is not None:
+            if step.spec.of is None:  # (an of: is reported as a worker a handshake scenario lacks)
+                self.add(at, "a handshake run has no process a pause can name: a pause names a worker of a worker "
+                         "run (of) or a process of an engine's tree (to)")
+        elif self.engine and step.spec.of is not None:
+            self.add((*at, "of"), "an engine run has no reference workers; expected to: api_server, engine_core or "
+                     "worker (and index) naming a process of the engine's tree")
+        elif not self.engine and step.spec.of is None:
+            self.add(at, "a worker run pauses one of its workers; expected of: {rank, pp} (to and index name a "
+                     "process of an engine's tree, after start: engine)",
+                     hint="- pause: {of: {rank: 0}, resume_after: 2s, as: p1}")
 
     def wait(self, i: int, step: StepBase) -> None:
         wait, at = step.spec, ("steps", i, "wait")
@@ -256,7 +275,7 @@ class _Refs:
         worker_bugs = [v for v in variants if v != "reference"]
         handshake_bugs = [v for v in HANDSHAKE_VARIANTS if v != "reference"]
         bugs, other = (handshake_bugs, worker_bugs) if self.handshake is not None else (worker_bugs, handshake_bugs)
-        if any(s.kind in ENGINE_STEPS for s in self.sc.steps):  # an engine run: the stand-in engine's variants
+        if drives_engine(self.sc.steps):  # an engine run: the stand-in engine's variants
             bugs, other = list(ENGINE_VARIANTS[1:]), [*worker_bugs, *handshake_bugs]
         listeners = ("the worker listener", "a handshake listener")
         this, that = listeners[::-1] if self.handshake is not None else listeners

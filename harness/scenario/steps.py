@@ -72,8 +72,8 @@ __all__ = [
     "Send", "Connections", "Arm", "Call", "Wait", "Stop", "Shutdown", "Restart", "Kill", "PathFault",
     "HoldPort", "Workload", "HandshakeStart", "Handshake", "Hammer", "MalformedHandshake", "HandshakeShutdown",
     "Cycle", "EngineRequest", "EngineSignal", "Pause", "WaitGone", "EngineRestart", "EngineStart", "ENGINE_STEPS",
-    "HANDSHAKE_STEPS", "WORKER_STEPS", "EXIT_STEPS", "is_handshake", "Pipeline", "Pipelined", "StaleSocket",
-    "StartListener",
+    "HANDSHAKE_STEPS", "WORKER_STEPS", "EXIT_STEPS", "is_handshake", "drives_engine", "Pipeline", "Pipelined",
+    "StaleSocket", "StartListener",
     "READER_FAULTS",
 ]
 
@@ -411,17 +411,17 @@ class EngineSignalStep(OnEngine):
     engine_signal: EngineSignal = Field(description=EngineSignal.__doc__)
 
 
-class PauseStep(OnEngine):
+class PauseStep(StepBase):  # any run: a process of an engine's tree (to), or a worker of a cluster (of)
     kind: ClassVar[str] = "pause"
     category: ClassVar[str] = "fault"
     example: ClassVar[str] = "- start: engine\n- pause: {to: worker, index: 0, resume_after: 2s, as: p1}"
     pause: Pause = Field(description=Pause.__doc__)
 
 
-class ResumeStep(OnEngine):
+class ResumeStep(StepBase):
     kind: ClassVar[str] = "resume"
     category: ClassVar[str] = "fault"
-    example: ClassVar[str] = "- start: engine\n- pause: {to: engine_core, as: p1}\n- resume: p1"
+    example: ClassVar[str] = "- start: cluster\n- pause: {of: {rank: 0}, resume_after: 2s, as: p1}\n- resume: p1"
     resume: StepName = Field(description="a pause step's name: resume (SIGCONT) the process it paused, now")
 
 
@@ -472,6 +472,12 @@ HANDSHAKE_STEPS = tuple(k for k, c in STEP_TYPES.items() if c.cast == "handshake
 ENGINE_STEPS = tuple(k for k, c in STEP_TYPES.items() if c.cast == "engine")  # harness.scenario.engine_steps
 WORKER_STEPS = tuple(k for k, c in STEP_TYPES.items() if c.cast == "worker")
 EXIT_STEPS = frozenset(k for k, c in STEP_TYPES.items() if c.observes_exit)
+
+
+def drives_engine(steps: Iterable[StepBase]) -> bool:
+    """Whether these steps drive a real engine's tree: ``start: engine``, or any engine step (a step any run
+    plays, pause say, follows the run: after ``start: engine`` it acts on the engine's tree)."""
+    return any(step.kind in ENGINE_STEPS or (step.kind == "start" and step.spec == "engine") for step in steps)
 
 
 def is_handshake(steps: Iterable[StepBase]) -> bool:

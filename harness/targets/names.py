@@ -36,7 +36,7 @@ WORKER_VARIANTS: tuple[str, ...] = (
     "hook_per_start", "exit_hook_waits_a_second", "cancel_left_to_thread", "starts_twice", "leaves_umask",
     "socket_mode_open", "busy_polls_after_reply", "dies_on_accept_failure", "spins_on_accept_failure",
     "unrecorded_dispatch", "misreports_close", "queues_partial_reads", "failed_start_not_undone",
-    "accepts_after_stop", "answered_not_cancelled",
+    "accepts_after_stop", "answered_not_cancelled", "reply_without_deadline",
 )
 # harness.reference.handshake_variants.HANDSHAKE_VARIANTS, in its order (the handshake listener's)
 HANDSHAKE_VARIANTS: tuple[str, ...] = (
