@@ -54,7 +54,9 @@ inherits the API server's listening socket and has no parent-death watch: after 
 on holding the port), ``late_generation`` (a request that arrives after shutdown began is admitted and
 generated), ``hangs_on_held_side_channel`` (a held NIXL side-channel port kills the engine core's listener
 thread and the start waits for it forever, as vLLM's does: the failure is printed, the start never ends),
-``aborts_within_drain`` (``--shutdown-timeout`` is ignored: requests in flight are aborted at once).
+``aborts_within_drain`` (``--shutdown-timeout`` is ignored: requests in flight are aborted at once),
+``skips_reap_during_start`` (the API server, its engine core dead during the start, exits without reaping it:
+it never learns that it was killed, so the socket and state file of a killed one are left).
 """
 
 from __future__ import annotations
@@ -78,7 +80,7 @@ __all__ = ["VARIANTS", "READY_LINE", "SHUTDOWN_LINE", "GATE", "main"]
 
 VARIANTS = ("standin", "ignores_sigterm", "leaves_socket_file", "keeps_child", "exits_zero_after_engine_died",
             "hangs_stream", "loses_signal_during_start", "keeps_port", "late_generation",
-            "hangs_on_held_side_channel", "waits_on_paused_child", "aborts_within_drain")
+            "hangs_on_held_side_channel", "waits_on_paused_child", "aborts_within_drain", "skips_reap_during_start")
 READY_LINE = "INFO:     Application startup complete."
 SHUTDOWN_LINE = "INFO:     [shutdown] API server: shutdown triggered"  # vLLM's own words (its launcher)
 GATE = "start-gate.sock"  # in the tree's cwd (the run directory): the harness's start gate
@@ -246,15 +248,22 @@ def _stop_core(pid: int, core_fd: int, o: Options) -> int:
     """Wait for the engine core asked to stop (a bound, then SIGKILL); a killed one's socket and state file are
     removed here, as it could not (nothing a stop leaves behind).  Its exit code."""
     code = _reap([(pid, core_fd)], CORE_STOP_GRACE_S, o)[0]
-    if code == -signal.SIGKILL:
-        base = os.environ.get("VLLM_RPC_BASE_PATH") or tempfile.gettempdir()
-        for path in (os.path.join(base, f"standin-engine-{pid}.sock"),
-                     os.path.join(tempfile.gettempdir(), f"standin-engine-{pid}.state")):
-            try:
-                os.unlink(path)
-            except FileNotFoundError:
-                pass
+    _remove_left(pid, code)
     return code
+
+
+def _remove_left(pid: int, code: int) -> None:
+    """What the engine core ``pid``, reaped with exit code ``code``, could not remove itself: a killed one's
+    socket and state file (nothing a stop or a failed start leaves behind)."""
+    if code != -signal.SIGKILL:
+        return
+    base = os.environ.get("VLLM_RPC_BASE_PATH") or tempfile.gettempdir()
+    for path in (os.path.join(base, f"standin-engine-{pid}.sock"),
+                 os.path.join(tempfile.gettempdir(), f"standin-engine-{pid}.state")):
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            pass
 
 
 def serve(port: int, o: Options) -> int:
@@ -280,8 +289,13 @@ def serve(port: int, o: Options) -> int:
         _stop_core(pid, core_fd, o)
         return 0
     if not os.read(ready_r, 1):
+        if o.variant == "skips_reap_during_start":  # never reaped: how it died is never known
+            print("ERROR: the engine core died during start", flush=True)
+            return 1
         _, status = os.waitpid(pid, 0)
-        print(f"ERROR: the engine core died during start (status {os.waitstatus_to_exitcode(status)})", flush=True)
+        code = os.waitstatus_to_exitcode(status)
+        _remove_left(pid, code)  # a killed one's files: the start failed, and left nothing
+        print(f"ERROR: the engine core died during start (status {code})", flush=True)
         return 1
     if o.variant == "loses_signal_during_start":
         signal.signal(signal.SIGTERM, lambda *_: None)  # the handler comes now: a SIGTERM before it was lost
