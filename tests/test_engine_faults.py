@@ -117,6 +117,19 @@ def test_engine_exit_status_does_not_judge_a_start_cut_short() -> None:
     assert v.status == "unknown" and "SIGTERM during the start" in v.message
 
 
+@pytest.mark.parametrize(("status", "verdict"), [(1, "ok"), (0, "violated")])
+def test_engine_exit_status_judges_a_start_whose_engine_core_died(status: int, verdict: str) -> None:
+    sig = [started("k", "engine_signal", 1, to="engine_core", sig="SIGKILL", ready=False, process="VLLM::EngineCor"),
+           returned("k", "engine_signal", 1.1, True, 1)]
+    gone = returned("g", "wait_gone", 2, True, {"gone": True, "seconds": 0.1, "survivors": [], "orphaned": [],
+                                                  "status": status, "left": [], "after": "k"})
+    v = check("engine_exit_status", [*sig, gone])
+    assert v.status == verdict, v
+    if status == 0:
+        assert v.message == "g: the API server exited 0 although its engine_core got SIGKILL (VLLM::EngineCor died " \
+                            "under it)", v.message
+
+
 # ------------------------------------------------------------------ real runs on the stand-in
 def _run(scenario: str, variant: str) -> tuple[dict[str, str], Any]:
     result = run_item(expand(load(str(SCENARIOS / f"{scenario}.yaml")))[0], variant=variant)

@@ -20,7 +20,8 @@ from pathlib import Path
 import pytest
 from lc_helpers import free_port
 
-from harness.engine.standin import ABORT_GRACE_S, GATE, READY_LINE, SHUTDOWN_LINE
+from harness.engine.standin import GATE, READY_LINE, SHUTDOWN_LINE
+from harness.engine.standin_http import ABORT_GRACE_S
 from harness.engine.tree import EngineStartError, EngineTree
 from harness.scenario.quick import catch_id
 

@@ -22,12 +22,13 @@ from harness.mutate.scopes import ENGINE, REFERENCE, groups_of
 
 ROOT = Path(__file__).resolve().parent.parent
 STANDIN = "harness/engine/standin.py"
+STANDIN_HTTP = "harness/engine/standin_http.py"  # its API server's HTTP side
 KILLED = f"{STANDIN}::_signal_pipe::remove:a058f2"  # `signal.signal(s, lambda *_: None)` removed
 SURVIVES = f"{STANDIN}::_reap::remove:2a50df"  # the WARNING print before a reap's SIGKILL removed
 
 
-def _listed() -> set[str]:
-    return {spec.partition(":")[2] for spec, _ in read_stop_path(ENGINE.stop_path)}
+def _listed(module: str) -> set[str]:
+    return {q for spec, _ in read_stop_path(ENGINE.stop_path) for m, _, q in [spec.partition(":")] if m == module}
 
 
 def _outside(mutants: list[Mutant], listed: set[str], source: str) -> list[str]:
@@ -49,35 +50,39 @@ def test_engine_plans_mutants_only_in_the_stand_in_s_listed_functions() -> None:
     groups = groups_of(ENGINE)
     assert [g for g, _, _ in groups] == ["engine"]
     (_, subjects, scenarios), = groups
-    assert [s.rel for s in subjects] == [STANDIN]
-    listed = _listed()
-    for must in ("_signal_pipe", "serve", "_drain", "_stop_core", "_reap", "_engine_core.<locals>.run",
-                 "_worker.<locals>.run"):
-        assert must in listed
-    mutants = subjects[0].mutants()
-    assert {m.qualname for m in mutants} == listed  # each listed function has mutants, and no other has
-    source = (ROOT / STANDIN).read_text()
-    assert not _outside(mutants, listed, source)
-    assert not {m.qualname for m in mutants} & {"main", "_rename", "_Handler._complete", "_engine_core", "_worker"}
+    assert [s.rel for s in subjects] == [STANDIN, STANDIN_HTTP]
+    listed = {s.rel: _listed(s.rel.removesuffix(".py").replace("/", ".")) for s in subjects}
+    for must in ("_signal_pipe", "serve", "_stop_core", "_reap", "_engine_core.<locals>.run", "_worker.<locals>.run"):
+        assert must in listed[STANDIN]
+    for must in ("_drain", "_State.drained", "_Handler.do_GET", "_Handler.do_POST"):
+        assert must in listed[STANDIN_HTTP]
+    for subject in subjects:
+        mutants = subject.mutants()
+        mine = listed[subject.rel]
+        assert {m.qualname for m in mutants} == mine  # each listed function has mutants, and no other has
+        source = (ROOT / subject.rel).read_text()
+        assert not _outside(mutants, mine, source)
+        assert not {m.qualname for m in mutants} & {"main", "_rename", "_Handler._complete", "_engine_core", "_worker"}
     # the check fires: a mutant of an unlisted function, and one of a closure claimed by its outer function
+    mutants = subjects[0].mutants()
     everything = {m.qualname: m for m in reversed(mutants)}  # the first mutant of each function
-    planted = [dataclasses.replace(everything["_drain"], qualname="main"),
+    planted = [dataclasses.replace(everything["_reap"], qualname="main"),
                dataclasses.replace(everything["_worker.<locals>.run"], qualname="_worker")]
-    assert len(_outside(planted, listed | {"_worker"}, source)) == 2
+    assert len(_outside(planted, listed[STANDIN] | {"_worker"}, (ROOT / STANDIN).read_text())) == 2
     # the engine scenarios, each on the stand-in; no reference scope mutates the stand-in
     engine = {str(p) for p in (ROOT / "scenarios").glob("*.yaml") if "\ntarget: engine_standin" in p.read_text()}
     assert scenarios and set(scenarios) == engine
-    assert not any(s.rel == STANDIN for _, subs, _ in groups_of(REFERENCE) for s in subs)
+    assert not any(s.rel in (STANDIN, STANDIN_HTTP) for _, subs, _ in groups_of(REFERENCE) for s in subs)
 
 
 def test_engine_rejects_an_unknown_mutant_before_anything_runs(capsys: pytest.CaptureFixture[str]) -> None:
     from harness.mutate.command import dev_main
 
-    assert dev_main(["--engine", "--only", f"{STANDIN}::_drain::remove:000000"]) == 2
+    assert dev_main(["--engine", "--only", f"{STANDIN_HTTP}::_drain::remove:000000"]) == 2
     out, err = capsys.readouterr()
     assert "unmutated" not in out
-    assert err.startswith(f"./dev mutate: --only {STANDIN}::_drain::remove:000000: no such mutant; did you mean "
-                          f"{STANDIN}::_drain::") and err.count("\n") == 1, err
+    assert err.startswith(f"./dev mutate: --only {STANDIN_HTTP}::_drain::remove:000000: no such mutant; did you "
+                          f"mean {STANDIN_HTTP}::_drain::") and err.count("\n") == 1, err
 
 
 def test_an_engine_sample_is_recorded_in_its_own_record_and_table(tmp_path: Path) -> None:

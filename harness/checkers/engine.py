@@ -12,7 +12,8 @@ judges vLLM exactly as it judges the stand-in engine.  A run without the step a 
   its TMPDIR, no /dev/shm segment its processes held when ready.
 * ``engine_port_released``: every ``engine_restart`` on the run's port became ready (a restart binds).
 * ``engine_exit_status``: the API server's exit status tells the truth: not 0 when its engine core or a
-  worker was the one signalled (its engine died under it); 0 when a stop (SIGTERM, SIGINT) was asked of it.
+  worker was the one signalled (its engine died under it, during the start too: the start failed); 0 when a
+  stop (SIGTERM, SIGINT) was asked of it once it was ready.
 * ``engine_requests_end``: every ``engine_request`` ended (complete, aborted, refused, cut or disconnected),
   none hung: a stream too, whether its client read it all, stopped reading or went away.
 * ``engine_start_ends``: every launch (the first, each ``engine_restart`` and ``engine_start``) became ready or
@@ -147,7 +148,7 @@ def engine_exit_status(run: RunRecord, p: Params) -> Verdict:
         if status is None:
             why_not.append(f"{e.data['step']}: the API server had not exited")
             continue
-        if sig.get("ready") is False:
+        if sig.get("ready") is False and sig["to"] == "api_server":
             why_not.append(f"{e.data['step']}: {sig['sig']} during the start (a start cut short: any status is "
                            "the truth)")
             continue

@@ -5,7 +5,8 @@ vLLM's:
 
 * the **API server** (this process, the session leader) answers ``GET /health`` (200; 503 once shutdown
   began) and ``POST /v1/completions`` (OpenAI's completion object, or with ``"stream": true`` server-sent
-  events ending ``data: [DONE]``; a request once shutdown began is refused with 503 ``shutting down``);
+  events ending ``data: [DONE]``; a request once shutdown began is refused with 503 ``shutting down``): its
+  HTTP side, with the drain of the requests in flight, is harness.engine.standin_http;
 * it forks the **engine core** (renamed ``VLLM::EngineCore``, truncated by the kernel as vLLM's is), which
   binds a Unix socket under ``VLLM_RPC_BASE_PATH`` (else TMPDIR), writes a state file in TMPDIR and forks
   its **workers** (``VLLM::Worker``; ``VLLM::Worker_TP<i>`` with ``--tensor-parallel-size`` N > 1);
@@ -53,14 +54,15 @@ inherits the API server's listening socket and has no parent-death watch: after 
 on holding the port), ``late_generation`` (a request that arrives after shutdown began is admitted and
 generated), ``hangs_on_held_side_channel`` (a held NIXL side-channel port kills the engine core's listener
 thread and the start waits for it forever, as vLLM's does: the failure is printed, the start never ends),
-``aborts_within_drain`` (``--shutdown-timeout`` is ignored: requests in flight are aborted at once).
+``aborts_within_drain`` (``--shutdown-timeout`` is ignored: requests in flight are aborted at once),
+``skips_reap_during_start`` (the API server, its engine core dead during the start, exits without reaping it:
+it never learns that it was killed, so the socket and state file of a killed one are left).
 """
 
 from __future__ import annotations
 
 import argparse
 import ctypes
-import json
 import os
 import select
 import signal
@@ -70,34 +72,22 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
 
-from harness.engine.standin_flags import bounded, seconds, side_channel
+from harness.engine.standin_flags import Options, bounded, seconds, side_channel
+from harness.engine.standin_http import _drain, _Server, _State
 
 __all__ = ["VARIANTS", "READY_LINE", "SHUTDOWN_LINE", "GATE", "main"]
 
 VARIANTS = ("standin", "ignores_sigterm", "leaves_socket_file", "keeps_child", "exits_zero_after_engine_died",
             "hangs_stream", "loses_signal_during_start", "keeps_port", "late_generation",
-            "hangs_on_held_side_channel", "waits_on_paused_child", "aborts_within_drain")
+            "hangs_on_held_side_channel", "waits_on_paused_child", "aborts_within_drain", "skips_reap_during_start")
 READY_LINE = "INFO:     Application startup complete."
 SHUTDOWN_LINE = "INFO:     [shutdown] API server: shutdown triggered"  # vLLM's own words (its launcher)
 GATE = "start-gate.sock"  # in the tree's cwd (the run directory): the harness's start gate
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
-ABORT_GRACE_S = 2.0  # seconds aborted requests get to write their end before their connections are closed
 WORKER_STOP_GRACE_S = 0.5  # seconds a stopped child has to exit before its SIGKILL: a paused one must not hold
 CORE_STOP_GRACE_S = 1.0  # the stop; the engine core's grace covers its workers'
 MAX_TP = 16
-
-
-@dataclass(frozen=True)
-class Options:
-    variant: str = "standin"
-    interval: float = 0.01  # seconds per generated token
-    tp: int = 1  # --tensor-parallel-size
-    shutdown_timeout: float = 0  # --shutdown-timeout
-    side_channel: tuple[str, int] | None = None  # NIXL's side channel (host, port), with NixlConnector
 
 
 def _rename(name: str) -> None:
@@ -254,162 +244,17 @@ def _engine_core(o: Options) -> Callable[[int, int], int]:
     return run
 
 
-# ------------------------------------------------------------------ the API server
-class _State:
-    def __init__(self, o: Options) -> None:
-        self.o = o
-        self.shutting_down = threading.Event()  # admission closed (health 503, new requests refused)
-        self.abort = threading.Event()  # requests in flight end now
-        self.engine_dead = threading.Event()
-        self.never = threading.Event()  # hangs_stream: what a hung stream waits for
-        self.lock = threading.Lock()
-        self.in_flight: set[socket.socket] = set()  # the connections of the requests in flight
-        self.idle = threading.Condition(self.lock)
-
-    def drained(self, timeout: float | None) -> bool:
-        """Wait until no request is in flight (``timeout`` None: however long); True if none is."""
-        end = None if timeout is None else time.monotonic() + timeout
-        with self.lock:
-            while self.in_flight:
-                left = None if end is None else end - time.monotonic()
-                if left is not None and left <= 0:
-                    return False
-                self.idle.wait(left)
-            return True
-
-
-class _Handler(BaseHTTPRequestHandler):
-    server: _Server
-    protocol_version = "HTTP/1.1"
-
-    def log_message(self, format: str, *args: Any) -> None:
-        return None
-
-    def _answer(self, code: int, body: dict[str, Any] | None) -> None:
-        data = b"" if body is None else json.dumps(body).encode()
-        self.send_response(code)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def do_GET(self) -> None:
-        st = self.server.st
-        if self.path != "/health":
-            self._answer(404, {"error": "not found"})
-        elif st.shutting_down.is_set() or st.engine_dead.is_set():
-            self._answer(503, {"error": "shutting down"})
-        else:
-            self._answer(200, None)
-
-    def do_POST(self) -> None:
-        st = self.server.st
-        body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"{}")
-        if self.path != "/v1/completions":
-            self._answer(404, {"error": "not found"})
-            return
-        with st.lock:  # the admission decision and the count of requests in flight, under one lock
-            late = st.shutting_down.is_set() and st.o.variant == "late_generation"  # admitted anyway
-            refused = (st.shutting_down.is_set() and not late) or st.engine_dead.is_set()
-            if not refused:
-                st.in_flight.add(self.connection)
-        if refused:
-            self._answer(503, {"error": "shutting down"})
-            return
-        try:
-            self._complete(body, late)
-        except OSError:  # the client went away (a disconnect), or the stop closed a stalled connection
-            self.close_connection = True
-        finally:
-            with st.lock:
-                st.in_flight.discard(self.connection)
-                st.idle.notify_all()
-
-    def _complete(self, body: dict[str, Any], late: bool) -> None:
-        st = self.server.st
-        n = int(body.get("max_tokens", 16))
-        rid = f"cmpl-standin-{threading.get_ident()}"
-        stop = st.never if late else st.abort  # late_generation: a late request runs to its end
-        if not body.get("stream"):
-            if stop.wait(st.o.interval * n):  # the time n tokens take; an abort ends them
-                self._hang_if_planted()
-                self._answer(200, {"id": rid, "object": "text_completion", "model": "standin",
-                                   "choices": [{"index": 0, "text": "", "finish_reason": "abort"}],
-                                   "usage": {"completion_tokens": 0}})
-                return
-            self._answer(200, {"id": rid, "object": "text_completion", "model": "standin",
-                               "choices": [{"index": 0, "text": " tok" * n, "finish_reason": "length"}],
-                               "usage": {"completion_tokens": n}})
-            return
-        self.send_response(200)
-        self.send_header("Content-Type", "text/event-stream")
-        self.send_header("Connection", "close")
-        self.end_headers()
-        self.close_connection = True
-        reason = "length"
-        for i in range(n):
-            if stop.wait(st.o.interval if i else 0):
-                reason = "abort"
-                self._hang_if_planted()
-                break
-            self._event({"id": rid, "choices": [{"index": 0, "text": " tok", "finish_reason": None}]})
-        self._event({"id": rid, "choices": [{"index": 0, "text": "", "finish_reason": reason}]})
-        self.wfile.write(b"data: [DONE]\n\n")
-        self.wfile.flush()
-
-    def _hang_if_planted(self) -> None:
-        if self.server.st.o.variant == "hangs_stream":  # never ends, never errors
-            self.server.st.never.wait()
-
-    def _event(self, obj: dict[str, Any]) -> None:
-        data = b"data: " + json.dumps(obj).encode() + b"\n\n"
-        try:
-            sent = self.connection.send(data, socket.MSG_DONTWAIT)
-        except BlockingIOError:
-            sent = 0
-        if sent < len(data):  # its socket's buffers are full: the rest waits for the client to read
-            if not getattr(self, "said_blocked", False):
-                self.said_blocked = True
-                print(f"INFO:     {obj['id']}: the client is not reading; the stream waits", flush=True)
-            self.connection.sendall(data[sent:])
-
-
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-    allow_reuse_address = True
-
-    def __init__(self, port: int, st: _State) -> None:
-        super().__init__(("127.0.0.1", port), _Handler)
-        self.st = st
-
-
-def _drain(st: _State) -> None:
-    """Shutdown's handling of the requests in flight: up to --shutdown-timeout to finish, then abort; a
-    connection that still has not ended after the abort's grace (its client stopped reading) is closed."""
-    o = st.o
-    if o.shutdown_timeout > 0 and not st.engine_dead.is_set() and o.variant != "aborts_within_drain":
-        st.drained(o.shutdown_timeout)
-    st.abort.set()
-    if o.variant == "hangs_stream":
-        st.drained(None)  # waits for a stream that never ends
-        return
-    if not st.drained(ABORT_GRACE_S):
-        with st.lock:
-            stalled = list(st.in_flight)
-        print(f"INFO:     closing {len(stalled)} connection(s) that did not end {ABORT_GRACE_S:g}s after the "
-              "abort (their clients stopped reading)", flush=True)
-        for conn in stalled:
-            try:
-                conn.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-        st.drained(ABORT_GRACE_S)
-
-
 def _stop_core(pid: int, core_fd: int, o: Options) -> int:
     """Wait for the engine core asked to stop (a bound, then SIGKILL); a killed one's socket and state file are
     removed here, as it could not (nothing a stop leaves behind).  Its exit code."""
     code = _reap([(pid, core_fd)], CORE_STOP_GRACE_S, o)[0]
+    _remove_left(pid, code)
+    return code
+
+
+def _remove_left(pid: int, code: int) -> None:
+    """What the engine core ``pid``, reaped with exit code ``code``, could not remove itself: a killed one's
+    socket and state file (nothing a stop or a failed start leaves behind)."""
     if code == -signal.SIGKILL:
         base = os.environ.get("VLLM_RPC_BASE_PATH") or tempfile.gettempdir()
         for path in (os.path.join(base, f"standin-engine-{pid}.sock"),
@@ -418,7 +263,6 @@ def _stop_core(pid: int, core_fd: int, o: Options) -> int:
                 os.unlink(path)
             except FileNotFoundError:
                 pass
-    return code
 
 
 def serve(port: int, o: Options) -> int:
@@ -444,9 +288,13 @@ def serve(port: int, o: Options) -> int:
         _stop_core(pid, core_fd, o)
         return 0
     if not os.read(ready_r, 1):
+        if o.variant == "skips_reap_during_start":  # never reaped: how it died is never known
+            return 1
         _, status = os.waitpid(pid, 0)
-        print(f"ERROR: the engine core died during start (status {os.waitstatus_to_exitcode(status)})", flush=True)
-        return 1
+        code = os.waitstatus_to_exitcode(status)
+        _remove_left(pid, code)  # a killed one's files: the start failed, and left nothing
+        print(f"ERROR: the engine core died during start (status {code})", flush=True)
+        return 0 if o.variant == "exits_zero_after_engine_died" else 1
     if o.variant == "loses_signal_during_start":
         signal.signal(signal.SIGTERM, lambda *_: None)  # the handler comes now: a SIGTERM before it was lost
     httpd = httpd or _Server(port, st)

@@ -1,4 +1,5 @@
-"""The stand-in engine's command line helpers (harness.engine.standin): vLLM's flags parsed and bounded.
+"""The stand-in engine's command line (harness.engine.standin): vLLM's flags parsed and bounded, into the
+:class:`Options` of one launch that every part of its tree reads.
 
 Only the standard library: the stand-in starts in well under a second.
 """
@@ -9,8 +10,20 @@ import argparse
 import json
 import os
 from collections.abc import Callable
+from dataclasses import dataclass
 
-__all__ = ["side_channel", "seconds", "bounded"]
+__all__ = ["Options", "side_channel", "seconds", "bounded"]
+
+
+@dataclass(frozen=True)
+class Options:
+    """One launch's options, as the command line gave them."""
+
+    variant: str = "standin"
+    interval: float = 0.01  # seconds per generated token
+    tp: int = 1  # --tensor-parallel-size
+    shutdown_timeout: float = 0  # --shutdown-timeout
+    side_channel: tuple[str, int] | None = None  # NIXL's side channel (host, port), with NixlConnector
 
 
 def side_channel(kv_config: str | None) -> tuple[str, int] | None:

@@ -48,7 +48,7 @@ ENGINE_VARIANTS: tuple[str, ...] = (
     "engine_standin", "engine_ignores_sigterm", "engine_leaves_socket_file", "engine_keeps_child",
     "engine_exits_zero_after_engine_died", "engine_hangs_stream", "engine_loses_signal_during_start",
     "engine_keeps_port", "engine_late_generation", "engine_hangs_on_held_side_channel",
-    "engine_waits_on_paused_child", "engine_aborts_within_drain",
+    "engine_waits_on_paused_child", "engine_aborts_within_drain", "engine_skips_reap_during_start",
 )
 NAMED: dict[str, str] = {  # lazily imported targets beside the reference's variants
     "kvcached": "harness.targets.kvcached:TARGET",

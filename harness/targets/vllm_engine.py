@@ -15,8 +15,8 @@ ready and failure lines, the environment, how long a launch may take and whether
   planted-bug variants ``engine_ignores_sigterm``, ``engine_leaves_socket_file``, ``engine_keeps_child``,
   ``engine_exits_zero_after_engine_died``, ``engine_hangs_stream``, ``engine_loses_signal_during_start``,
   ``engine_keeps_port``, ``engine_late_generation``, ``engine_hangs_on_held_side_channel``,
-  ``engine_waits_on_paused_child``, ``engine_aborts_within_drain`` (harness.engine.standin says what each
-  does wrong).
+  ``engine_waits_on_paused_child``, ``engine_aborts_within_drain``, ``engine_skips_reap_during_start``
+  (harness.engine.standin says what each does wrong).
 
 This module imports neither vLLM nor the engine package: validation and collection load target names
 everywhere.
@@ -222,6 +222,8 @@ _BUGS = {
                              "engine core), instead of a bounded wait then SIGKILL",
     "aborts_within_drain": "--shutdown-timeout is ignored: requests in flight at SIGTERM are aborted at once "
                            "instead of given the drain to finish",
+    "skips_reap_during_start": "its engine core dead during the start, the API server exits without reaping it: "
+                               "what a killed engine core made (its socket and state file) is left",
 }
 _LAUNCH_S = {"hangs_on_held_side_channel": 2.0}  # a start that hangs costs its whole launch bound: keep it short
 STANDIN_VARIANTS: dict[str, EngineTarget] = {
@@ -239,4 +241,5 @@ ENGINE_LATE_GENERATION = STANDIN_VARIANTS["engine_late_generation"]
 ENGINE_HANGS_ON_HELD_SIDE_CHANNEL = STANDIN_VARIANTS["engine_hangs_on_held_side_channel"]
 ENGINE_WAITS_ON_PAUSED_CHILD = STANDIN_VARIANTS["engine_waits_on_paused_child"]
 ENGINE_ABORTS_WITHIN_DRAIN = STANDIN_VARIANTS["engine_aborts_within_drain"]
+ENGINE_SKIPS_REAP_DURING_START = STANDIN_VARIANTS["engine_skips_reap_during_start"]
 ENGINE_TARGETS: dict[str, EngineTarget] = {"vllm_engine": TARGET, "engine_standin": STANDIN, **STANDIN_VARIANTS}
