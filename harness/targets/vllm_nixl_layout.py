@@ -50,9 +50,10 @@ _NIXL_AGENT = msgspec.msgpack.Decoder(_NixlAgentMetadata)
 class Layout:
     """Where one vLLM line keeps its scheduler-side listener, and how its side channel speaks.
 
-    * ``0.33`` (and 0.34, see :data:`LINES`): ``nixl/base_scheduler.py``, ``NixlBaseConnectorScheduler(vllm_config, engine_id,
-      kv_cache_config)``; metadata per (pp, tp) as ``NixlHandshakePayload``; request msgpack
-      ``(b"get_meta_msg", pp, tp)``; reply two frames (payload, the listener's perf_counter).
+    * ``0.33`` (and 0.34, see :data:`LINES`): ``nixl/base_scheduler.py``,
+      ``NixlBaseConnectorScheduler(vllm_config, engine_id, kv_cache_config)``; metadata per (pp, tp) as
+      ``NixlHandshakePayload``; request msgpack ``(b"get_meta_msg", pp, tp)``; reply two frames (payload, the
+      listener's perf_counter).
     * ``0.11`` (best effort; 0.11.1 run): ``nixl_connector.py``, ``NixlConnectorScheduler(vllm_config,
       engine_id)``; metadata per tp rank as ``NixlAgentMetadata``; request msgpack ``(b"get_meta_msg",
       tp)``; reply one frame, the ``NixlAgentMetadata``. No pp rank on the wire: only pp 0 is served.
