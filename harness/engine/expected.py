@@ -35,11 +35,12 @@ import yaml
 from harness.errors import ConfigError
 from harness.verdicts_file import read_meta
 
-__all__ = ["Expected", "Rate", "load_expected", "differences", "rate_differences", "fisher_p", "tally", "STATUSES",
-           "OUTCOMES", "ALPHA"]
+__all__ = ["Expected", "Rate", "load_expected", "differences", "rate_differences", "stored_differences", "run_statuses",
+           "fisher_p", "tally", "STATUSES", "OUTCOMES", "ALPHA"]
 
 STATUSES = ("ok", "violated", "unknown")
 OUTCOMES = ("ok", "hung")
+_WORST = ("violated", "unknown", "ok")  # one run's several verdicts of a checker: the first of these it gave
 ALPHA = 0.01  # the false-alarm rate of a repeat judged against a stored rate: one run of a hundred that is fine fails
 
 
@@ -166,9 +167,41 @@ def rate_differences(runs: Sequence[Mapping[str, str]], want: Expected, alpha: f
     return out
 
 
+def _rank(status: str) -> int:
+    return _WORST.index(status) if status in _WORST else len(_WORST)  # a status of no known kind: the mildest
+
+
+def run_statuses(verdicts: Sequence[Mapping[str, Any]]) -> dict[str, str]:
+    """One status per checker of one run: a checker a scenario asks of several steps (stop_latency of each stop)
+    gives its worst, violated over unknown over ok, so a count of runs is never a count of verdicts."""
+    out: dict[str, str] = {}
+    for v in verdicts:
+        chk, status = v["checker"], v["status"]
+        if chk not in out or _rank(status) < _rank(out[chk]):
+            out[chk] = status
+    return out
+
+
+def stored_differences(runs: Sequence[Mapping[str, str]], outcomes: Sequence[str], want: Expected) -> list[str]:
+    """The runs an expectation was written from (each run's verdicts and outcome) against it, exactly: as many
+    runs as it says, every fixed status in each, each rate's status in exactly K of them (else ``otherwise``)."""
+    out = [] if len(runs) == want.runs else [f"runs: expected {want.runs}, found {len(runs)}"]
+    out += [f"run {i + 1}: outcome: expected {want.outcome}, got {o}" for i, o in enumerate(outcomes)
+            if o != want.outcome]
+    for chk, w in want.checkers.items():
+        got = [r.get(chk, "no verdict") for r in runs]
+        if isinstance(w, Rate):
+            if got.count(w.status) != w.k or got.count(w.otherwise) != len(got) - w.k:
+                out.append(f"{chk}: expected {w}, got " + ", ".join(f"{s} {got.count(s)}" for s in sorted(set(got))))
+        elif set(got) - {w}:
+            out.append(f"{chk}: expected {w} in every run, got " + ", ".join(got))
+    return out
+
+
 def tally(dirs: Sequence[Path], variant: str = "vllm_engine") -> dict[str, dict[str, Any]]:
     """The runs stored under ``dirs`` (each run's ``verdicts.json``, one level down or the dir itself) of
-    ``variant``, by scenario: how many, their outcomes, each checker's statuses counted, each run's seconds."""
+    ``variant``, by scenario: how many, their outcomes, each checker's statuses counted over the runs
+    (:func:`run_statuses`), each run's seconds."""
     out: dict[str, dict[str, Any]] = {}
     for d in dirs:
         for f in sorted([d / "verdicts.json"] if (d / "verdicts.json").is_file() else d.glob("*/verdicts.json")):
@@ -185,27 +218,31 @@ def tally(dirs: Sequence[Path], variant: str = "vllm_engine") -> dict[str, dict[
             t["outcomes"][status] = t["outcomes"].get(status, 0) + 1
             if doc.get("step_error"):
                 t["step_errors"].append(doc["step_error"])
-            for v in doc["verdicts"]:
-                counts = t["checkers"].setdefault(v["checker"], {})
-                counts[v["status"]] = counts.get(v["status"], 0) + 1
+            for chk, status in run_statuses(doc["verdicts"]).items():
+                counts = t["checkers"].setdefault(chk, {})
+                counts[status] = counts.get(status, 0) + 1
     return out
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m harness.engine.expected tally DIR...``: each scenario's runs under DIR, as k of N per
-    checker status (the rates a findings page and expected.yaml give)."""
+    """``python -m harness.engine.expected tally [--variant V] DIR...``: each scenario's runs of variant V
+    (default vllm_engine; vllm_nixl for the NIXL listener's) under DIR, as k of N per checker status (the rates
+    a findings page and expected.yaml give)."""
     import sys
 
     args = list(sys.argv[1:] if argv is None else argv)
-    if len(args) < 2 or args[0] != "tally":
-        print("usage: python -m harness.engine.expected tally REPORTS_DIR...", file=sys.stderr)
+    variant = "vllm_engine"
+    if args[1:2] == ["--variant"] and len(args) > 2:
+        variant, args = args[2], args[:1] + args[3:]
+    if len(args) < 2 or args[0] != "tally" or args[1].startswith("-"):
+        print("usage: python -m harness.engine.expected tally [--variant VARIANT] REPORTS_DIR...", file=sys.stderr)
         return 2
     dirs = [Path(a) for a in args[1:]]
     missing = [str(d) for d in dirs if not d.is_dir()]
     if missing:
         print(f"error: no such directory: {', '.join(missing)}", file=sys.stderr)
         return 2
-    for name, t in sorted(tally(dirs).items()):
+    for name, t in sorted(tally(dirs, variant).items()):
         n = t["runs"]
         secs = [s for s in t["seconds"] if s is not None]
         print(f"{name}: {n} run(s), outcomes {t['outcomes']}, {min(secs):.0f}-{max(secs):.0f} s each"

