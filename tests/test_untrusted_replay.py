@@ -102,7 +102,7 @@ def test_a_node_id_that_is_not_a_scenario_item_is_refused(tree: Path, started: l
                        "(PATH.yaml::NAME[PARAMS])\n")
     else:
         assert err == f"lastcall replay: {meta}: nodeid: a {'JSON list' if isinstance(nodeid, list) else 'number'}" \
-                      ", expected a string; left out\n"
+                      ", expected a string or null; left out\n"
 
 
 def test_pytest_never_sees_a_node_id_as_an_option(monkeypatch: pytest.MonkeyPatch) -> None:

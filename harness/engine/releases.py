@@ -27,7 +27,7 @@ from typing import Any
 
 import yaml
 
-from harness.engine.expected import Expected, Rate, load_expected
+from harness.engine.expected import ALPHA, Expected, Rate, fisher_p, load_expected
 from harness.errors import ConfigError
 
 __all__ = ["Table", "TABLES", "VLLM_CPU", "VLLM_NIXL", "releases", "findings", "cell", "changes", "render",
@@ -119,29 +119,42 @@ def cell(want: Expected | None, finding: str, why_not: str | None = None) -> str
         k = want.runs if want.outcome == "hung" else 0
     elif finding not in want.checkers:
         return "not judged"
+    elif want.checkers[finding] == "unknown":
+        return f"unknown ({want.runs} of {want.runs})"  # no verdict either way: neither present nor absent
     else:
         k = violated_in(want, finding)
     return f"present ({k} of {want.runs})" if k else f"absent (0 of {want.runs})"
 
 
-def _k(cell_text: str) -> int | None:
-    """The k of a ``present (k of N)`` / ``absent (0 of N)`` cell; None for one without runs."""
-    m = re.match(r"^(?:present|absent) \((\d+) of \d+\)$", cell_text)
-    return int(m.group(1)) if m else None
+def _kn(cell_text: str) -> tuple[int, int] | None:
+    """The (k, N) of a ``present (k of N)`` / ``absent (0 of N)`` cell; None for one without runs."""
+    m = re.match(r"^(?:present|absent) \((\d+) of (\d+)\)$", cell_text)
+    return (int(m.group(1)), int(m.group(2))) if m else None
 
 
 def changes(versions: Sequence[str], rows: Sequence[tuple[str, str, Sequence[str]]]) -> list[str]:
-    """One line per finding that differs between two releases next to each other: which release brought it
-    in (present there; absent, or not applicable, in the one before) or took it out (the reverse)."""
+    """One line per finding that differs between two releases next to each other.  Where the code is there in
+    one and not the other, the newer brought it in or took it out.  Where both ran, a difference in counts is
+    claimed only when Fisher's exact test says the two rates differ at ALPHA (a finding seen 0 of 1 times in one
+    release and 7 of 13 in the next tells nothing); else the line says there were too few runs to tell."""
     out = []
     for name, shown, cells in rows:
         for i in range(1, len(cells)):
             before, now = cells[i - 1], cells[i]
-            was, got = _k(before), _k(now)
-            if got and (was == 0 or before == "not applicable"):
+            was, got = _kn(before), _kn(now)
+            if got and got[0] and before == "not applicable":
                 out.append(f"- `{name}`, {shown}: brought in by {versions[i]} ({now}; {versions[i - 1]}: {before})")
-            elif was and (got == 0 or now == "not applicable"):
+            elif was and was[0] and now == "not applicable":
                 out.append(f"- `{name}`, {shown}: taken out by {versions[i]} ({now}; {versions[i - 1]}: {before})")
+            elif was and got and was[0] * got[1] != got[0] * was[1]:
+                p = fisher_p(was[0], was[1], got[0], got[1])
+                if p >= ALPHA and (was[0] == 0 or got[0] == 0):  # present in one, absent in the other: say so
+                    out.append(f"- `{name}`, {shown}: {versions[i - 1]} {before}, {versions[i]} {now}: too few runs "
+                               f"to tell them apart (Fisher's exact test p = {p:.2f}, not below {ALPHA:g})")
+                elif p < ALPHA:
+                    moved = "brought in" if got[0] * was[1] > was[0] * got[1] else "taken out"
+                    out.append(f"- `{name}`, {shown}: {moved} by {versions[i]} ({now}; {versions[i - 1]}: {before}; "
+                               f"Fisher's exact test p = {p:.4f})")
     if not out and len(versions) > 1:
         out.append("- no finding differs between releases next to each other")
     return out
