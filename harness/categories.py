@@ -13,10 +13,10 @@ harness, so checkers and the runner can both use it.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
-__all__ = ["CATEGORIES", "CATEGORY_OF_KIND", "LIFECYCLE", "category_of"]
+__all__ = ["CATEGORIES", "CATEGORY_OF_KIND", "LIFECYCLE", "category_of", "check_categories"]
 
 CATEGORIES: dict[str, str] = {
     "launch": "start the run's processes",
@@ -51,3 +51,10 @@ def category_of(data: Mapping[str, Any]) -> str | None:
     if isinstance(cat, str):
         return cat
     return CATEGORY_OF_KIND.get(str(data.get("kind")))
+
+
+def check_categories(classes: Iterable[Any]) -> None:
+    """ValueError naming a step class (its ``kind``, its ``category``) whose category is not one of CATEGORIES."""
+    for c in classes:
+        if c.category not in CATEGORIES:
+            raise ValueError(f"step kind {c.kind!r}: unknown category {c.category!r}; known: {', '.join(CATEGORIES)}")

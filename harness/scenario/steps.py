@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, Union
 
 from pydantic import Discriminator, Field, Tag
 
-from harness.categories import CATEGORIES
+from harness.categories import check_categories
 from harness.scenario.client_spec import (
     READER_FAULTS,
     SEND_FAULTS,
@@ -73,8 +73,7 @@ __all__ = [
     "HoldPort", "Workload", "HandshakeStart", "Handshake", "Hammer", "MalformedHandshake", "HandshakeShutdown",
     "Cycle", "EngineRequest", "EngineSignal", "Pause", "WaitGone", "EngineRestart", "EngineStart", "ENGINE_STEPS",
     "HANDSHAKE_STEPS", "WORKER_STEPS", "EXIT_STEPS", "is_handshake", "drives_engine", "Pipeline", "Pipelined",
-    "StaleSocket", "StartListener",
-    "READER_FAULTS",
+    "StaleSocket", "StartListener", "READER_FAULTS", "check_categories",
 ]
 
 
@@ -454,13 +453,6 @@ class EngineStartStep(OnEngine):
 
 _STEPS: tuple[type[StepBase], ...] = tuple(  # every class that declares a kind
     c for c in list(globals().values()) if isinstance(c, type) and issubclass(c, StepBase) and "kind" in vars(c))
-
-
-def check_categories(classes: Iterable[type[StepBase]]) -> None:
-    """ValueError naming a step class whose category harness.categories does not know."""
-    for c in classes:
-        if c.category not in CATEGORIES:
-            raise ValueError(f"step kind {c.kind!r}: unknown category {c.category!r}; known: {', '.join(CATEGORIES)}")
 
 
 check_categories(_STEPS)
