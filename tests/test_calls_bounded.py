@@ -19,12 +19,12 @@ def call(step: str, start_s: float, took_s: float | None, ok: bool = True) -> li
                       value=[0] if ok else None, error="" if ok else "no reply")]
 
 
-def test_a_call_answered_or_failed_within_the_bound_is_ok() -> None:
+def test_calls_bounded_ok_when_answered_or_failed_within_the_bound() -> None:
     v = check("calls_bounded", call("m1", 1, 0.3, ok=False) + call("m2", 2, 0.1), {"within": 1.0})
     assert (v.status, v.message) == ("ok", "2 call(s) ended, the slowest in 300 ms")
 
 
-def test_a_call_past_the_bound_is_a_violation_naming_it_even_when_answered() -> None:
+def test_calls_bounded_violated_past_the_bound_even_when_answered() -> None:
     v = check("calls_bounded", call("m1", 1, 0.3) + call("m2", 2, 1.5), {"within": 1.0})
     assert (v.status, v.message) == ("violated", "m2 took 1.500s > 1s (answered)")
     assert [(e.kind, e.data["step"]) for e in v.evidence] == [("step_started", "m2"), ("step_returned", "m2")]

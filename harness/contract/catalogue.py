@@ -98,6 +98,8 @@ UNREACHABLE: dict[str, str] = {
                           "when stop lands; the explorer takes each step only once it has completed",
     "answered_not_cancelled": "needs a second request on one kept-alive connection sent once the listener has "
                               "answered the first after a stop began; the explorer sends each request on a fresh one",
+    "reply_without_deadline": "a bug of the engine's client, not the listener: needs a rank paused (SIGSTOP) with a "
+                              "call in flight; the explorer's client is its own and pauses nothing",
     "dies_on_accept_failure": "needs an accept that fails (EMFILE under a lowered fd limit); the explorer's accepts "
                               "succeed",
     "spins_on_accept_failure": "needs an accept that fails (EMFILE under a lowered fd limit), and is a cost, not an "

@@ -50,7 +50,11 @@ LINES: tuple[ContractLine, ...] = (
                  ("reads_cancelled", "stop_latency"),
                  ("A connection is recorded as accepted once accepted, and a request as frame_started once its "
                   "first byte is read: the scenarios wait for each before they stop (idle-client-does-not-block-"
-                  "others, stalled-*).",)),
+                  "others, stalled-*).",
+                  "A stop emits reads_cancelled once it has cancelled the reads in progress (the connections it "
+                  "cancelled listed): the scenarios wait for it to release a step held at a racing point "
+                  "(frame-held-in-its-decision-while-a-stop-begins, answered-after-a-stop-refuses-the-next-"
+                  "request).")),
     ContractLine(3, "a handler inside the backend is drained",
                  "A handler already inside a backend call is drained: stop() waits for it, up to drain_timeout, "
                  "and its reply is still delivered to its client (cancel reads, not writes). A reply its client "

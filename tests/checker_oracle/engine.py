@@ -139,7 +139,7 @@ def engine_exit_status(run: RunRecord, p: Params) -> Verdict:
         if status is None:
             why_not.append(f"{e.data['step']}: the API server had not exited")
             continue
-        if sig.get("ready") is False:
+        if sig.get("ready") is False and sig["to"] == "api_server":
             why_not.append(f"{e.data['step']}: {sig['sig']} during the start (a start cut short: any status is "
                            "the truth)")
             continue
