@@ -30,7 +30,7 @@ import yaml
 from harness.engine.expected import ALPHA, Expected, Rate, fisher_p, load_expected
 from harness.errors import ConfigError
 
-__all__ = ["Table", "TABLES", "VLLM_CPU", "VLLM_NIXL", "releases", "findings", "cell", "changes", "render",
+__all__ = ["Table", "TABLES", "VLLM_CPU", "VLLM_NIXL", "Cell", "releases", "findings", "cell", "changes", "render",
            "write", "FINDINGS"]
 
 FINDINGS = Path(__file__).resolve().parents[2] / "docs" / "findings"
@@ -110,29 +110,31 @@ def findings(per_release: Sequence[dict[str, Expected]]) -> list[tuple[str, str]
     return sorted(out)
 
 
-def cell(want: Expected | None, finding: str, why_not: str | None = None) -> str:
+@dataclass(frozen=True)
+class Cell:
+    """One release's cell of a finding: its words, and (k, N) where the release ran the scenario and judged it."""
+
+    text: str
+    kn: tuple[int, int] | None = None
+
+
+def cell(want: Expected | None, finding: str, why_not: str | None = None) -> Cell:
     if why_not is not None:
-        return "not applicable"
+        return Cell("not applicable")
     if want is None:
-        return "not run"
+        return Cell("not run")
     if finding == "outcome":
         k = want.runs if want.outcome == "hung" else 0
     elif finding not in want.checkers:
-        return "not judged"
+        return Cell("not judged")
     elif want.checkers[finding] == "unknown":
-        return f"unknown ({want.runs} of {want.runs})"  # no verdict either way: neither present nor absent
+        return Cell(f"unknown ({want.runs} of {want.runs})")  # no verdict either way: neither present nor absent
     else:
         k = violated_in(want, finding)
-    return f"present ({k} of {want.runs})" if k else f"absent (0 of {want.runs})"
+    return Cell(f"present ({k} of {want.runs})" if k else f"absent (0 of {want.runs})", (k, want.runs))
 
 
-def _kn(cell_text: str) -> tuple[int, int] | None:
-    """The (k, N) of a ``present (k of N)`` / ``absent (0 of N)`` cell; None for one without runs."""
-    m = re.match(r"^(?:present|absent) \((\d+) of (\d+)\)$", cell_text)
-    return (int(m.group(1)), int(m.group(2))) if m else None
-
-
-def changes(versions: Sequence[str], rows: Sequence[tuple[str, str, Sequence[str]]]) -> list[str]:
+def changes(versions: Sequence[str], rows: Sequence[tuple[str, str, Sequence[Cell]]]) -> list[str]:
     """One line per finding that differs between two releases next to each other.  Where the code is there in
     one and not the other, the newer brought it in or took it out.  Where both ran, a difference in counts is
     claimed only when Fisher's exact test says the two rates differ at ALPHA (a finding seen 0 of 1 times in one
@@ -140,8 +142,7 @@ def changes(versions: Sequence[str], rows: Sequence[tuple[str, str, Sequence[str
     out = []
     for name, shown, cells in rows:
         for i in range(1, len(cells)):
-            before, now = cells[i - 1], cells[i]
-            was, got = _kn(before), _kn(now)
+            (before, was), (now, got) = (cells[i - 1].text, cells[i - 1].kn), (cells[i].text, cells[i].kn)
             if got and got[0] and before == "not applicable":
                 out.append(f"- `{name}`, {shown}: brought in by {versions[i]} ({now}; {versions[i - 1]}: {before})")
             elif was and was[0] and now == "not applicable":
@@ -174,7 +175,7 @@ def render(table: Table = VLLM_CPU, root: Path | None = None) -> str:
         shown = "the run hung" if finding == "outcome" else f"`{finding}` violated"
         cells = [cell(e.get(name), finding, n.get(name)) for e, n in zip(expected, na, strict=True)]
         rows.append((name, shown, cells))
-        lines.append(f"| `{name}` | {shown} | " + " | ".join(cells) + " |")
+        lines.append(f"| `{name}` | {shown} | " + " | ".join(c.text for c in cells) + " |")
     moved = changes([v for v, _ in rel], rows)
     return "\n".join([*lines, "", *moved] if moved else lines)
 
