@@ -138,7 +138,8 @@ def layout() -> Layout:
 # ------------------------------------------------------------------ vLLM, lazily
 @functools.cache
 def _import_error() -> str | None:
-    """Why vLLM's scheduler-side NIXL module cannot be imported here (None when it can). Once per process."""
+    """Why vLLM's scheduler-side NIXL module cannot be imported here, in words (None when it can): the layout
+    unknown, or the import that failed. Once per process."""
     import importlib
 
     try:
@@ -149,7 +150,7 @@ def _import_error() -> str | None:
         try:
             importlib.import_module(name)
         except Exception as exc:  # ImportError, or whatever a half-installed vllm raises at import
-            return f"{type(exc).__name__}: {exc}"
+            return f"`import {lay.scheduler_module}` failed ({type(exc).__name__}: {exc})"
     return None
 
 
@@ -167,11 +168,7 @@ def _vllm() -> tuple[ModuleType, ModuleType]:
 def _unavailable_message(why: str) -> str:
     version = vllm_version()
     have = "" if version is None else f" (vllm {version} is installed)"
-    try:
-        tried = f"`import {layout().scheduler_module}` failed ({why})"
-    except ConfigError:  # a line whose layout is not known: nothing was imported, ``why`` says so
-        tried = why
-    return (f"vllm_nixl needs vLLM 0.33.x (or 0.34.x, 0.11.x) importable: {tried}{have}; "
+    return (f"vllm_nixl needs vLLM 0.33.x (or 0.34.x, 0.11.x) importable: {why}{have}; "
             f"run `{FIX}` and use .venv-vllm/bin/python (./dev vllm-test runs the tests there)")
 
 
