@@ -28,6 +28,7 @@ import argparse
 import contextlib
 import math
 import os
+import re
 import shlex
 import shutil
 import signal
@@ -35,6 +36,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import textwrap
 import time
 import xml.etree.ElementTree as ET
 from collections.abc import Mapping
@@ -66,8 +68,17 @@ def node_id(classname: str, name: str) -> str:
     return f"{classname}::{name}" if classname else name
 
 
-def first_line(text: str) -> str:
-    return next((line.strip() for line in text.splitlines() if line.strip()), "")[:200]
+DETAIL_CHARS = 6000  # of a failure's text, printed under its item: a CI log is all a failed gate leaves
+_WHY = re.compile(r"(broken|step failed): |[A-Z]+ [a-z_]+: ")  # a scenario failure's line that says what failed
+
+
+def first_line(text: str, detail: str = "") -> str:
+    """A message's first line and, for a scenario's failure, the first line of its text that names what failed
+    (its first line only says the outcome and the run): ``... outcome ok, 3.12s, run X; VIOLATED reads_cancelled:
+    ...``."""
+    head = next((line.strip() for line in text.splitlines() if line.strip()), "")
+    why = next((line.strip() for line in detail.splitlines() if _WHY.match(line.strip())), "")
+    return (f"{head}; {why}" if why and why not in head else head)[:300]
 
 
 def parse_junit(path: Path) -> list[dict[str, Any]]:
@@ -89,7 +100,8 @@ def parse_junit(path: Path) -> list[dict[str, Any]]:
             outcome, why = "passed", ""
         catches = variant not in (None, "reference") if variant is not None else "-catches-" in name
         items.append({"nodeid": node_id(case.get("classname", ""), name), "outcome": outcome,
-                      "catches": catches, **({"message": first_line(why)} if why else {})})
+                      "catches": catches, **({"message": first_line(why, bad[0].text or "" if bad else "")} if why else {}),
+                      **({"detail": (bad[0].text or why)[:DETAIL_CHARS]} if bad else {})})
     return items
 
 
@@ -282,6 +294,8 @@ def measure(kinds: list[str], repeats: int, k: str | None, argv: list[str]) -> d
                 for it in run["items"]:
                     if it["outcome"] in ("failed", "too_slow"):
                         print(f"  {it['outcome']}: {it['nodeid']}: {it.get('message', '')}", flush=True)
+                        if it.get("detail"):
+                            print(textwrap.indent(it["detail"], "    | "), flush=True)
                 if run.get("left"):
                     print(f"  processes of the run still there after pytest exited (killed): {run['left']}",
                           flush=True)

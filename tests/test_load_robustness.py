@@ -30,6 +30,8 @@ JUNIT = """<?xml version="1.0" encoding="utf-8"?><testsuites name="pytest tests"
 <skipped type="pytest.skip" message="no CUDA device" /></testcase>
 <testcase classname="scenarios.x.yaml" name="x[tp1-pp1-cpu-catches-bug]" time="1">
 <error message="">Traceback&#10;boom</error></testcase>
+<testcase classname="scenarios.y.yaml" name="y[tp1-pp1-cpu]" time="3">
+<failure message="scenario y[tp1-pp1-cpu] on reference: outcome ok, 3.12s, run 1x2">scenario y[tp1-pp1-cpu] on reference: outcome ok, 3.12s, run 1x2&#10;  VIOLATED reads_cancelled: conn 2 not cancelled&#10;      evidence: accepted&#10;  ok requests_served&#10;timeline:</failure></testcase>
 </testsuite></testsuites>
 """.replace("{too_slow}", HOST_TOO_SLOW)
 
@@ -42,13 +44,19 @@ def test_a_junit_file_gives_each_items_outcome_and_a_too_slow_skip_apart(tmp_pat
         {"nodeid": "scenarios/reply-larger-than-the-socket-buffer.yaml::reply-larger[tp1-pp1-cpu]",
          "outcome": "passed", "catches": False},
         {"nodeid": "scenarios/idle-clients-cost-nothing.yaml::idle-clients[tp1-pp1-cpu-catches-spin]",
-         "outcome": "failed", "catches": True, "message": "idle_cost: not caught"},
+         "outcome": "failed", "catches": True, "message": "idle_cost: not caught", "detail": "long text"},
         {"nodeid": "scenarios/idle-clients-cost-nothing.yaml::idle-clients[tp1-pp1-cpu]", "outcome": "too_slow",
          "catches": False, "message": f"{HOST_TOO_SLOW} (a spinner got 0.05 of a CPU)"},
         {"nodeid": "scenarios/gpu.yaml::gpu[cuda]", "outcome": "skipped", "catches": False,
          "message": "no CUDA device"},
         {"nodeid": "scenarios/x.yaml::x[tp1-pp1-cpu-catches-bug]", "outcome": "failed", "catches": True,
-         "message": "Traceback"}]  # no message attribute: the element's text, and no properties: the node id
+         "message": "Traceback", "detail": "Traceback\nboom"},  # no message attribute: its text; no properties:
+        # the node id says whether it is a catches item
+        {"nodeid": "scenarios/y.yaml::y[tp1-pp1-cpu]", "outcome": "failed", "catches": False,
+         "message": "scenario y[tp1-pp1-cpu] on reference: outcome ok, 3.12s, run 1x2; VIOLATED reads_cancelled: "
+                    "conn 2 not cancelled",  # the line that names what failed, beside the one that names the run
+         "detail": "scenario y[tp1-pp1-cpu] on reference: outcome ok, 3.12s, run 1x2\n  VIOLATED reads_cancelled: "
+                   "conn 2 not cancelled\n      evidence: accepted\n  ok requests_served\ntimeline:"}]
 
 
 def test_the_upper_bound_is_the_exact_clopper_pearson_one() -> None:

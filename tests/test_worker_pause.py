@@ -94,9 +94,6 @@ def test_a_paused_worker_is_resumed_at_its_bound_and_serves_again() -> None:
     assert _state(paused.data["pid"]) in (None, "Z") and pauses.paused_pids() == []
 
 
-@pytest.mark.xfail(strict=False, reason="known race, not yet fixed at its cause: a SIGTERM sent right after the "
-                   "SIGCONT that resumes a paused worker is at times not handled before the kill step's bound (seen "
-                   "once in a full -n 2 suite run); the resume-before-kill order this test is for held every time")
 def test_a_kill_step_resumes_the_paused_worker_before_its_signal() -> None:
     result = _run("  - pause: {of: {rank: 0}, resume_after: 20s, as: p1}\n"
                   "  - kill: {target: {rank: 0}, signal: SIGTERM}\n")

@@ -10,6 +10,8 @@ this module; it imports neither, so the three form no cycle.
 from __future__ import annotations
 
 import os
+import select
+import signal
 import socket
 import threading
 import time
@@ -28,10 +30,18 @@ Handler = Callable[..., Any]
 
 
 class ExitRequest:
-    """The first reason to end this process, with whether to shut down in order first."""
+    """The first reason to end this process, with whether to shut down in order first.
+
+    The main thread waits for it in ``select`` on a pipe that is also the process's signal wakeup fd
+    (:func:`signal.set_wakeup_fd`), not on a lock: the kernel hands a process-directed signal (a SIGTERM) to any
+    thread that does not block it, and Python runs the handler only on the main thread, once that thread runs
+    Python again.  Parked on a lock, the main thread would sleep on while the handler waited (for a signal
+    taken by the control thread or a listener thread); the wakeup fd gets a byte from whichever thread the
+    signal interrupted, so ``select`` returns, the handler runs and sets this request."""
 
     def __init__(self) -> None:
         self._event = threading.Event()
+        self._r, self._w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         self.reason = ""
         self.shutdown = True
 
@@ -39,10 +49,26 @@ class ExitRequest:
         if not self._event.is_set():
             self.reason, self.shutdown = reason, shutdown
             self._event.set()
+            try:
+                os.write(self._w, b"x")
+            except OSError:
+                pass  # a full pipe is already a wake-up
 
     def wait(self) -> None:
-        while not self._event.wait(3600):
-            pass
+        if threading.current_thread() is not threading.main_thread():  # no signal handler runs here: a lock will do
+            self._event.wait()
+            return
+        old = signal.set_wakeup_fd(self._w, warn_on_full_buffer=False)
+        try:
+            while not self._event.is_set():
+                select.select([self._r], [], [])
+                try:
+                    while os.read(self._r, 4096):
+                        pass
+                except BlockingIOError:
+                    pass
+        finally:
+            signal.set_wakeup_fd(old)
 
 
 class ControlClient:
