@@ -6,6 +6,7 @@ import os
 import socket
 import stat
 import struct
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
@@ -244,3 +245,32 @@ def test_events_order_one_request(worker: ReferenceWorker, lastcall_recorder: Re
     assert kinds[:5] == ["accepted", "frame_started", "frame_completed", "dispatch_started", "dispatch_finished"]
     times = [e.t_ns for e in lastcall_recorder.events()]
     assert times == sorted(times)
+
+
+class _HeldAfterSet(threading.Event):
+    """The serving thread's ``_exited``, holding the thread once it is set (its last step) until ``gate``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gate = threading.Event()
+
+    def set(self) -> None:
+        super().set()
+        self.gate.wait()
+
+
+def test_stop_returns_true_only_once_the_serving_thread_has_ended(lc_root: Path) -> None:
+    # a thread that set its exit flag still runs (threading's bootstrap): a thread list read once stop returned
+    # True named it, and no_leaked_threads fired on a loaded machine
+    listener = WorkerListener(socket_path("t", 0, 0, lc_root), NoopBackend(), ipc="t")
+    listener.start()
+    held = listener._exited = _HeldAfterSet()  # type: ignore[misc]
+    thread = listener._thread
+    assert thread is not None
+    try:
+        ok = listener.stop(timeout=0.3)
+        assert not (ok and thread.is_alive()), "stop returned True with the serving thread still running"
+    finally:
+        held.gate.set()
+    assert listener.stop() is True and not thread.is_alive()
+    assert not any(lc_root.iterdir())

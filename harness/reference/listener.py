@@ -299,11 +299,11 @@ class WorkerListener:
         give up on them (their connections are closed): nothing of the listener is in use by them.
         """
         self.rec.emit("drain_started", listener=self.label, timeout=timeout)
-        ok = self._exited.wait(timeout)
+        ok = self._exited.wait(timeout) and self._gone(timeout)
         if not ok and self._writes_only:
             self._give_up = True
             self._wake()
-            ok = self._exited.wait(GIVE_UP_S)
+            ok = self._exited.wait(GIVE_UP_S) and self._gone(GIVE_UP_S)
         self.rec.emit("drain_finished", listener=self.label, ok=ok)
         return ok
 
@@ -653,3 +653,11 @@ class WorkerListener:
         except (OSError, ValueError):
             return False
         return True
+
+    def _gone(self, timeout: float) -> bool:
+        """The serving thread has ended, not only set ``_exited`` (its last step, after which it still returns
+        through threading's bootstrap): joined, so no thread list read after a stop returned True names it.
+        (Written here, below the rest, so that no line above moves: the mutation record names mutants by line.)"""
+        assert self._thread is not None
+        self._thread.join(timeout)
+        return not self._thread.is_alive()
