@@ -195,6 +195,66 @@ def test_idle_cost_holds_when_the_load_comes_as_the_window_opens(monkeypatch: py
     _assert_judged_as_idle(value, spins=True)
 
 
+def test_idle_cost_of_a_blocked_process_holds_through_a_burst_in_its_window(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A blocked process that is on a CPU for 100 ms once in the window (as an interrupt's work or a collection
+    charged to an idle worker is): a third of the window, over the whole-window bound, but within two of its
+    five slices, so the median slice is idle. A spinner is on a CPU in every slice (the tests above)."""
+    proc = _child("import sys, time\nprint('ready', flush=True)\nsys.stdin.readline()\n"
+                  "end = time.thread_time() + 0.1\nwhile time.thread_time() < end: pass\nsys.stdin.read()")
+    real, sent = machine_steps.cpu_ns, []
+
+    def window_opens(pid: int) -> tuple[int, int]:
+        if not sent:  # the window's first read: the burst comes now
+            assert proc.stdin is not None
+            proc.stdin.write("go\n")
+            proc.stdin.flush()
+            sent.append(True)
+        return real(pid)
+
+    monkeypatch.setattr(machine_steps, "cpu_ns", window_opens)
+    try:
+        value = machine_steps.measure_window(proc.pid, 0.3)
+    finally:
+        proc.kill()
+        proc.wait()
+    assert len(value["slices"]) == machine_steps.SLICES
+    assert sum(sl["wall_s"] for sl in value["slices"]) == pytest.approx(value["window_s"], abs=0.05)
+    if value["cpu_share"] >= MIN_SHARE:
+        assert value["run_s"] >= 0.09  # the burst is in the window ...
+        whole = {k: v for k, v in value.items() if k != "slices"}
+        assert judge("idle_cost", RunRecord((_window_step(whole),), {})).status == "violated"  # ... which alone fires
+    _assert_judged_as_idle(value, spins=False)
+
+
+def _window_step(value: dict[str, Any]) -> Event:
+    return _h("step_returned", 10, step="m1", kind="measure_idle", category="measure", ok=True, value=value)
+
+
+def _sliced(runs: list[float], share: float = 1.0) -> Event:
+    slices = [{"run_s": r, "wall_s": 0.06, "cpu_share": share} for r in runs]
+    return _window_step({"run_s": sum(runs), "wait_s": 0.0, "runnable_s": sum(runs), "window_s": 0.3,
+                         "cpu_share": share, "slices": slices})
+
+
+def test_idle_cost_judges_the_median_slice() -> None:
+    burst = judge("idle_cost", RunRecord((_sliced([0.0, 0.06, 0.04, 0.001, 0.0]),), {}))
+    assert burst.status == "ok" and "the median of 5 slices 2% of the spinner's" in burst.message, burst.message
+    spin = judge("idle_cost", RunRecord((_sliced([0.05, 0.06, 0.055, 0.06, 0.05], share=0.9),), {}))
+    assert spin.status == "violated" and "the median of 5 slices 102% of the spinner's" in spin.message
+    loaded = judge("idle_cost", RunRecord((_sliced([0.015] * 5, share=0.2),), {}))  # a fifth of a CPU each slice
+    assert loaded.status == "violated", loaded.message
+    few = _sliced([0.0, 0.06, 0.06, 0.06, 0.0], share=0.5)  # slices the spinner got under MIN_SHARE tell nothing
+    few.data["value"]["slices"][0]["cpu_share"] = few.data["value"]["slices"][4]["cpu_share"] = 0.01
+    assert judge("idle_cost", RunRecord((few,), {})).status == "violated"
+
+
+@pytest.mark.parametrize("slices", [None, "x", [{"run_s": 1}], [{"run_s": "a", "wall_s": 1, "cpu_share": 1}]])
+def test_idle_cost_without_well_formed_slices_judges_the_whole_window(slices: object) -> None:
+    step = _measured(0.29)
+    step.data["value"]["slices"] = slices
+    assert judge("idle_cost", RunRecord((step,), {})).status == "violated"
+
+
 def _measured(run: float, window: float = 0.3, *, share: float = 1.0, wait: float = 0.0) -> Event:
     return _h("step_returned", 10, step="m1", kind="measure_idle", category="measure", ok=True,
               value={"run_s": run, "wait_s": wait, "runnable_s": run + wait, "window_s": window, "cpu_share": share})

@@ -6,6 +6,9 @@ value): black-box, no listener event is needed.
 
 from __future__ import annotations
 
+import math
+import statistics
+
 from pydantic import Field
 
 from harness.checkers.base import RunRecord, Verdict, checker, not_judged, ok, unknown, violated
@@ -67,15 +70,18 @@ HOST_TOO_SLOW = "not judged here: host too slow"  # neither a pass nor a failure
          "quarter of what a thread that never blocks got over the window)",
          params=IdleCost, judges=("step_returned",), observes_exit=False,
          timing=("the worker's own CPU time over a measure_idle window (schedstat's run time, not time waiting for "
-                 "a CPU), against what the harness's calibration spin got over the same window. Load lowers both "
-                 "alike, however it comes and goes; below a tenth of a CPU the verdict is 'not judged here: host "
-                 "too slow'"))
+                 "a CPU), against what the harness's calibration spin got over the same window, slice by slice (five "
+                 "slices; the median is judged: a burst charged to an idle worker fills one, a spinner all). Load "
+                 "lowers both alike, however it comes and goes; below a tenth of a CPU the verdict is 'not judged "
+                 "here: host too slow'"))
 def idle_cost(run: RunRecord, p: IdleCost) -> Verdict:
     """A window's own CPU time (schedstat's run time: time spent waiting for a CPU is the machine's, not the
     listener's) against what a spinning thread got in the same step (``cpu_share``, measured by the harness's
     calibration spin over the same window): a spinner is on a CPU for about that share of the window however loaded
-    the machine, a blocked thread for none of it. A history of an older lastcall (``runnable_s`` only) is judged on
-    that sum against the whole window."""
+    the machine, a blocked thread for none of it.  Where the window comes in slices (``slices``), the median
+    slice is judged: a spinner is on a CPU in every slice, a burst charged to an idle process (interrupt work done
+    while one of its threads ran, a collection) fills one.  A history of an older lastcall (no slices; or
+    ``runnable_s`` only) is judged on the whole window."""
     rets = [e for e in _steps(run, "measure_idle") if isinstance(e.data.get("value"), dict)]
     if not rets:
         return unknown("idle_cost", "no measure_idle step returned")
@@ -90,8 +96,16 @@ def idle_cost(run: RunRecord, p: IdleCost) -> Verdict:
             slow.append(f"{e.data.get('step')}: a thread that never blocks got {share:.0%} of a CPU")
             continue
         cost = float(v["run_s"] if "run_s" in v else v["runnable_s"]) / window
-        seen.append(f"{e.data.get('step')}: on a CPU {cost:.0%} of {window:.2f}s, a spinning thread {share:.0%}")
-        if cost > p.most * share:
+        whole = f"{e.data.get('step')}: on a CPU {cost:.0%} of {window:.2f}s, a spinning thread {share:.0%}"
+        ratios = _slice_ratios(v.get("slices"))
+        if ratios:
+            mid = statistics.median(ratios)
+            seen.append(f"{whole}; the median of {len(ratios)} slices {mid:.0%} of the spinner's")
+            over = mid > p.most
+        else:
+            seen.append(whole)
+            over = cost > p.most * share
+        if over:
             bad.append(e)
     if bad:
         return violated("idle_cost", f"a process with nothing to do was on a CPU more than {p.most:.0%} of what "
@@ -101,3 +115,18 @@ def idle_cost(run: RunRecord, p: IdleCost) -> Verdict:
                           f"{MIN_SHARE:.0%})")
     return ok("idle_cost", ", ".join(seen))
 
+
+def _slice_ratios(slices: object) -> list[float]:
+    """Each slice's CPU time as a fraction of what the spinner got in it (slices where the spinner got under
+    MIN_SHARE left out: they tell too little); [] where the value has no well-formed slices."""
+    if not isinstance(slices, list):
+        return []
+    out = []
+    for sl in slices:
+        try:
+            run_s, wall, share = float(sl["run_s"]), float(sl["wall_s"]), float(sl["cpu_share"])
+        except (TypeError, KeyError, ValueError):
+            return []
+        if wall > 0 and share >= MIN_SHARE and math.isfinite(run_s):
+            out.append(run_s / wall / share)
+    return out

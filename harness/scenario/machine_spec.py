@@ -16,8 +16,9 @@ class MeasureIdle(Strict):
     waited for one (/proc/PID/task/*/schedstat), over a window of ``window`` (a measurement, not a wait for
     something), beside a calibration over the same window: a harness thread spins for the whole window and reads the
     share of a CPU it got, so both face the same contention. The value (``run_s``, ``wait_s``, ``window_s``,
-    ``cpu_share``) is what idle_cost judges. A thread that blocks in epoll is on a CPU for none of the window; one
-    that spins (an fd always ready) for about the share the calibration got, however loaded the machine."""
+    ``cpu_share``, and the same figures for each of five equal ``slices``) is what idle_cost judges, on the median
+    slice. A thread that blocks in epoll is on a CPU for none of the window; one that spins (an fd always ready)
+    for about the share the calibration got in every slice, however loaded the machine."""
 
     of: Worker = Field(WORKER_0, description="the worker process {rank, pp}")
     window: Duration = Field(0.3, gt=0, le=5, description="how long it is watched, e.g. 300ms")

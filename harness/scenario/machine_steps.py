@@ -16,11 +16,12 @@ from typing import Any
 from harness.scenario.player import Player, StepError, step_kind
 from harness.timeouts import thread_cpu
 
-__all__ = ["cpu_ns", "cpu_share", "measure_window", "lowest_free_fd", "CALIBRATION_S"]
+__all__ = ["cpu_ns", "cpu_share", "measure_window", "lowest_free_fd", "CALIBRATION_S", "SLICES"]
 
 # the shortest spin that measures the share of a CPU a busy thread gets: long enough to span several of the
 # kernel's time slices (a few ms each)
 CALIBRATION_S = 0.05
+SLICES = 5  # of a measure_idle window: idle_cost judges the median one
 
 
 def cpu_ns(pid: int) -> tuple[int, int]:
@@ -60,20 +61,39 @@ def cpu_share(spin_s: float = CALIBRATION_S) -> float:
     return (r1 - r0) / max(1, (r1 - r0) + (w1 - w0))
 
 
-def measure_window(pid: int, window: float) -> dict[str, float]:
+def measure_window(pid: int, window: float) -> dict[str, Any]:
     """What ``pid``'s threads did over ``window`` seconds, beside what a thread that never blocks got over the
     same seconds: the calibration spins on a thread of its own for the whole window, so both face the same
     contention however the machine's load comes and goes (a spin before the window measured another moment:
-    a neighbour that stopped or started between them moved the verdict).  The value idle_cost judges."""
-    got: list[float] = []
-    spinner = threading.Thread(target=lambda: got.append(cpu_share(max(window, CALIBRATION_S))),
-                               name="lastcall-calibration", daemon=True)
+    a neighbour that stopped or started between them moved the verdict).  The value idle_cost judges.
+
+    The window is also cut into SLICES equal slices, each with both figures (``slices``: run_s, wall_s,
+    cpu_share): a spinning thread is on a CPU in every slice, while a burst charged to an idle process (the
+    kernel's interrupt work done while one of its threads ran, a collection) fills one or two; idle_cost
+    judges the median slice."""
+    bounds: list[tuple[int, int, int, int]] = []  # (t_ns, pid's run_ns, spinner's run_ns, spinner's wait_ns)
+
+    def spin() -> None:
+        start, span = time.monotonic_ns(), int(max(window, CALIBRATION_S) * 1e9) // SLICES
+        bounds.append((start, cpu_ns(pid)[0], *thread_cpu()))
+        for k in range(1, SLICES + 1):
+            while time.monotonic_ns() < start + k * span:
+                pass  # the calibration spins: what a thread that never blocks would get
+            bounds.append((time.monotonic_ns(), cpu_ns(pid)[0], *thread_cpu()))
+
+    spinner = threading.Thread(target=spin, name="lastcall-calibration", daemon=True)
     (r0, q0), t0 = cpu_ns(pid), time.monotonic_ns()
     spinner.start()
     spinner.join()  # it spins until its own clock passes the window's end: it always returns
     (r1, q1), t1 = cpu_ns(pid), time.monotonic_ns()
+    if len(bounds) != SLICES + 1:  # the process was gone at a boundary: the step error came from the spinner
+        raise StepError(f"measure_idle: pid {pid} ended during the window")
+    slices = [{"run_s": (b[1] - a[1]) / 1e9, "wall_s": (b[0] - a[0]) / 1e9,
+               "cpu_share": (b[2] - a[2]) / max(1, (b[2] - a[2]) + (b[3] - a[3]))} for a, b in zip(bounds, bounds[1:])]
+    first, last = bounds[0], bounds[-1]
     return {"run_s": (r1 - r0) / 1e9, "wait_s": (q1 - q0) / 1e9, "runnable_s": (r1 - r0 + q1 - q0) / 1e9,
-            "window_s": (t1 - t0) / 1e9, "cpu_share": got[0]}
+            "window_s": (t1 - t0) / 1e9,
+            "cpu_share": (last[2] - first[2]) / max(1, (last[2] - first[2]) + (last[3] - first[3])), "slices": slices}
 
 
 @step_kind("measure_idle")
