@@ -126,6 +126,10 @@ def test_a_run_cut_short_before_its_fault_fired_does_not_catch() -> None:
         c = judge_catch(r, ("reads_cancelled",))
         assert not c.counted and c.why.startswith("the run stopped before every armed fault fired (")
         assert "['f1'] never fired" in c.why
+    hung = _run("reads_cancelled", status="hung", events=(ARMED,))
+    hung.outcome.watchdog, hung.outcome.detail = {"deadline_s": 2.5}, "no progress"
+    assert judge_catch(hung, ("reads_cancelled",)).why.startswith(
+        "the run stopped before every armed fault fired (the run hung: watchdog after 2.5 s (no progress); ")
     # the same step error once every armed fault had fired: the catch counts
     assert judge_catch(_run("reads_cancelled", step_error="StepError: no worker pp0/rank3"),
                        ("reads_cancelled",)).counted

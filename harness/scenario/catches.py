@@ -33,6 +33,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from harness.launch.outcome import watchdog_words
 from harness.scenario.result import RunResult
 
 __all__ = ["Catch", "judge_catch", "waited_for", "resolve", "declared_variants", "is_spec"]
@@ -66,6 +67,14 @@ def _judges(checker: str) -> tuple[str, ...]:
     return tuple(getattr(chk, "judges", ())) if chk is not None else ()
 
 
+def _hung(r: RunResult) -> str:
+    """A hung run in words, with the watchdog's bound where the run recorded it: ``the run hung: watchdog after
+    2 s (its detail)``."""
+    words = watchdog_words(r.outcome.watchdog or {})
+    head = f"the run {words}" if words else "the run hung"
+    return f"{head} ({r.outcome.detail})" if r.outcome.detail else head
+
+
 def _unfired(r: RunResult) -> str | None:
     """fault_fired's message when some armed fault never fired in ``r``'s history, else None."""
     from harness.checkers import RunRecord, judge
@@ -83,8 +92,7 @@ def judge_catch(r: RunResult, checkers: Sequence[str]) -> Catch:
         fired = [v.checker for v in r.violated]
         others = f" (violated instead: {', '.join(fired)})" if fired else ""
         return Catch(False, by, f"none of {', '.join(checkers)} reported a violation{others}")
-    stopped = r.step_error or (f"the run hung ({r.outcome.detail})".replace(" ()", "")
-                               if r.outcome.status == "hung" else "")
+    stopped = r.step_error or (_hung(r) if r.outcome.status == "hung" else "")
     unfired = _unfired(r) if stopped else None
     if unfired is not None:
         kind = waited_for(r)
