@@ -99,9 +99,10 @@ def parse_junit(path: Path) -> list[dict[str, Any]]:
         else:
             outcome, why = "passed", ""
         catches = variant not in (None, "reference") if variant is not None else "-catches-" in name
+        text = (bad[0].text or "") if bad else ""
         items.append({"nodeid": node_id(case.get("classname", ""), name), "outcome": outcome,
-                      "catches": catches, **({"message": first_line(why, bad[0].text or "" if bad else "")} if why else {}),
-                      **({"detail": (bad[0].text or why)[:DETAIL_CHARS]} if bad else {})})
+                      "catches": catches, **({"message": first_line(why, text)} if why else {}),
+                      **({"detail": (text or why)[:DETAIL_CHARS]} if bad else {})})
     return items
 
 

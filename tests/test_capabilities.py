@@ -6,7 +6,8 @@ import dataclasses
 
 import pytest
 
-from harness.reference.variants import VARIANTS, missing_capabilities
+from harness.reference.capabilities import missing_capabilities
+from harness.reference.variants import VARIANTS
 from harness.targets import load_target
 
 pytest_plugins = ["pytester"]

@@ -66,7 +66,7 @@ def test_bad_target_names_are_clear_errors(spec: str, says: str) -> None:
 def test_capabilities_decide_what_skips() -> None:
     kv = load_target(KVCACHED)
     steps = load(str(SCENARIOS / "cleanup-error-keeps-registration.yaml")).steps
-    from harness.reference.variants import step_needs
+    from harness.reference.capabilities import step_needs
 
     assert missing_for(kv, step_needs(steps)) == ["arm_listener_site (needs listener_failpoints)"]
     assert missing_for(kv, {"send", "arm", "shutdown"}) == []

@@ -1,8 +1,9 @@
-"""Planted-bug variants of the reference registry's exit hook (registered in harness.reference.variants).
+"""Planted-bug variants of the reference registry (registered in harness.reference.variants).
 
-Each is a subclass of :class:`~harness.reference.registry.Registry` that breaks one rule of its exit hook,
-modelled on a mutant of the recorded mutation measurement (docs/mutation.md) that the scenario library
-did not notice before:
+Each is a subclass of :class:`~harness.reference.registry.Registry` that breaks one rule of it.  From kvcached's
+review and seed: :class:`ConcurrentStopReportsTrue`, :class:`DropRegistrationOnError`, :class:`RestartDropsOld`
+and :class:`UnboundedExitHook`.  Modelled on a mutant of the recorded mutation measurement (docs/mutation.md)
+that the scenario library did not notice before:
 
 * :class:`HookPerStart`: the exit hook is registered with atexit at every start (registry.py's
   ``self._hooked = True`` lost), so a process that restarted its listener runs it once per start
@@ -20,7 +21,8 @@ import time
 from harness.reference.listener import WorkerListener
 from harness.reference.registry import Registry
 
-__all__ = ["HookPerStart", "ExitHookWaitsASecond", "MIN_WAIT_S"]
+__all__ = ["ConcurrentStopReportsTrue", "DropRegistrationOnError", "RestartDropsOld", "UnboundedExitHook",
+           "HookPerStart", "ExitHookWaitsASecond", "MIN_WAIT_S"]
 
 MIN_WAIT_S = 1.0  # ExitHookWaitsASecond: the floor of each listener's wait
 
@@ -51,3 +53,54 @@ class ExitHookWaitsASecond(Registry):
             else:
                 ok = False
         self.rec.emit("exit_hook_finished", ok=ok, left=len(self))
+
+
+class ConcurrentStopReportsTrue(Registry):
+    """kvcached review: stop_all empties the registry first, so a concurrent stop sees nothing
+    left and reports True while the first is still draining."""
+
+    def stop_all(self, timeout: float | None = None) -> bool:
+        with self._lock:
+            left = list(self._entries.values())
+            self._entries.clear()
+        ok = all([listener.stop(timeout) for listener in left])
+        if not ok:
+            with self._lock:
+                for listener in left:
+                    if not listener.torn_down:
+                        self._entries[self.key_of(listener)] = listener
+        return ok
+
+
+class DropRegistrationOnError(Registry):
+    """kvcached review: a cleanup exception drops the entry, leaving nothing for a retry."""
+
+    def stop_all(self, timeout: float | None = None) -> bool:
+        ok = True
+        for listener in self.listeners():
+            try:
+                ok = listener.stop(timeout) and ok
+            except Exception:
+                ok = False
+            finally:
+                self._forget(self.key_of(listener), listener)
+        self.rec.emit("stop_all_returned", ok=ok, left=len(self))
+        return ok
+
+
+class RestartDropsOld(Registry):
+    """start() replaces a registered listener whether or not it stopped."""
+
+    def _stop_old(self, old: WorkerListener) -> bool:
+        old.stop()
+        return True
+
+
+class UnboundedExitHook(Registry):
+    """The kvcached seed's hidden cost: the exit hook drains each listener for its full timeout."""
+
+    def exit_hook(self) -> None:
+        self.rec.emit("exit_hook_started", listeners=len(self), budget=None)
+        for listener in self.listeners():
+            listener.stop()
+        self.rec.emit("exit_hook_finished", ok=len(self) == 0, left=len(self))

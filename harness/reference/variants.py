@@ -17,6 +17,7 @@ from typing import Any
 
 from harness.errors import ConfigError, ListenerError, WireError
 from harness.reference import wire
+from harness.reference.capabilities import WORKER_CAPABILITIES
 from harness.reference.client_variants import ReplyWithoutDeadlineClient
 from harness.reference.handshake import HandshakeListener
 from harness.reference.listener import WorkerListener, _Conn, _State
@@ -42,7 +43,14 @@ from harness.reference.race_variants import (
     UnlockedFrameCompletion,
 )
 from harness.reference.registry import Registry
-from harness.reference.registry_variants import ExitHookWaitsASecond, HookPerStart
+from harness.reference.registry_variants import (
+    ConcurrentStopReportsTrue,
+    DropRegistrationOnError,
+    ExitHookWaitsASecond,
+    HookPerStart,
+    RestartDropsOld,
+    UnboundedExitHook,
+)
 from harness.reference.sides import ReferenceEngineSide, ReferenceWorkerSide
 from harness.reference.worker import ReferenceWorker
 
@@ -298,58 +306,6 @@ class ShortWriteLost(WorkerListener):
             self._reply_failed(conn, exc)
 
 
-# ---------------------------------------------------------------- registries
-class ConcurrentStopReportsTrue(Registry):
-    """kvcached review: stop_all empties the registry first, so a concurrent stop sees nothing
-    left and reports True while the first is still draining."""
-
-    def stop_all(self, timeout: float | None = None) -> bool:
-        with self._lock:
-            left = list(self._entries.values())
-            self._entries.clear()
-        ok = all([listener.stop(timeout) for listener in left])
-        if not ok:
-            with self._lock:
-                for listener in left:
-                    if not listener.torn_down:
-                        self._entries[self.key_of(listener)] = listener
-        return ok
-
-
-class DropRegistrationOnError(Registry):
-    """kvcached review: a cleanup exception drops the entry, leaving nothing for a retry."""
-
-    def stop_all(self, timeout: float | None = None) -> bool:
-        ok = True
-        for listener in self.listeners():
-            try:
-                ok = listener.stop(timeout) and ok
-            except Exception:
-                ok = False
-            finally:
-                self._forget(self.key_of(listener), listener)
-        self.rec.emit("stop_all_returned", ok=ok, left=len(self))
-        return ok
-
-
-class RestartDropsOld(Registry):
-    """start() replaces a registered listener whether or not it stopped."""
-
-    def _stop_old(self, old: WorkerListener) -> bool:
-        old.stop()
-        return True
-
-
-class UnboundedExitHook(Registry):
-    """The kvcached seed's hidden cost: the exit hook drains each listener for its full timeout."""
-
-    def exit_hook(self) -> None:
-        self.rec.emit("exit_hook_started", listeners=len(self), budget=None)
-        for listener in self.listeners():
-            listener.stop()
-        self.rec.emit("exit_hook_finished", ok=len(self) == 0, left=len(self))
-
-
 # ------------------------------------------------------------------- workers
 class TeardownIgnoresStop(ReferenceWorker):
     """kvcached 7d32e5e: integration shutdown tears the allocator down even when stop returned False."""
@@ -357,45 +313,6 @@ class TeardownIgnoresStop(ReferenceWorker):
     def _stop_listeners(self) -> bool:
         self.registry.stop_all()
         return True
-
-
-WORKER_CAPABILITIES = frozenset({"worker_listener", "failpoints", "listener_failpoints", "wire",
-                                 "integration_shutdown", "owner_records", "listener_events", "worker_events"})
-# Which capability each scenario step kind needs; a target that lacks one by design is skipped with the reason.
-STEP_NEEDS: dict[str, str] = {"hold_port": "handshake_listener", "send": "wire", "idle": "worker_listener",
-                              "flood": "worker_listener", "arm": "failpoints", "shutdown": "integration_shutdown"}
-for _kind in ("call", "stop", "restart", "remove", "replace", "workload", "exit"):
-    STEP_NEEDS.setdefault(_kind, "worker_listener")  # worker scenarios skip on a handshake-only target
-for _kind in ("handshake_start", "handshake", "hammer", "stop_hammer", "malformed_handshake", "handshake_shutdown",
-              "cycle"):
-    STEP_NEEDS.setdefault(_kind, "handshake_listener")  # handshake scenarios skip on a worker-only target
-# an arm on a site inside the listener itself (listener.*, cleanup.*, exit_hook...), not a backend call or the
-# process: a target whose listener is not the reference's has no such sites (harness.targets: capabilities)
-for _kind in ("engine_request", "engine_signal", "wait_gone", "engine_restart", "engine_start"):
-    STEP_NEEDS.setdefault(_kind, "engine_tree")  # engine scenarios skip on a listener target (pause needs nothing)
-STEP_NEEDS["arm_listener_site"] = "listener_failpoints"
-STEP_NEEDS["stress"] = "listener_failpoints"  # it arms sites inside the listener (harness.scenario.stress)
-STEP_NEEDS["ctl"] = "owner_records"  # lastcall ctl reads the reference's owner records beside its sockets
-STEP_NEEDS.update({"pipeline": "wire", "stale_socket": "owner_records",  # a predecessor's record, as the reference's
-                   "start_listener": "owner_records"})  # a throw-away listener of the reference's own kind (probe)
-TARGET_SITES = ("backend.", "process.")  # sites any target's processes pass (the gated backend, the process role)
-
-
-def step_needs(steps: Any) -> set[str]:
-    """The need-keys of a scenario's steps: their kinds, plus arm_listener_site for listener-internal sites."""
-    kinds = {step.kind for step in steps}
-    if any(STEP_NEEDS.get(k) == "engine_tree" for k in kinds):  # an engine scenario holds a port for the engine
-        kinds.discard("hold_port")
-    if any(step.kind == "arm" and not step.spec.site.startswith(TARGET_SITES) for step in steps):
-        kinds.add("arm_listener_site")
-    return kinds
-
-
-def missing_capabilities(variant: Any, step_kinds: set[str]) -> list[str]:
-    """What of ``step_kinds`` the target ``variant`` cannot do, as 'step (capability)' strings."""
-    caps = frozenset(getattr(variant, "capabilities", frozenset()))
-    return sorted(f"{kind} (needs {STEP_NEEDS[kind]})" for kind in step_kinds
-                  if kind in STEP_NEEDS and STEP_NEEDS[kind] not in caps)
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,7 @@ import os
 import resource
 import threading
 import time
+from itertools import pairwise
 from typing import Any
 
 from harness.scenario.player import Player, StepError, step_kind
@@ -89,7 +90,7 @@ def measure_window(pid: int, window: float) -> dict[str, Any]:
     if len(bounds) != SLICES + 1:  # the process was gone at a boundary: the step error came from the spinner
         raise StepError(f"measure_idle: pid {pid} ended during the window")
     slices = [{"run_s": (b[1] - a[1]) / 1e9, "wall_s": (b[0] - a[0]) / 1e9,
-               "cpu_share": (b[2] - a[2]) / max(1, (b[2] - a[2]) + (b[3] - a[3]))} for a, b in zip(bounds, bounds[1:])]
+               "cpu_share": (b[2] - a[2]) / max(1, (b[2] - a[2]) + (b[3] - a[3]))} for a, b in pairwise(bounds)]
     first, last = bounds[0], bounds[-1]
     return {"run_s": (r1 - r0) / 1e9, "wait_s": (q1 - q0) / 1e9, "runnable_s": (r1 - r0 + q1 - q0) / 1e9,
             "window_s": (t1 - t0) / 1e9,

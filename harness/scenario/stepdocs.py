@@ -8,7 +8,7 @@ every example through the loader (:func:`example_scenario`).  What each part com
 * their fields with type, default, bounds and description: the pydantic models of harness.scenario.steps;
 * each example: the step's ``example`` (harness.scenario.steps), each fault's ``FAULT_EXAMPLES``
   (harness.scenario.client_spec), what each fault does: its function's docstring in harness.faults.client;
-* which targets can play a step: the capability it needs (harness.reference.variants.STEP_NEEDS, the map by
+* which targets can play a step: the capability it needs (harness.reference.capabilities.STEP_NEEDS, the map by
   which a scenario is skipped on a target that lacks one) and each built-in target's ``capabilities``.
 """
 
@@ -26,7 +26,7 @@ from harness.categories import CATEGORIES
 from harness.faults import client as cf
 from harness.launch.parts import CASTS
 from harness.markdown import cell
-from harness.reference.variants import STEP_NEEDS, TARGET_SITES
+from harness.reference.capabilities import STEP_NEEDS, TARGET_SITES
 from harness.scenario import fields
 from harness.scenario.client_spec import (
     FAULT_EXAMPLES,
@@ -239,7 +239,7 @@ def _step(cls: type[StepBase]) -> list[str]:
         need = STEP_NEEDS["arm_listener_site"]
         out.append(f"- an arm on a site outside {', '.join(f'`{s}*`' for s in TARGET_SITES)} also needs `{need}`: "
                    + ", ".join(f"`{t}`" for t in _targets_with(need)))
-    if kind == "hold_port":  # harness.reference.variants.step_needs: an engine run holds the port for the engine
+    if kind == "hold_port":  # harness.reference.capabilities.step_needs: an engine run holds the port for the engine
         out.append("- in an engine run (a scenario with an engine step) it needs nothing: it holds a port for the "
                    "engine (`config.side_channel_port`)")
     out.append("")

@@ -85,7 +85,7 @@ def absent_of(spec: object) -> frozenset[str]:
 
 def missing_for(target: Any, step_kinds: set[str]) -> list[str]:
     """What of ``step_kinds`` the target cannot do, as 'step (needs capability)' strings."""
-    from harness.reference.variants import missing_capabilities
+    from harness.reference.capabilities import missing_capabilities
 
     return missing_capabilities(target, step_kinds)
 
