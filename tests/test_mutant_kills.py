@@ -27,6 +27,7 @@ from harness.scenario import machine_steps
 from harness.scenario.errors import ScenarioError
 from harness.scenario.loader import loads
 from harness.scenario.machine_steps import cpu_ns, lowest_free_fd
+from harness.scenario.player import StepError
 
 HEAD = "name: t\nabout: t\ncatches: [no_conn_tracking]\ntopology: {tp: 1, pp: 1}\n"
 
@@ -196,6 +197,27 @@ def test_idle_cost_holds_when_the_load_comes_as_the_window_opens(monkeypatch: py
             proc.wait()
     assert loops and value["cpu_share"] < 0.5, value
     _assert_judged_as_idle(value, spins=True)
+
+
+def test_a_process_gone_in_the_window_is_the_steps_error_on_the_callers_thread(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    proc = _child("import sys\nprint('ready', flush=True)\nsys.stdin.read()")
+    real, reads = machine_steps.cpu_ns, []
+
+    def gone_at_the_second_boundary(pid: int) -> tuple[int, int]:
+        reads.append(pid)
+        if len(reads) == 3:  # the window's first read, the spinner's first bound, then its second: gone
+            proc.kill()
+            proc.wait()
+        return real(pid)
+
+    monkeypatch.setattr(machine_steps, "cpu_ns", gone_at_the_second_boundary)
+    try:
+        with pytest.raises(StepError, match=f"cannot list the threads of pid {proc.pid}"):
+            machine_steps.measure_window(proc.pid, 0.1)
+    finally:
+        proc.kill()
+        proc.wait()
 
 
 def _window_step(value: dict[str, Any]) -> Event:

@@ -73,22 +73,26 @@ def measure_window(pid: int, window: float) -> dict[str, Any]:
     kernel's interrupt work done while one of its threads ran, a collection) fills one or two; idle_cost
     judges the median slice."""
     bounds: list[tuple[int, int, int, int]] = []  # (t_ns, pid's run_ns, spinner's run_ns, spinner's wait_ns)
+    failed: list[StepError] = []
 
     def spin() -> None:
         start, span = time.monotonic_ns(), int(max(window, CALIBRATION_S) * 1e9) // SLICES
-        bounds.append((start, cpu_ns(pid)[0], *thread_cpu()))
-        for k in range(1, SLICES + 1):
-            while time.monotonic_ns() < start + k * span:
-                pass  # the calibration spins: what a thread that never blocks would get
-            bounds.append((time.monotonic_ns(), cpu_ns(pid)[0], *thread_cpu()))
+        try:
+            bounds.append((start, cpu_ns(pid)[0], *thread_cpu()))
+            for k in range(1, SLICES + 1):
+                while time.monotonic_ns() < start + k * span:
+                    pass  # the calibration spins: what a thread that never blocks would get
+                bounds.append((time.monotonic_ns(), cpu_ns(pid)[0], *thread_cpu()))
+        except StepError as exc:  # the process is gone: the step's error, raised on the player's thread
+            failed.append(exc)
 
     spinner = threading.Thread(target=spin, name="lastcall-calibration", daemon=True)
     (r0, q0), t0 = cpu_ns(pid), time.monotonic_ns()
     spinner.start()
     spinner.join()  # it spins until its own clock passes the window's end: it always returns
     (r1, q1), t1 = cpu_ns(pid), time.monotonic_ns()
-    if len(bounds) != SLICES + 1:  # the process was gone at a boundary: the step error came from the spinner
-        raise StepError(f"measure_idle: pid {pid} ended during the window")
+    if failed:
+        raise failed[0]
     slices = [{"run_s": (b[1] - a[1]) / 1e9, "wall_s": (b[0] - a[0]) / 1e9,
                "cpu_share": (b[2] - a[2]) / max(1, (b[2] - a[2]) + (b[3] - a[3]))} for a, b in pairwise(bounds)]
     first, last = bounds[0], bounds[-1]
