@@ -164,9 +164,9 @@ class ThreadedListener:
                 return True  # idempotent: already stopped
             if not self._announced:
                 self._announced = True
-                self.rec.emit("stop_started", listener=self.label)
-                with self._lock:
+                with self._lock:  # the decision and its record together: no dispatch is decided between them
                     self._stopping = True
+                    self.rec.emit("stop_started", listener=self.label)
                 os.write(self._wake_w, b"x")  # the accept thread ends; the socket stays until teardown
                 if self._accept is not None:
                     self._accept.join(JOIN_S)
@@ -308,16 +308,16 @@ class ThreadedListener:
             _reply(conn, {"status": "error", "error_type": "bad_request", "message": str(exc)})
             return True
         cmd, rid = req["cmd"], req.get("id")
-        with self._lock:
+        with self._lock:  # the dispatch decision, recorded before a stop can record its own
             stopping = self._stopping
+            self.rec.emit("frame_completed", listener=self.label, conn=n, cmd=cmd, after_stop=stopping)
             if not stopping:
                 self._busy.add(n)
-        self.rec.emit("frame_completed", listener=self.label, conn=n, cmd=cmd, after_stop=stopping)
+                self.rec.emit("dispatch_started", listener=self.label, conn=n, cmd=cmd, id=rid)
         if stopping:
             self.rec.emit("dispatch_refused", listener=self.label, conn=n, cmd=cmd, id=rid)
             _reply(conn, {"status": "error", "error_type": "shutting_down", "id": rid})
             return False
-        self.rec.emit("dispatch_started", listener=self.label, conn=n, cmd=cmd, id=rid)
         try:
             reply = self.backend.call(cmd, int(req.get("group_id", 0)), list(req.get("offsets", ())))
         except Exception as exc:  # the backend's failure (an injected fault too) is the request's answer
