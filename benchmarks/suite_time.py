@@ -30,6 +30,7 @@ import os
 import re
 import resource
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -293,6 +294,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--from-profile", type=Path, nargs="+", metavar="FILE",
                    help="take the runs from benchmarks/suite_profile.py --clone --probe-out files instead of running")
     args = p.parse_args(argv)
+
+    def terminated(*_: object) -> None:  # SIGTERM ends the script through its finally blocks (the clone removed)
+        raise SystemExit(128 + signal.SIGTERM)
+
+    signal.signal(signal.SIGTERM, terminated)
     if args.runs < 1:
         p.error(f"--runs {args.runs}: give 1 or more")
     if args.census is not None:
@@ -303,6 +309,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.paths:
         p.error("test paths are for --census only: the timed runs take the whole selection")
+
     measured = from_profiles(args.from_profile) if args.from_profile else measure(ROOT, args.select, args.runs,
                                                                                       args.tree)
     # the machine, python and command of this run; the date and commit the runs measured carry

@@ -4,8 +4,12 @@ JSON), and what it reads from pytest and from a census is read right."""
 from __future__ import annotations
 
 import json
+import os
+import signal
 import statistics
 from pathlib import Path
+
+import pytest
 
 from harness.scenario import table
 from tests.test_docs_tables import script
@@ -165,3 +169,30 @@ def test_a_row_kept_by_append_keeps_the_commit_that_measured_it() -> None:
     assert "`(default)` row" not in text
     readme = block.table(suite=new, ipc={}, engine={})
     assert "(clean clone of aaaaaaa, 2026-12-04)" in readme and "(clean clone of bbbbbbb, 2026-12-05)" in readme
+
+
+def test_a_sigterm_during_a_measurement_removes_its_clone(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The clean clone lives in a temp directory that a finally block removes: a SIGTERM (a stopped benchmark)
+    reaches it as SystemExit, instead of ending the process with the clone left behind."""
+    mod = script("suite_time")
+    made: list[str] = []
+    real = mod.tempfile.mkdtemp
+
+    def mkdtemp(*a: object, **k: object) -> str:
+        made.append(real(*a, **k))  # type: ignore[arg-type]
+        return made[-1]
+
+    def clone(tree: object, where: object) -> str:
+        os.kill(os.getpid(), signal.SIGTERM)  # the benchmark is stopped while it clones
+        raise AssertionError("the SIGTERM did not end the measurement")
+
+    monkeypatch.setattr(mod.tempfile, "mkdtemp", mkdtemp)
+    monkeypatch.setattr(mod, "clone", clone)
+    old = signal.getsignal(signal.SIGTERM)
+    try:
+        with pytest.raises(SystemExit) as info:
+            mod.main(["--runs", "1", "--select", "default"])
+    finally:
+        signal.signal(signal.SIGTERM, old)
+    assert info.value.code == 128 + signal.SIGTERM
+    assert made and not any(os.path.exists(p) for p in made)
