@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -124,11 +125,25 @@ def test_when_the_harness_side_goes_the_zygote_kills_what_it_started(tmp_path: P
     proc.stdout.close()
     assert z.proc.returncode == 0 and not os.path.exists(z.dir)
     left = [int(p) for p in os.listdir("/proc") if p.isdigit() and _sid(int(p)) == sid]
+    for p in left:  # a SIGKILLed process runs on to its exit (state R) a moment after the kill: wait for it
+        _exited(p, 10.0)
     stats = [read_stat(p) for p in left]
     assert all(st is None or st.state == "Z" for st in stats), stats  # the grandchild too: its whole session
     for p in left:  # the killed grandchild, an orphan, was reparented to this process (a subreaper): reap it
         with contextlib.suppress(ChildProcessError):
             os.waitpid(p, 0)
+
+
+def _exited(pid: int, timeout: float) -> None:
+    """Return once ``pid`` has exited (a zombie counts: its pidfd turns readable), or after ``timeout``."""
+    try:
+        fd = os.pidfd_open(pid)
+    except ProcessLookupError:
+        return
+    try:
+        select.select([fd], [], [], timeout)
+    finally:
+        os.close(fd)
 
 
 def _sid(pid: int) -> int | None:
