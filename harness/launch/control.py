@@ -21,6 +21,7 @@ from typing import Any
 from harness.events import compact
 from harness.launch.channel import Channel
 from harness.osthread import name_os_thread
+from harness.reference.conn import drain_pipe
 
 __all__ = ["ControlClient", "ExitRequest", "Handler", "SHUTDOWN_TRIES", "process_resources"]
 
@@ -62,11 +63,7 @@ class ExitRequest:
         try:
             while not self._event.is_set():
                 select.select([self._r], [], [])
-                try:
-                    while os.read(self._r, 4096):
-                        pass
-                except BlockingIOError:
-                    pass
+                drain_pipe(self._r)
         finally:
             signal.set_wakeup_fd(old)
 
