@@ -102,6 +102,8 @@ def main(argv: list[str] | None = None) -> int:
     restore = sigterm_interrupts()
     try:
         args = _parse(list(sys.argv[1:] if argv is None else argv))
+        if os.getcwd() not in sys.path:  # a MODULE:ATTR a user names is under the working directory, as `python -m`
+            sys.path.append(os.getcwd())  # finds it; appended, so it never shadows an installed module
         envvars.check()  # a numeric LASTCALL_* variable out of bounds: exit 2 before the command starts
         return int(args.func(args))
     except SystemExit as exc:  # --help and --version

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
@@ -39,14 +40,17 @@ def test_the_page_has_the_whole_package() -> None:
 
 @pytest.mark.slow  # about 4 s: nine scenario runs in worker processes (the bug's wait 1 s for a drain), the contract
 def test_the_page_target_passes_library_scenarios_and_its_bug_is_caught(tmp_path: Path) -> None:
-    src = tmp_path / "src"
+    """As a user runs it: the package in the working directory, nothing on PYTHONPATH, the installed command."""
     for name, body in blocks(PAGE.read_text()).items():
-        (src / name).parent.mkdir(parents=True, exist_ok=True)
-        (src / name).write_text(body)
-    (src / "tinykv" / "__init__.py").write_text("")
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(body)
+    (tmp_path / "tinykv" / "__init__.py").write_text("")
     xml = tmp_path / "junit.xml"
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(src), str(ROOT)]), "LASTCALL_STRICT_EVENTS": "1"}
-    out = subprocess.run([sys.executable, "-m", "harness.cli", "run", "--target", "tinykv.target:TARGET",
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env["LASTCALL_STRICT_EVENTS"] = "1"
+    lastcall = shutil.which("lastcall", path=os.path.dirname(sys.executable))  # the console script beside python
+    assert lastcall, f"no lastcall command beside {sys.executable}: install the project (./dev setup)"
+    out = subprocess.run([lastcall, "run", "--target", "tinykv.target:TARGET",
                           "--lastcall-reports=", f"--junitxml={xml}",
                           *(str(ROOT / "scenarios" / f"{s}.yaml") for s in SCENARIOS)],
                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
@@ -58,7 +62,7 @@ def test_the_page_target_passes_library_scenarios_and_its_bug_is_caught(tmp_path
     caught = {n for n in passed if n.endswith("-catches-teardown_while_alive]")}
     assert caught == {"executing-handler-is-drained[tp1-pp1-cpu-catches-teardown_while_alive]",
                       "drain-timeout-keeps-everything[tp1-pp1-cpu-catches-teardown_while_alive]"}, passed
-    contract = subprocess.run([sys.executable, "-m", "harness.cli", "contract", "--target", "tinykv.target:TARGET"],
+    contract = subprocess.run([lastcall, "contract", "--target", "tinykv.target:TARGET"],
                               cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert contract.returncode == 0, contract.stdout + contract.stderr
     assert re.search(r"keeps (\d+)/\1 of the checks it can take .*; 2/2 of its planted bugs' rows broken .*; "

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from typing import Any
 
@@ -167,8 +166,6 @@ def _cmd_replay(args: argparse.Namespace) -> int:
 def _cmd_targets(args: argparse.Namespace) -> int:
     from harness.targets import catalogue, describe_one
 
-    if os.getcwd() not in sys.path:  # a module:attribute under the working directory, as check_target finds it
-        sys.path.insert(0, os.getcwd())
     rows = catalogue() if not args.specs else [describe_one(spec) for spec in unique(args.specs)]
     table([("TARGET", "CAPABILITIES", "STATUS"), *((n, caps, state if state.startswith("unavailable") else
                                                      f"{state}: {about}" if about else state)
