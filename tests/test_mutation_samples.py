@@ -30,6 +30,16 @@ def test_every_sample_is_appended_and_none_dropped(tmp_path: Path) -> None:
     kept = samples.append(_doc("bbb", 35), drawn=False, path=record)
     assert [s["commit"] for s in kept] == ["aaa", "bbb"]
     assert json.loads(record.read_text())["samples"][0]["non_equivalent"] == {"killed": 30, "all": 40}
+    assert json.loads(samples.outcomes_of(record, 7).read_text())["commit"] == "bbb"  # the sample's own outcomes
+
+
+@pytest.mark.parametrize("scope", SCOPES, ids=lambda s: s.name)
+def test_every_recorded_sample_keeps_its_outcomes(scope: Scope) -> None:
+    """Each line of a committed record has the run it sums up beside it, and they agree: its survivors can be read."""
+    entries = json.loads(scope.record.read_text())["samples"] if scope.record.exists() else []
+    for line in entries:
+        doc = json.loads(samples.outcomes_of(scope.record, line["seed"]).read_text())
+        assert samples.entry(doc, drawn=line["drawn"]) == line
 
 
 def _entries(*docs: tuple[dict[str, Any], bool]) -> list[dict[str, Any]]:

@@ -16,8 +16,8 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-__all__ = ["RECORD", "BEGIN", "END", "MIN_SAMPLE", "SAMPLES", "TARGET", "draw_seed", "entry", "append", "headline",
-           "markdown", "render"]
+__all__ = ["RECORD", "BEGIN", "END", "MIN_SAMPLE", "SAMPLES", "TARGET", "draw_seed", "entry", "outcomes_of",
+           "append", "headline", "markdown", "render"]
 
 ROOT = Path(__file__).resolve().parents[2]
 RECORD = ROOT / "docs" / "data" / "mutation_samples.json"
@@ -37,7 +37,14 @@ def entry(doc: dict[str, Any], *, drawn: bool) -> dict[str, Any]:
     """One sample's line of the record, from a run's JSON (harness.mutate.analysis.to_json)."""
     return {"date": doc["date"], "commit": doc["commit"], "seed": doc["seed"], "drawn": drawn,
             "n": doc["raw"]["all"], "planned": doc.get("planned", doc["raw"]["all"]),
-            "raw": dict(doc["raw"]), "non_equivalent": dict(doc["non_equivalent"]), "command": doc["command"]}
+            "raw": dict(doc["raw"]), "non_equivalent": dict(doc["non_equivalent"]), "command": doc["command"],
+            "machine": _machine(doc.get("machine"))}
+
+
+def _machine(m: Any) -> str:
+    if not isinstance(m, dict):
+        return "not recorded"
+    return f"{m.get('cpus', '?')} CPUs, {m.get('model', '?')}, {m.get('mem_total_gib', '?')} GiB"
 
 
 def _read(path: Path) -> list[dict[str, Any]]:
@@ -47,9 +54,18 @@ def _read(path: Path) -> list[dict[str, Any]]:
     return list(data["samples"])
 
 
+def outcomes_of(path: Path, seed: int) -> Path:
+    """Where a sample's every mutant outcome is kept beside its record: RECORD's stem as a folder, SEED.json."""
+    return path.with_suffix("") / f"{int(seed)}.json"
+
+
 def append(doc: dict[str, Any], *, drawn: bool, path: Path = RECORD) -> list[dict[str, Any]]:
-    """Add the sample of ``doc`` to the record; every sample so far, this one last."""
+    """Add the sample of ``doc`` to the record, and keep ``doc`` (its survivors, each mutant's outcome) beside it:
+    a score without its survivors cannot be checked.  Every sample so far, this one last."""
     samples = [*_read(path), entry(doc, drawn=drawn)]
+    kept = outcomes_of(path, doc["seed"])
+    kept.parent.mkdir(parents=True, exist_ok=True)
+    kept.write_text(json.dumps(doc, indent=1) + "\n")
     path.write_text(json.dumps({"samples": samples}, indent=1) + "\n")
     return samples
 
@@ -85,17 +101,22 @@ def headline(samples: list[dict[str, Any]]) -> str:
             f"mutants noticed (target {100 * TARGET:.0f} %: {met})")
 
 
-def markdown(samples: list[dict[str, Any]]) -> str:
-    rows = ["| date | commit | seed | drawn | mutants | raw | non-equivalent |", "|---|---|---:|---|---:|---:|---:|"]
+def markdown(samples: list[dict[str, Any]], path: Path = RECORD) -> str:
+    rows = ["| date | commit | machine | seed | drawn | mutants | raw | non-equivalent |",
+            "|---|---|---|---:|---|---:|---:|---:|"]
     for s in samples:
         raw, ne = s["raw"], s["non_equivalent"]
         cut = f" (of {s['planned']} drawn)" if s["planned"] != s["n"] else ""
         pct = f"{100 * ne['killed'] / ne['all']:.1f} %" if ne["all"] else "n/a"
-        rows.append(f"| {s['date']} | {s['commit']} | {s['seed']} | {'yes' if s['drawn'] else 'no'} | "
+        rows.append(f"| {s['date']} | {s['commit']} | {s.get('machine', 'not recorded')} | {s['seed']} | "
+                    f"{'yes' if s['drawn'] else 'no'} | "
                     f"{s['n']}{cut} | {raw['killed']} of {raw['all']} | {ne['killed']} of {ne['all']} ({pct}) |")
     if not samples:
-        rows.append("| | | | | | | |")
-    return "\n".join([headline(samples), "", *rows])
+        rows.append("| | | | | | | | |")
+    where = path.with_suffix("").relative_to(ROOT) if path.is_relative_to(ROOT) else path.with_suffix("")
+    kept = ["", f"Each sample's command and every mutant's outcome, its survivors named: `{where}/`, a file per "
+            "seed."] if samples else []
+    return "\n".join([headline(samples), "", *rows, *kept])
 
 
 def render(page: Path = PAGE, path: Path = RECORD, markers: tuple[str, str] = (BEGIN, END)) -> None:
@@ -103,4 +124,4 @@ def render(page: Path = PAGE, path: Path = RECORD, markers: tuple[str, str] = (B
     text = page.read_text()
     begin, end = markers
     start, stop = text.index(begin) + len(begin), text.index(end)
-    page.write_text(text[:start] + "\n" + markdown(_read(path)) + "\n" + text[stop:])
+    page.write_text(text[:start] + "\n" + markdown(_read(path), path) + "\n" + text[stop:])
