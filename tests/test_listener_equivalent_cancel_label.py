@@ -102,7 +102,7 @@ def test_the_cancel_label_of_an_answered_connection_is_never_read_again(lc_root:
     first = next(n for n in ast.walk(methods["_begin_stop"]) if isinstance(n, ast.If)
                  and ast.unparse(n.test) == "self._stopping")
     assert isinstance(first.body[0], ast.Return)  # a later stop reads no state
-    assert begin.index("if self._stopping:") < begin.index("c.state in reads")
+    assert begin.index("if self._stopping:") < begin.index("c.state is idle")
     loop = next(n for n in methods["_serve"].body[-1].body if isinstance(n, ast.While))  # type: ignore[attr-defined]
     assert ast.unparse(loop.test) == "not self._stopping"
     assert ast.unparse(loop.body[-1]) == "if self._ready:\n    self._dispatch_ready()"  # the pass ends the body

@@ -10,15 +10,6 @@ source, then runs the one case where a closed connection still has frames queued
 requests and goes away while the first is in the backend): reference and mutant make one backend call, answer
 nothing more and close the connection once.
 
-``listener.py::WorkerListener._on_writable::negate:f88630`` (after a reply is flushed, a connection between frames is
-labelled READING and one
-mid-frame IDLE, instead of the other way round): READING and IDLE are told apart only where an IDLE connection
-mid-frame is promoted to READING (``_on_readable``) and where an IDLE one is cancelled after a dispatch pass;
-the latter sees only a state the pass itself set.  The test checks that premise on the source, then runs a
-reply larger than the socket buffer followed, on the same connection, by half of a second request (flushed
-while mid-frame), the rest, and a stop with a connection between frames and one mid-frame after such flushes:
-the same replies, the same cancellations, the same stop.
-
 ``listener.py::WorkerListener._dispatch_ready::unlock:50e45c`` (the state update after a connection's replies runs
 without the listener lock):
 the only other thread that reads or writes a connection's state or the stop flag is a stop's ``_begin_stop``
@@ -27,9 +18,6 @@ holds the serving thread before each statement of the block in turn (a line trac
 the stop's part there, and lets it go on: each outcome (the reply, the connections the stop cancelled, the
 closes, what stop returned) is one the locked block has too, with the stop before the block or after it.
 
-``listener.py::WorkerListener._on_readable::unlock:50e45c`` (``_on_readable``'s promotion of an IDLE connection
-mid-frame to READING without the
-lock) is held the same way, before the block's test and before its store;
 ``listener.py::WorkerListener._deliver_unread::remove:43964b``
 (``_deliver_unread`` without its close of a connection whose reply was not read) is closed by the thread's exit
 that follows at once, only its recorded reason differing.
@@ -134,66 +122,6 @@ def test_a_closed_connections_queued_frames_are_never_read_whether_cleared_or_no
     assert seen["reference"][0] == 1 and seen["reference"][2] == 1
 
 
-# ------------------------------------------------------ 569: flushed state
-def test_reading_and_idle_are_told_apart_only_where_the_flushed_state_cannot_matter() -> None:
-    where: dict[str, list[str]] = {}
-    tree = ast.parse(LISTENER_PY.read_text())
-    cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "WorkerListener")
-    for fn in (f for f in cls.body if isinstance(f, ast.FunctionDef)):
-        for node in ast.walk(fn):
-            if isinstance(node, ast.Compare) and any(state in ast.unparse(c) for c in node.comparators
-                                                     for state in ("_State.READING", "_State.IDLE")):
-                where.setdefault(fn.name, []).append(ast.unparse(node))
-    assert where == {
-        "_on_readable": ["conn.state is _State.IDLE", "conn.state is _State.IDLE"],  # the promotion to READING
-        "_dispatch_ready": ["conn.state is _State.IDLE"],  # after the pass set it (below)
-    }, where
-    begin = ast.unparse(_method("_begin_stop"))  # stop() takes both alike, through one local tuple
-    assert "reads, cancelled = (list(self._conns.values()), (_State.IDLE, _State.READING), _State.CANCELLED)" \
-        in begin and "[c for c in conns if c.state in reads]" in begin
-    assert begin.count(" reads") == 3  # its docstring, the tuple, the one test of it
-    pass_ = next(n for n in ast.walk(_method("_dispatch_ready")) if isinstance(n, ast.With)
-                 and "conn.state is _State.IDLE" in ast.unparse(n))
-    first, second = pass_.body[:2]
-    assert ast.unparse(first.test) == "conn.state is _State.QUEUED or conn.state is _State.DISPATCHING"  # type: ignore[attr-defined]
-    assert "self._stopping and conn.state is _State.IDLE" in ast.unparse(second)  # a state the pass just set
-
-
-@pytest.mark.parametrize("variant", ["reference", "mutant"])
-def test_a_flushed_connection_mid_frame_or_between_frames_is_served_and_cancelled_alike(
-        lc_root: Path, variant: str, no_thread_leak: None) -> None:
-    cls = WorkerListener if variant == "reference" else _mutated(FLUSHED_STATE).WorkerListener
-    rec = Recorder()
-    listener = cls(socket_path("f", 0, 0, lc_root), NoopBackend(), ipc="f", recorder=rec)
-    listener.start()
-    try:
-        big, second = _frame(rid="big", size=900_000), _frame(rid="two")
-        mid = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)  # flushed while mid-frame
-        mid.connect(str(listener.path))
-        mid.sendall(big + second[:3])
-        mid.settimeout(SAFETY)
-        assert wire.decode_reply(wire.recv_frame(mid)).status == "success"  # read as it is written: flushed
-        mid.sendall(second[3:])
-        assert wire.decode_reply(wire.recv_frame(mid)).status == "success"  # the second request on it, answered
-        between = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)  # flushed between frames
-        between.connect(str(listener.path))
-        between.sendall(_frame(rid="big2", size=900_000))
-        between.settimeout(SAFETY)
-        assert wire.decode_reply(wire.recv_frame(between)).status == "success"
-        half = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)  # and one mid-frame after its flush
-        half.connect(str(listener.path))
-        half.sendall(_frame(rid="big3", size=900_000) + second[:3])
-        half.settimeout(SAFETY)
-        assert wire.decode_reply(wire.recv_frame(half)).status == "success"
-        assert listener.stop()
-        assert len(rec.events("dispatch_finished")) == 4 and not rec.events("dispatch_refused")
-        for s in (mid, between, half):  # every one of them ended by the stop
-            assert cf.closed(s, SAFETY)
-            s.close()
-    finally:
-        listener.stop()
-
-
 def _started_held(cls: type, lc_root: Path, ipc: str, func: str, line: int,
                   nth: int) -> tuple[Any, Recorder, threading.Event, threading.Event]:
     """A started ``cls`` whose serving thread, the ``nth`` time it reaches ``line`` of ``func``, sets ``at`` and
@@ -253,16 +181,17 @@ def _held_at(cls: type, lc_root: Path, line: int, nth: int) -> tuple[Any, ...]:
 
 def test_the_post_dispatch_update_without_its_lock_ends_as_the_locked_one_can(lc_root: Path,
                                                                               no_thread_leak: None) -> None:
-    src = LISTENER_PY.read_text().splitlines()
-    assert src[520].strip() == "if conn.sock.fileno() != -1:" and src[521].strip() == "with self._lock:"
-    assert src[491].strip() == "while self._ready:"
-    reference = {_held_at(WorkerListener, lc_root, 521, 1),  # the stop before the block
-                 _held_at(WorkerListener, lc_root, 492, 2)}  # and after it (the loop's next test)
+    src = [ln.strip() for ln in LISTENER_PY.read_text().splitlines()]
+    loop = src.index("while self._ready:")  # _dispatch_ready's loop, and its post-dispatch block (0-based indexes)
+    block = src.index("if conn.sock.fileno() != -1:", loop)
+    assert src[block + 1] == "with self._lock:"
+    reference = {_held_at(WorkerListener, lc_root, block + 1, 1),  # the stop before the block (1-based lines)
+                 _held_at(WorkerListener, lc_root, loop + 1, 2)}  # and after it (the loop's next test)
     assert len(reference) == 2, reference  # the two orders differ: what the stop cancelled
     mutant = _mutated(POST_DISPATCH_UNLOCK).WorkerListener
-    assert src[524].strip() == "if self._stopping and conn.state is _State.IDLE:"
-    for line in (523, 524, 525):  # before each statement of the unlocked block that reads or writes a state
-        got = _held_at(mutant, lc_root, line, 1)
+    assert src[block + 4] == "if self._stopping and conn.state is _State.IDLE:"
+    for line in (block + 3, block + 4, block + 5):  # before each statement of the unlocked block that reads or writes
+        got = _held_at(mutant, lc_root, line, 1)  # a state
         assert got in reference, (line, got, reference)
 
 
@@ -415,78 +344,6 @@ def test_the_last_dispatch_pass_always_finds_nothing_waiting(lc_root: Path, last
     assert seen["mutant.found"] == [], seen  # the mutant makes no such pass
     assert seen["reference"] == seen["mutant"] and seen["reference.stop"] == seen["mutant.stop"] == [("ok", True)]
     assert seen["reference"][:3] == [("a", None), ("b", "shutting_down"), ("c", "shutting_down")], seen
-
-
-# ------------------------------------------- 473: the READING promotion unlocked
-READING_UNLOCK = "harness/reference/listener.py::WorkerListener._on_readable::unlock:50e45c"
-
-
-def _held_in_read(cls: type, lc_root: Path, line: int) -> tuple[Any, ...]:
-    """A client sends half a frame (its header); hold the serving thread before ``line`` of _on_readable (the
-    first time there), run a stop's _begin_stop meanwhile, let the thread go on, stop; what anyone can observe,
-    and the connection's state at the end (the listener's own, which nothing reads once the stop began)."""
-    listener, rec, at, go = _started_held(cls, lc_root, "r", "_on_readable", line, 1)
-    client = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    try:
-        client.connect(str(listener.path))
-        client.sendall(_frame(rid="h")[:wire.HEADER.size])  # a read that completes no frame
-        assert at.wait(SAFETY), f"the serving thread never reached line {line}"
-        conn = next(iter(listener._conns.values()))
-        stopper = threading.Thread(target=listener._begin_stop)
-        stopper.start()
-        stopper.join(SAFETY)
-        assert not stopper.is_alive(), "the stop's part waited for the serving thread"
-        poller = select.poll()
-        poller.register(client, select.POLLIN | select.POLLRDHUP)
-        told = bool(poller.poll(0))  # the stop shut the connection down at once (before the thread goes on)
-        go.set()
-        stopped = listener.stop()
-        closed = cf.closed(client, SAFETY)
-    finally:
-        go.set()
-        client.close()
-        listener.stop()
-    cancelled = tuple(tuple(e.data["conns"]) for e in rec.events("reads_cancelled"))
-    whys = tuple(e.data.get("why") for e in rec.events("connection_closed"))
-    dispatched = len(rec.events("dispatch_started")) + len(rec.events("dispatch_refused"))
-    return (told, cancelled, whys, dispatched, stopped, closed), conn.state
-
-
-def test_the_reading_promotion_without_its_lock_ends_as_the_locked_one_does(lc_root: Path,
-                                                                           no_thread_leak: None) -> None:
-    """``listener.py::WorkerListener._on_readable::unlock:50e45c`` (``_on_readable``'s promotion of an IDLE connection
-    mid-frame to READING
-    without the listener lock).  The only other thread that writes a connection's state is a stop's
-    _begin_stop, under the lock; so the unlocked block differs from the locked one only when the stop falls
-    between its test (IDLE) and its store: the stop sees the connection IDLE, cancels it (shuts it down: its
-    client is told at once) and the block then labels it READING over the stop's CANCELLED.  Nothing reads that
-    label again: the block returns (no frame completed, so the connection is not queued), the serving loop ends
-    at its next test (the stop flag is set), and what follows the loop reads no state of a connection that is
-    not queued (_dispatch_ready takes only _ready's, _deliver_unread only those with reply bytes pending, the
-    exit closes every one).  The test holds the real mutant's serving thread before the test and before the
-    store (a line tracer on that thread only), runs _begin_stop there and lets it go on: every outcome (the
-    client told at once, the connections the stop cancelled, the closes, no dispatch, what stop returned, the
-    client's EOF) is one of the reference's, with the stop before its locked block or after it; only the
-    mutant held before its store ends with the connection labelled READING."""
-    src = LISTENER_PY.read_text().splitlines()
-    assert [s.strip() for s in src[471:476]] == [
-        "if conn.state is _State.IDLE and conn.reader.in_frame:", "with self._lock:",
-        "if conn.state is _State.IDLE:", "conn.state = _State.READING", 'failpoints.hit("listener.frame_read")']
-    assert src[476].strip() == "return"
-    assert _mutants("\n".join(src) + "\n")[READING_UNLOCK].line == 473
-    reference = {}
-    for line in (473, 476):  # the stop before the locked block, and after it
-        got, state = _held_in_read(WorkerListener, lc_root, line)
-        assert state == "cancelled", (line, state)
-        reference[got] = line
-    mutant = _mutated(READING_UNLOCK).WorkerListener
-    for line in (474, 475):  # before the unlocked block's test, and between it and its store
-        got, state = _held_in_read(mutant, lc_root, line)
-        assert got in reference, (line, got, reference)
-        assert state == ("reading" if line == 475 else "cancelled"), (line, state)  # 475: the race did happen
-    for told, cancelled, whys, dispatched, stopped, closed in reference:
-        assert told and cancelled == ((1,),) and whys == ("listener stopping",) and dispatched == 0, reference
-        assert stopped and closed, reference
 
 
 # ------------------------------------- 582: the close of a reply not read

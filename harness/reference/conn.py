@@ -24,8 +24,7 @@ class State:
     """A connection's state.  Plain string constants, not an Enum: an Enum member lookup costs about
     five times a class attribute's, and the request path and stop() test states per connection."""
 
-    IDLE = "idle"  # no byte of a frame yet
-    READING = "reading"  # part of a frame has arrived
+    IDLE = "idle"  # no whole frame waits: between frames or in the middle of one (a stop treats both alike)
     QUEUED = "queued"  # a whole frame waits for the backend
     DISPATCHING = "dispatching"  # inside the backend call
     WRITING = "writing"  # answered, but part of a reply waits for its client to read (Conn.out)

@@ -243,8 +243,8 @@ class WorkerListener:
                 return
             self._stopping = True
             self.rec.emit("stop_started", listener=self.label)
-            conns, reads, cancelled = list(self._conns.values()), (_State.IDLE, _State.READING), _State.CANCELLED
-            victims = [c for c in conns if c.state in reads]  # locals: no class attribute looked up per connection
+            conns, idle, cancelled = list(self._conns.values()), _State.IDLE, _State.CANCELLED
+            victims = [c for c in conns if c.state is idle]  # locals: no class attribute looked up per connection
             busy = not self._in_poll or (len(victims) < len(conns) and any(  # all of them victims: none is busy
                 c.state in (_State.QUEUED, _State.DISPATCHING, _State.WRITING) for c in conns))
             failpoints.hit("listener.stop_snapshot")  # a racing point: the flag is set, the snapshot taken
@@ -468,11 +468,7 @@ class WorkerListener:
             if self._on:
                 self.rec.emit("frame_started", listener=self.label, conn=conn.cid)
             failpoints.hit("listener.frame_started")
-        if not bodies:
-            if conn.state is _State.IDLE and conn.reader.in_frame:
-                with self._lock:
-                    if conn.state is _State.IDLE:
-                        conn.state = _State.READING
+        if not bodies:  # a frame begun stays IDLE: the stop cancels a connection between frames and one mid-frame alike
             failpoints.hit("listener.frame_read")
             return
         with self._lock:  # the frame-completion decision
@@ -567,7 +563,7 @@ class WorkerListener:
         self._ep.modify(conn.sock.fileno(), select.EPOLLIN)
         with self._lock:
             if conn.state is _State.WRITING:
-                conn.state = _State.READING if conn.reader.in_frame else _State.IDLE
+                conn.state = _State.IDLE
 
     def _deliver_unread(self, ep: select.epoll, server_fd: int) -> None:
         """Stopping, every request answered: write what clients have not read yet, until they read it or a

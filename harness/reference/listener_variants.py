@@ -22,7 +22,7 @@ __all__ = ["CancelLeftToThread", "StartsTwice", "LeavesUmask", "SocketModeOpen",
 
 
 class CancelLeftToThread(WorkerListener):
-    """listener.py:371 (``_in_poll`` never reset once the thread first polled): stop always believes the serving
+    """WorkerListener._serve (``_in_poll`` never reset once the thread first polled): stop always believes the serving
     thread waits in epoll, marks idle and reading connections cancelled and leaves shutting them down to the
     thread's exit; while the thread is held elsewhere (a slow accept) their clients are not told for as long."""
 
@@ -34,7 +34,7 @@ class CancelLeftToThread(WorkerListener):
 
 
 class StartsTwice(WorkerListener):
-    """listener.py:151 (the already-started check removed): a listener object started again after its stop binds
+    """WorkerListener.start (the already-started check removed): a listener object started again after its stop binds
     and listens once more, and every later stop, finding it torn down, returns True at once: the second life of
     the listener is never stopped (its bound socket, owner record and directory are left; its thread, finding
     the first stop's flag still set, exits by itself, so a client that connects there is never answered)."""
@@ -45,7 +45,7 @@ class StartsTwice(WorkerListener):
 
 
 class LeavesUmask(WorkerListener):
-    """listener.py:161 (the umask not restored after the bind): the process keeps umask 0177, so whatever it
+    """WorkerListener.start (the umask not restored after the bind): the process keeps umask 0177, so whatever it
     creates afterwards lacks bits: the next listener's directory is 0600, without its search bit."""
 
     def start(self) -> None:
@@ -54,7 +54,7 @@ class LeavesUmask(WorkerListener):
 
 
 class SocketModeOpen(WorkerListener):
-    """listener.py:162 (0o600 -> 0o601): the socket file gets a bit for other users beyond its owner's read and
+    """WorkerListener.start (0o600 -> 0o601): the socket file gets a bit for other users beyond its owner's read and
     write."""
 
     def start(self) -> None:
@@ -63,7 +63,7 @@ class SocketModeOpen(WorkerListener):
 
 
 class BusyPollsAfterReply(WorkerListener):
-    """listener.py:552 (the return after a reply written whole removed): the connection is switched to EPOLLOUT,
+    """WorkerListener._send (the return after a reply written whole removed): the connection is switched to EPOLLOUT,
     which is always ready, so the serving thread spins (and reads the connection on each wake-up) for as long as
     its client keeps the connection open."""
 
@@ -84,7 +84,7 @@ class _Handed:
 
 
 class DiesOnAcceptFailure(WorkerListener):
-    """listener.py:419 (the return after a failed accept removed): a failed accept (EMFILE: the process is out
+    """WorkerListener._accept (the return after a failed accept removed): a failed accept (EMFILE: the process is out
     of descriptors) goes on with the connection it did not get, and the serving thread dies of it: nothing is
     served any more."""
 
@@ -135,8 +135,8 @@ class _Dropping:
 
 
 class UnrecordedDispatch(WorkerListener):
-    """listener.py:507 (the instrumentation guard negated): with a recorder, dispatch_started is never recorded,
-    so the checkers of a dispatch after stop or after the teardown pass on a history with no dispatch in it."""
+    """WorkerListener._dispatch_ready (the instrumentation guard negated): with a recorder, dispatch_started is never
+    recorded, so the checkers of a dispatch after stop or after the teardown pass on a history without a dispatch."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -144,7 +144,7 @@ class UnrecordedDispatch(WorkerListener):
 
 
 class MisreportsClose(WorkerListener):
-    """listener.py:454 (the close reason's condition negated): a connection its client closed is recorded as
+    """WorkerListener._on_readable (the close reason's condition negated): a connection its client closed is recorded as
     cancelled by stop, with no stop begun."""
 
     def _close(self, conn: _Conn, *, why: str) -> None:
@@ -152,7 +152,7 @@ class MisreportsClose(WorkerListener):
 
 
 class QueuesPartialReads(WorkerListener):
-    """listener.py:477 (the return after a read that completes no frame removed): such a read goes on to the
+    """WorkerListener._on_readable (the return after a read that completes no frame removed): such a read goes on to the
     frame-completion decision and queues its connection with nothing to answer, so a stop whose snapshot falls
     before the dispatch pass sees it queued, not reading, and does not shut it down: the pass cancels it for
     reading only, and its client is told when the serving thread exits.  (The reference's _on_readable with
@@ -183,10 +183,6 @@ class QueuesPartialReads(WorkerListener):
                 self.rec.emit("frame_started", listener=self.label, conn=conn.cid)
             failpoints.hit("listener.frame_started")
         if not bodies:
-            if conn.state is _State.IDLE and conn.reader.in_frame:
-                with self._lock:
-                    if conn.state is _State.IDLE:
-                        conn.state = _State.READING
             failpoints.hit("listener.frame_read")
             # the mutant: no return here
         with self._lock:
@@ -204,7 +200,7 @@ class QueuesPartialReads(WorkerListener):
 
 
 class FailedStartNotUndone(WorkerListener):
-    """listener.py:172 (the failed start's ``self._undo_start(server)`` removed): a start whose bind fails raises
+    """WorkerListener.start (the failed start's ``self._undo_start(server)`` removed): a start whose bind fails raises
     ListenerError without undoing what it did, so the directories it made stay behind (its socket's fd is closed
     only when the socket object is collected, as the mutant's is).  A later start and stop at the same path
     removes them, which hid the mutant: failed-start-leaves-nothing-behind now also fails a start where nothing
@@ -215,7 +211,7 @@ class FailedStartNotUndone(WorkerListener):
 
 
 class AcceptsAfterStop(WorkerListener):
-    """listener.py:433-436 (the accept decision's ``if self._stopping:`` block removed): a connection the serving
+    """WorkerListener._accept (the accept decision's ``if self._stopping:`` block removed): a connection the serving
     thread accepts while a stop is under way (it was held between the accept and the decision) is kept, read and
     answered by the stopping listener instead of being closed unread: stop's snapshot missed it.  (The
     reference's _accept with that block removed.)"""
@@ -253,7 +249,7 @@ class AcceptsAfterStop(WorkerListener):
 
 
 class AnsweredNotCancelled(WorkerListener):
-    """listener.py:525-531 (the dispatch pass's post-dispatch cancel, ``if self._stopping and conn.state is
+    """WorkerListener._dispatch_ready (the dispatch pass's post-dispatch cancel, ``if self._stopping and conn.state is
     _State.IDLE:`` with its block, removed): a connection answered after a stop began is left open for reading,
     so its client's next request is taken into the socket and never read, and the client is told only when the
     serving thread exits (after the drain gave up on another client's unread reply), instead of its send failing
