@@ -6,7 +6,9 @@ contract read those events, so a record that drops or misnames one lets them pas
 * ``close_reasons``: a connection the listener says it closed as "cancelled by stop" was one a stop cancelled
   (named in a ``reads_cancelled`` before its close), and none closed before any stop says so; and no connection
   is recorded closed twice (a close after the close: in a listener of raw descriptors, the second closes a
-  descriptor number the process may have handed out again).
+  descriptor number the process may have handed out again);
+* ``exit_hook_reports``: an exit hook's ``exit_hook_finished`` says ``ok`` exactly when it left no listener
+  registered (a hook that reports every listener stopped while one could not drain hides the stuck one).
 """
 
 from __future__ import annotations
@@ -84,3 +86,18 @@ def close_reasons(run: RunRecord, p: Params) -> Verdict:
         return violated("close_reasons", f"conn {first.get('conn')} of {first.get('listener')} recorded closed twice: "
                         f"{first.get('why')!r}, then {second.get('why')!r}", twice[:2])
     return ok("close_reasons", f"{closes} close(s), {said} of them by a stop that cancelled them")
+
+
+@checker("exit_hook_reports", "an exit hook's record says ok exactly when it left no listener registered: one "
+         "that could not drain is never reported stopped",
+         judges=("exit_hook_finished",), evidence={"worker": ("exit_hook_finished",)}, observes_exit=True)
+def exit_hook_reports(run: RunRecord, p: Params) -> Verdict:
+    ends = run.of("exit_hook_finished")
+    if not ends:
+        return unknown("exit_hook_reports", "no exit hook finished in the history")
+    bad = [e for e in ends if bool(e.data.get("ok")) != (int(e.data.get("left") or 0) == 0)]
+    said = "; ".join(f"pid {e.pid}: ok {e.data.get('ok')}, {e.data.get('left')} left" for e in ends)
+    if bad:
+        return violated("exit_hook_reports", f"{len(bad)} exit hook(s) whose ok does not say what they left: {said}",
+                        bad)
+    return ok("exit_hook_reports", said)

@@ -105,7 +105,7 @@ UNREACHABLE: dict[str, str] = {
     "spins_on_accept_failure": "needs an accept that fails (EMFILE under a lowered fd limit), and is a cost, not an "
                                "outcome (idle_cost over a measure_idle window, on real processes)",
     **{name: "needs interpreter exit; the explorer does not model the exit hook"
-       for name in ("exit_hook_waits_a_second", "hook_per_start")},
+       for name in ("exit_hook_waits_a_second", "hook_per_start", "exit_hook_says_ok")},
     **{name: "a mode or umask of what a start creates; the explorer's invariants read no modes (private_paths does)"
        for name in ("leaves_umask", "socket_mode_open")},
     "starts_twice": "needs a second start of one listener object; the explorer's restarts make a new listener",

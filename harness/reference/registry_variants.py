@@ -10,7 +10,10 @@ that the scenario library did not notice before:
   (scenarios/exit-hook-runs-once-after-a-restart.yaml);
 * :class:`ExitHookWaitsASecond`: each listener the hook waits for gets at least a second, whatever is
   left of the budget (``max(1.0, ...)`` for ``max(0.0, ...)``), so a budget under a second is not kept
-  (scenarios/exit-hook-keeps-a-short-budget.yaml).
+  (scenarios/exit-hook-keeps-a-short-budget.yaml);
+* :class:`ExitHookSaysOk`: the exit hook records ``ok`` whatever it left registered (registry.py's ``ok = False``
+  lost), so its record says every listener stopped when one could not drain
+  (scenarios/exit-hook-bounded-when-it-cannot-drain.yaml, checker exit_hook_reports).
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from harness.reference.listener import WorkerListener
 from harness.reference.registry import Registry
 
 __all__ = ["ConcurrentStopReportsTrue", "DropRegistrationOnError", "RestartDropsOld", "UnboundedExitHook",
-           "HookPerStart", "ExitHookWaitsASecond", "MIN_WAIT_S"]
+           "HookPerStart", "ExitHookWaitsASecond", "ExitHookSaysOk", "MIN_WAIT_S"]
 
 MIN_WAIT_S = 1.0  # ExitHookWaitsASecond: the floor of each listener's wait
 
@@ -104,3 +107,18 @@ class UnboundedExitHook(Registry):
         for listener in self.listeners():
             listener.stop()
         self.rec.emit("exit_hook_finished", ok=len(self) == 0, left=len(self))
+
+
+class ExitHookSaysOk(Registry):
+    """The exit hook's record says ok whatever it left: a listener that could not drain is reported stopped."""
+
+    def exit_hook(self) -> None:
+        left = self.listeners()
+        self.rec.emit("exit_hook_started", listeners=len(left), budget=self.exit_budget)
+        deadline = time.monotonic() + self.exit_budget
+        for listener in left:
+            listener._begin_stop()
+        for listener in left:
+            if listener.stop(max(0.0, deadline - time.monotonic())):
+                self._forget(self.key_of(listener), listener)
+        self.rec.emit("exit_hook_finished", ok=True, left=len(self))

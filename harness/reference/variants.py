@@ -46,6 +46,7 @@ from harness.reference.registry import Registry
 from harness.reference.registry_variants import (
     ConcurrentStopReportsTrue,
     DropRegistrationOnError,
+    ExitHookSaysOk,
     ExitHookWaitsASecond,
     HookPerStart,
     RestartDropsOld,
@@ -421,6 +422,8 @@ VARIANTS: dict[str, Variant] = _variants(
             registry=HookPerStart),
     Variant("exit_hook_waits_a_second", "the exit hook waits at least 1 s per stuck listener: a shorter budget is "
             "not kept", registry=ExitHookWaitsASecond),
+    Variant("exit_hook_says_ok", "the exit hook records ok whatever it left: a listener that could not drain is "
+            "reported stopped", registry=ExitHookSaysOk),
     Variant("cancel_left_to_thread", "stop leaves shutting idle and reading connections down to the serving "
             "thread's exit: while the thread is busy elsewhere their clients are not told",
             listener=CancelLeftToThread),
