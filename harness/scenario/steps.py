@@ -22,7 +22,7 @@ engine owning it and a peer engine) instead of the worker listener::
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, Union
+from typing import TYPE_CHECKING, Annotated, ClassVar, Literal, Union
 
 from pydantic import Discriminator, Field, Tag
 
@@ -55,7 +55,7 @@ from harness.scenario.common_spec import (
     Workload,
 )
 from harness.scenario.engine_spec import EngineRequest, EngineRestart, EngineSignal, EngineStart, Pause, WaitGone
-from harness.scenario.fields import StepName, Strict
+from harness.scenario.fields import StepName
 from harness.scenario.handshake_spec import (
     Cycle,
     Hammer,
@@ -65,6 +65,7 @@ from harness.scenario.handshake_spec import (
     MalformedHandshake,
 )
 from harness.scenario.machine_spec import FdLimit, MeasureIdle
+from harness.scenario.step_base import OnEngine, OnHandshake, OnWorker, StepBase
 from harness.scenario.stress_spec import Stress
 
 __all__ = [
@@ -78,54 +79,6 @@ __all__ = [
 
 
 # -------------------------------------------------------------------- the steps
-class StepBase(Strict):
-    """One step: a mapping with exactly one key, its ``kind``.
-
-    Each kind is declared once, by its class here: ``kind``, its ``category`` (harness.categories), the ``cast``
-    whose listener it drives (None: any run plays it), whether it ``observes_exit`` (it judges how a process
-    exits, so the fast exit is off in its run: harness.scenario.exitmode), whether the event mark ``marks`` moves
-    to "now" before it plays (a later ``wait: {event}`` looks after it), and its ``example``.  The ``Step`` union,
-    :data:`STEP_TYPES` and the cast tuples are made from these classes; the player registers how each is
-    played (``@step_kind(kind)``, harness.scenario.player)."""
-
-    kind: ClassVar[str]
-    category: ClassVar[str]
-    cast: ClassVar[str | None] = None
-    observes_exit: ClassVar[bool] = False
-    marks: ClassVar[bool] = True
-    # the step in a short list of steps, written once here: docs/steps.md shows it and a test loads it
-    # (harness.scenario.stepdocs wraps it in a scenario) through the loader
-    example: ClassVar[str]
-
-    @property
-    def spec(self) -> Any:
-        """The step's value: its parameter model, or the name it was given."""
-        return getattr(self, self.kind)
-
-    @property
-    def name(self) -> str | None:
-        """The step's ``as:`` name, if any."""
-        return getattr(self.spec, "as_", None)
-
-
-class OnWorker(StepBase):
-    """A step on the worker listener's run (cast ``worker``)."""
-
-    cast: ClassVar[str | None] = "worker"
-
-
-class OnEngine(StepBase):
-    """A step on a real engine's tree (cast ``engine``)."""
-
-    cast: ClassVar[str | None] = "engine"
-
-
-class OnHandshake(StepBase):
-    """A step on a handshake listener's run (cast ``handshake``)."""
-
-    cast: ClassVar[str | None] = "handshake"
-
-
 class StartStep(StepBase):
     kind: ClassVar[str] = "start"
     category: ClassVar[str] = "launch"
