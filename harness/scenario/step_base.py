@@ -14,16 +14,18 @@ class StepBase(Strict):
     """One step: a mapping with exactly one key, its ``kind``.
 
     Each kind is declared once, by its class (harness.scenario.steps): ``kind``, its ``category``
-    (harness.categories), the ``cast`` whose listener it drives (None: any run plays it), whether it
-    ``observes_exit`` (it judges how a process exits, so the fast exit is off in its run:
-    harness.scenario.exitmode), whether the event mark ``marks`` moves to "now" before it plays (a later
-    ``wait: {event}`` looks after it), and its ``example``.  The ``Step`` union,
-    :data:`~harness.scenario.steps.STEP_TYPES` and the cast tuples are made from these classes; the player
-    registers how each is played (``@step_kind(kind)``, harness.scenario.player)."""
+    (harness.categories), the ``cast`` whose listener it drives (None: any run plays it), the target capability
+    it ``needs`` (None: none of its own; a target that lacks it by design has the scenario skipped with the
+    reason, harness.scenario.needs), whether it ``observes_exit`` (it judges how a process exits, so the fast exit
+    is off in its run: harness.scenario.exitmode), whether the event mark ``marks`` moves to "now" before it plays
+    (a later ``wait: {event}`` looks after it), and its ``example``.  The ``Step`` union,
+    :data:`~harness.scenario.steps.STEP_TYPES`, the cast tuples and the needs map are made from these classes;
+    the player registers how each is played (``@step_kind(kind)``, harness.scenario.player)."""
 
     kind: ClassVar[str]
     category: ClassVar[str]
     cast: ClassVar[str | None] = None
+    needs: ClassVar[str | None] = None
     observes_exit: ClassVar[bool] = False
     marks: ClassVar[bool] = True
     # the step in a short list of steps, written once here: docs/steps.md shows it and a test loads it
@@ -42,18 +44,21 @@ class StepBase(Strict):
 
 
 class OnWorker(StepBase):
-    """A step on the worker listener's run (cast ``worker``)."""
+    """A step on the worker listener's run (cast ``worker``): a handshake-only target skips its scenarios."""
 
     cast: ClassVar[str | None] = "worker"
+    needs: ClassVar[str | None] = "worker_listener"
 
 
 class OnEngine(StepBase):
-    """A step on a real engine's tree (cast ``engine``)."""
+    """A step on a real engine's tree (cast ``engine``): a listener target skips its scenarios."""
 
     cast: ClassVar[str | None] = "engine"
+    needs: ClassVar[str | None] = "engine_tree"
 
 
 class OnHandshake(StepBase):
-    """A step on a handshake listener's run (cast ``handshake``)."""
+    """A step on a handshake listener's run (cast ``handshake``): a worker-only target skips its scenarios."""
 
     cast: ClassVar[str | None] = "handshake"
+    needs: ClassVar[str | None] = "handshake_listener"

@@ -92,6 +92,7 @@ class StartStep(StepBase):
 class SendStep(OnWorker):
     kind: ClassVar[str] = "send"
     category: ClassVar[str] = "request"
+    needs: ClassVar[str | None] = "wire"  # it speaks the target's framing (its codec) on the socket
     example: ClassVar[str] = (
         "- start: cluster\n- send: {cmd: map_to_kv_tensors, offsets: [0, 2MiB], timeout: 2s, as: r1}"
     )
@@ -117,6 +118,7 @@ class FloodStep(OnWorker):
 class ArmStep(StepBase):
     kind: ClassVar[str] = "arm"
     category: ClassVar[str] = "fault"
+    needs: ClassVar[str | None] = "failpoints"  # a site inside the listener needs more (harness.scenario.needs)
     example: ClassVar[str] = (
         "- start: cluster\n- arm: {site: backend.map_to_kv_tensors, action: pause, count: 1, as: f1}\n"
         "- call: {op: map, offsets: [0], as: c1}\n- wait: {reached: f1}\n- release: f1"
@@ -164,6 +166,7 @@ class StopStep(OnWorker):
 class ShutdownStep(OnWorker):
     kind: ClassVar[str] = "shutdown"
     category: ClassVar[str] = "stop"
+    needs: ClassVar[str | None] = "integration_shutdown"
     example: ClassVar[str] = "- start: cluster\n- shutdown: {as: sd}\n- wait: {returned: sd}"
     shutdown: Shutdown = Field(description=Shutdown.__doc__)
 
@@ -211,6 +214,7 @@ class ReplaceStep(OnWorker):
 class HoldPortStep(StepBase):
     kind: ClassVar[str] = "hold_port"
     category: ClassVar[str] = "environment"
+    needs: ClassVar[str | None] = "handshake_listener"  # but nothing in an engine run (harness.scenario.needs)
     example: ClassVar[str] = "- hold_port: {as: held}\n- start: cluster\n- handshake_start: {port: held, as: l1}"
     hold_port: HoldPort = Field(description=HoldPort.__doc__)
 
@@ -218,6 +222,7 @@ class HoldPortStep(StepBase):
 class PipelineStep(OnWorker):
     kind: ClassVar[str] = "pipeline"
     category: ClassVar[str] = "request"
+    needs: ClassVar[str | None] = "wire"  # as send
     example: ClassVar[str] = (
         "- start: cluster\n"
         "- pipeline: {requests: [{cmd: kv_tensors_created}, {cmd: map_to_kv_tensors, offsets: [0]}],\n"
@@ -230,6 +235,7 @@ class PipelineStep(OnWorker):
 class StaleSocketStep(OnWorker):
     kind: ClassVar[str] = "stale_socket"
     category: ClassVar[str] = "environment"
+    needs: ClassVar[str | None] = "owner_records"  # a predecessor's record, as the reference writes it
     example: ClassVar[str] = (
         "- start: cluster\n- stale_socket: {ipc: predecessor}\n- start_listener: {ipc: predecessor, as: l1}"
     )
@@ -239,6 +245,7 @@ class StaleSocketStep(OnWorker):
 class StartListenerStep(OnWorker):
     kind: ClassVar[str] = "start_listener"
     category: ClassVar[str] = "start"
+    needs: ClassVar[str | None] = "owner_records"  # a throw-away listener of the reference's own kind (probe)
     example: ClassVar[str] = "- start: cluster\n- start_listener: {stops: 2, again: true, as: l1}"
     start_listener: StartListener = Field(description=StartListener.__doc__)
 
@@ -246,6 +253,7 @@ class StartListenerStep(OnWorker):
 class FinishStep(OnWorker):
     kind: ClassVar[str] = "finish"
     category: ClassVar[str] = "traffic"
+    needs: ClassVar[str | None] = None  # the send step it finishes already needs wire
     example: ClassVar[str] = (
         "- start: cluster\n- send: {cmd: map_to_kv_tensors, offsets: [0], fault: stall_after_header, as: r1}\n"
         "- stop: {as: s1}\n- wait: {returned: s1}\n- finish: r1"
@@ -256,6 +264,7 @@ class FinishStep(OnWorker):
 class StressStep(OnWorker):
     kind: ClassVar[str] = "stress"
     category: ClassVar[str] = "workload"
+    needs: ClassVar[str | None] = "listener_failpoints"  # it arms sites inside the listener (harness.scenario.stress)
     example: ClassVar[str] = "- start: cluster\n- stress: {clients: 4, requests: 60, stops: 3, as: storm}"
     stress: Stress = Field(description=Stress.__doc__)
 
@@ -263,6 +272,7 @@ class StressStep(OnWorker):
 class MeasureIdleStep(OnWorker):
     kind: ClassVar[str] = "measure_idle"
     category: ClassVar[str] = "measure"
+    needs: ClassVar[str | None] = None  # it reads the worker process from outside (/proc), not through its listener
     example: ClassVar[str] = "- start: cluster\n- idle: {count: 4}\n- measure_idle: {window: 300ms, as: m1}"
     measure_idle: MeasureIdle = Field(description=MeasureIdle.__doc__)
 
@@ -270,6 +280,7 @@ class MeasureIdleStep(OnWorker):
 class FdLimitStep(OnWorker):
     kind: ClassVar[str] = "fd_limit"
     category: ClassVar[str] = "environment"
+    needs: ClassVar[str | None] = None  # it sets the worker's limit from outside (prlimit), not through its listener
     example: ClassVar[str] = "- start: cluster\n- fd_limit: {}\n- idle: {count: 1}\n- fd_limit: {restore: true}"
     fd_limit: FdLimit = Field(description=FdLimit.__doc__)
 
@@ -284,6 +295,7 @@ class WorkloadStep(OnWorker):
 class CtlStep(OnWorker):
     kind: ClassVar[str] = "ctl"
     category: ClassVar[str] = "control"
+    needs: ClassVar[str | None] = "owner_records"  # lastcall ctl reads the reference's owner records beside its sockets
     example: ClassVar[str] = "- start: cluster\n- kill: {target: {rank: 0}}\n- ctl: {action: delete, as: cleaned}"
     ctl: Ctl = Field(description=Ctl.__doc__)
 
