@@ -8,6 +8,7 @@ import pytest
 
 from harness.reference.capabilities import missing_capabilities
 from harness.reference.variants import VARIANTS
+from harness.scenario.needs import kind_needs
 from harness.targets import load_target
 
 pytest_plugins = ["pytester"]
@@ -27,15 +28,15 @@ expect:
 
 def test_missing_capabilities() -> None:
     ref = VARIANTS["reference"]
-    assert missing_capabilities(ref, {"start", "send", "arm"}) == []
-    assert missing_capabilities(ref, {"hold_port"}) == []  # the reference has both listeners
+    assert missing_capabilities(ref, kind_needs({"start", "send", "arm"})) == []
+    assert missing_capabilities(ref, kind_needs({"hold_port"})) == []  # the reference has both listeners
     worker_only = VARIANTS["no_conn_tracking"]
-    assert missing_capabilities(worker_only, {"hold_port"}) == ["hold_port (needs handshake_listener)"]
+    assert missing_capabilities(worker_only, kind_needs({"hold_port"})) == ["hold_port (needs handshake_listener)"]
     handshake_only = load_target("never_stopped")
-    assert missing_capabilities(handshake_only, {"start", "send", "stop"}) == [
+    assert missing_capabilities(handshake_only, kind_needs({"start", "send", "stop"})) == [
         "send (needs wire)", "stop (needs worker_listener)"]
     no_failpoints = dataclasses.replace(ref, capabilities=ref.capabilities - {"failpoints"})
-    assert missing_capabilities(no_failpoints, {"arm", "send"}) == ["arm (needs failpoints)"]
+    assert missing_capabilities(no_failpoints, kind_needs({"arm", "send"})) == ["arm (needs failpoints)"]
 
 
 def test_scenario_needing_a_missing_capability_is_skipped_with_the_reason(pytester: pytest.Pytester) -> None:

@@ -228,9 +228,9 @@ def test_lastcall_targets_lists_availability_in_one_line_each(tmp_path: Path) ->
 
 # ---------------------------------------------------------------- the API
 def test_capability_names_are_the_ones_in_use() -> None:
-    from harness.reference.capabilities import STEP_NEEDS
     from harness.reference.handshake_variants import handshake_target
     from harness.reference.variants import VARIANTS
+    from harness.scenario.needs import STEP_NEEDS
 
     used = set(STEP_NEEDS.values()) | set(PARTY_CAPABILITIES.values()) | set(VARIANTS["reference"].capabilities)
     hs = handshake_target("never_stopped")

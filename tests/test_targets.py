@@ -66,11 +66,11 @@ def test_bad_target_names_are_clear_errors(spec: str, says: str) -> None:
 def test_capabilities_decide_what_skips() -> None:
     kv = load_target(KVCACHED)
     steps = load(str(SCENARIOS / "cleanup-error-keeps-registration.yaml")).steps
-    from harness.reference.capabilities import step_needs
+    from harness.scenario.needs import kind_needs, step_needs
 
     assert missing_for(kv, step_needs(steps)) == ["arm_listener_site (needs listener_failpoints)"]
-    assert missing_for(kv, {"send", "arm", "shutdown"}) == []
-    assert missing_for(load_target("never_stopped"), {"send"}) == ["send (needs wire)"]
+    assert missing_for(kv, kind_needs({"send", "arm", "shutdown"})) == []
+    assert missing_for(load_target("never_stopped"), kind_needs({"send"})) == ["send (needs wire)"]
 
 
 def test_pickle_codec_speaks_kvcacheds_framing() -> None:

@@ -327,7 +327,7 @@ class Variant:
     worker: type[ReferenceWorker] = ReferenceWorker
     keep_usage_segment: bool = False  # engine side: shutdown forgets the /dev/shm usage record (kvcached #477)
     client: Any = None  # engine side: its client class (harness.reference.client.Client; None: that one)
-    capabilities: frozenset[str] = WORKER_CAPABILITIES  # what scenarios may ask of it (see STEP_NEEDS)
+    capabilities: frozenset[str] = WORKER_CAPABILITIES  # what scenarios may ask of it (harness.scenario.needs)
     handshake_listener: Any = None  # the reference also owns the handshake listener (harness.reference.handshake)
     codec: Any = None  # the reference framing (harness.targets.REFERENCE_CODEC)
     # its KV pages are torch tensors only off the CPU (harness.reference.allocator), and a run on a CUDA device

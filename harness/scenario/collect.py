@@ -234,7 +234,7 @@ def _unjudgeable(scn: Any, spec: str, checkers: tuple[str, ...]) -> str | None:
 
 def _missing(scenario: Any, variant: str | None) -> tuple[list[str], str | None]:
     """What the target lacks by design for this scenario, and why it cannot run on this machine (or None)."""
-    from harness.reference.capabilities import step_needs
+    from harness.scenario.needs import step_needs
     from harness.targets import load_target, missing_for, unavailable
 
     try:

@@ -8,8 +8,8 @@ every example through the loader (:func:`example_scenario`).  What each part com
 * their fields with type, default, bounds and description: the pydantic models of harness.scenario.steps;
 * each example: the step's ``example`` (harness.scenario.steps), each fault's ``FAULT_EXAMPLES``
   (harness.scenario.client_spec), what each fault does: its function's docstring in harness.faults.client;
-* which targets can play a step: the capability it needs (harness.reference.capabilities.STEP_NEEDS, the map by
-  which a scenario is skipped on a target that lacks one) and each built-in target's ``capabilities``.
+* which targets can play a step: the capability it needs (its class's ``needs``, harness.scenario.needs.STEP_NEEDS,
+  the map by which a scenario is skipped on a target that lacks one) and each built-in target's ``capabilities``.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from harness.categories import CATEGORIES
 from harness.faults import client as cf
 from harness.launch.parts import CASTS
 from harness.markdown import cell
-from harness.reference.capabilities import STEP_NEEDS, TARGET_SITES
+from harness.reference.capabilities import TARGET_SITES
 from harness.scenario import fields
 from harness.scenario.client_spec import (
     FAULT_EXAMPLES,
@@ -37,6 +37,7 @@ from harness.scenario.client_spec import (
     WITHHOLDING_FAULTS,
     Pipelined,
 )
+from harness.scenario.needs import ARM_LISTENER_SITE, STEP_NEEDS
 from harness.scenario.runner import STEP_KINDS
 from harness.scenario.steps import ENGINE_STEPS, EVENT_KINDS, HANDSHAKE_STEPS, STEP_TYPES, StepBase
 from harness.targets import capabilities_of, load_target
@@ -236,10 +237,10 @@ def _step(cls: type[StepBase]) -> list[str]:
            f"- category: `{STEP_KINDS[kind].category}` ({CATEGORIES[STEP_KINDS[kind].category]})",
            f"- run: {_run(kind)}", f"- needs: {_needs(kind)}"]
     if kind == "arm":
-        need = STEP_NEEDS["arm_listener_site"]
+        need = STEP_NEEDS[ARM_LISTENER_SITE]
         out.append(f"- an arm on a site outside {', '.join(f'`{s}*`' for s in TARGET_SITES)} also needs `{need}`: "
                    + ", ".join(f"`{t}`" for t in _targets_with(need)))
-    if kind == "hold_port":  # harness.reference.capabilities.step_needs: an engine run holds the port for the engine
+    if kind == "hold_port":  # harness.scenario.needs.step_needs: an engine run holds the port for the engine
         out.append("- in an engine run (a scenario with an engine step) it needs nothing: it holds a port for the "
                    "engine (`config.side_channel_port`)")
     out.append("")

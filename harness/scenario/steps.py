@@ -22,7 +22,7 @@ engine owning it and a peer engine) instead of the worker listener::
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, Union
+from typing import TYPE_CHECKING, Annotated, ClassVar, Literal, Union
 
 from pydantic import Discriminator, Field, Tag
 
@@ -55,7 +55,7 @@ from harness.scenario.common_spec import (
     Workload,
 )
 from harness.scenario.engine_spec import EngineRequest, EngineRestart, EngineSignal, EngineStart, Pause, WaitGone
-from harness.scenario.fields import StepName, Strict
+from harness.scenario.fields import StepName
 from harness.scenario.handshake_spec import (
     Cycle,
     Hammer,
@@ -65,6 +65,7 @@ from harness.scenario.handshake_spec import (
     MalformedHandshake,
 )
 from harness.scenario.machine_spec import FdLimit, MeasureIdle
+from harness.scenario.step_base import OnEngine, OnHandshake, OnWorker, StepBase
 from harness.scenario.stress_spec import Stress
 
 __all__ = [
@@ -78,54 +79,6 @@ __all__ = [
 
 
 # -------------------------------------------------------------------- the steps
-class StepBase(Strict):
-    """One step: a mapping with exactly one key, its ``kind``.
-
-    Each kind is declared once, by its class here: ``kind``, its ``category`` (harness.categories), the ``cast``
-    whose listener it drives (None: any run plays it), whether it ``observes_exit`` (it judges how a process
-    exits, so the fast exit is off in its run: harness.scenario.exitmode), whether the event mark ``marks`` moves
-    to "now" before it plays (a later ``wait: {event}`` looks after it), and its ``example``.  The ``Step`` union,
-    :data:`STEP_TYPES` and the cast tuples are made from these classes; the player registers how each is
-    played (``@step_kind(kind)``, harness.scenario.player)."""
-
-    kind: ClassVar[str]
-    category: ClassVar[str]
-    cast: ClassVar[str | None] = None
-    observes_exit: ClassVar[bool] = False
-    marks: ClassVar[bool] = True
-    # the step in a short list of steps, written once here: docs/steps.md shows it and a test loads it
-    # (harness.scenario.stepdocs wraps it in a scenario) through the loader
-    example: ClassVar[str]
-
-    @property
-    def spec(self) -> Any:
-        """The step's value: its parameter model, or the name it was given."""
-        return getattr(self, self.kind)
-
-    @property
-    def name(self) -> str | None:
-        """The step's ``as:`` name, if any."""
-        return getattr(self.spec, "as_", None)
-
-
-class OnWorker(StepBase):
-    """A step on the worker listener's run (cast ``worker``)."""
-
-    cast: ClassVar[str | None] = "worker"
-
-
-class OnEngine(StepBase):
-    """A step on a real engine's tree (cast ``engine``)."""
-
-    cast: ClassVar[str | None] = "engine"
-
-
-class OnHandshake(StepBase):
-    """A step on a handshake listener's run (cast ``handshake``)."""
-
-    cast: ClassVar[str | None] = "handshake"
-
-
 class StartStep(StepBase):
     kind: ClassVar[str] = "start"
     category: ClassVar[str] = "launch"
@@ -139,6 +92,7 @@ class StartStep(StepBase):
 class SendStep(OnWorker):
     kind: ClassVar[str] = "send"
     category: ClassVar[str] = "request"
+    needs: ClassVar[str | None] = "wire"  # it speaks the target's framing (its codec) on the socket
     example: ClassVar[str] = (
         "- start: cluster\n- send: {cmd: map_to_kv_tensors, offsets: [0, 2MiB], timeout: 2s, as: r1}"
     )
@@ -164,6 +118,7 @@ class FloodStep(OnWorker):
 class ArmStep(StepBase):
     kind: ClassVar[str] = "arm"
     category: ClassVar[str] = "fault"
+    needs: ClassVar[str | None] = "failpoints"  # a site inside the listener needs more (harness.scenario.needs)
     example: ClassVar[str] = (
         "- start: cluster\n- arm: {site: backend.map_to_kv_tensors, action: pause, count: 1, as: f1}\n"
         "- call: {op: map, offsets: [0], as: c1}\n- wait: {reached: f1}\n- release: f1"
@@ -211,6 +166,7 @@ class StopStep(OnWorker):
 class ShutdownStep(OnWorker):
     kind: ClassVar[str] = "shutdown"
     category: ClassVar[str] = "stop"
+    needs: ClassVar[str | None] = "integration_shutdown"
     example: ClassVar[str] = "- start: cluster\n- shutdown: {as: sd}\n- wait: {returned: sd}"
     shutdown: Shutdown = Field(description=Shutdown.__doc__)
 
@@ -258,6 +214,7 @@ class ReplaceStep(OnWorker):
 class HoldPortStep(StepBase):
     kind: ClassVar[str] = "hold_port"
     category: ClassVar[str] = "environment"
+    needs: ClassVar[str | None] = "handshake_listener"  # but nothing in an engine run (harness.scenario.needs)
     example: ClassVar[str] = "- hold_port: {as: held}\n- start: cluster\n- handshake_start: {port: held, as: l1}"
     hold_port: HoldPort = Field(description=HoldPort.__doc__)
 
@@ -265,6 +222,7 @@ class HoldPortStep(StepBase):
 class PipelineStep(OnWorker):
     kind: ClassVar[str] = "pipeline"
     category: ClassVar[str] = "request"
+    needs: ClassVar[str | None] = "wire"  # as send
     example: ClassVar[str] = (
         "- start: cluster\n"
         "- pipeline: {requests: [{cmd: kv_tensors_created}, {cmd: map_to_kv_tensors, offsets: [0]}],\n"
@@ -277,6 +235,7 @@ class PipelineStep(OnWorker):
 class StaleSocketStep(OnWorker):
     kind: ClassVar[str] = "stale_socket"
     category: ClassVar[str] = "environment"
+    needs: ClassVar[str | None] = "owner_records"  # a predecessor's record, as the reference writes it
     example: ClassVar[str] = (
         "- start: cluster\n- stale_socket: {ipc: predecessor}\n- start_listener: {ipc: predecessor, as: l1}"
     )
@@ -286,6 +245,7 @@ class StaleSocketStep(OnWorker):
 class StartListenerStep(OnWorker):
     kind: ClassVar[str] = "start_listener"
     category: ClassVar[str] = "start"
+    needs: ClassVar[str | None] = "owner_records"  # a throw-away listener of the reference's own kind (probe)
     example: ClassVar[str] = "- start: cluster\n- start_listener: {stops: 2, again: true, as: l1}"
     start_listener: StartListener = Field(description=StartListener.__doc__)
 
@@ -293,6 +253,7 @@ class StartListenerStep(OnWorker):
 class FinishStep(OnWorker):
     kind: ClassVar[str] = "finish"
     category: ClassVar[str] = "traffic"
+    needs: ClassVar[str | None] = None  # the send step it finishes already needs wire
     example: ClassVar[str] = (
         "- start: cluster\n- send: {cmd: map_to_kv_tensors, offsets: [0], fault: stall_after_header, as: r1}\n"
         "- stop: {as: s1}\n- wait: {returned: s1}\n- finish: r1"
@@ -303,6 +264,7 @@ class FinishStep(OnWorker):
 class StressStep(OnWorker):
     kind: ClassVar[str] = "stress"
     category: ClassVar[str] = "workload"
+    needs: ClassVar[str | None] = "listener_failpoints"  # it arms sites inside the listener (harness.scenario.stress)
     example: ClassVar[str] = "- start: cluster\n- stress: {clients: 4, requests: 60, stops: 3, as: storm}"
     stress: Stress = Field(description=Stress.__doc__)
 
@@ -310,6 +272,7 @@ class StressStep(OnWorker):
 class MeasureIdleStep(OnWorker):
     kind: ClassVar[str] = "measure_idle"
     category: ClassVar[str] = "measure"
+    needs: ClassVar[str | None] = None  # it reads the worker process from outside (/proc), not through its listener
     example: ClassVar[str] = "- start: cluster\n- idle: {count: 4}\n- measure_idle: {window: 300ms, as: m1}"
     measure_idle: MeasureIdle = Field(description=MeasureIdle.__doc__)
 
@@ -317,6 +280,7 @@ class MeasureIdleStep(OnWorker):
 class FdLimitStep(OnWorker):
     kind: ClassVar[str] = "fd_limit"
     category: ClassVar[str] = "environment"
+    needs: ClassVar[str | None] = None  # it sets the worker's limit from outside (prlimit), not through its listener
     example: ClassVar[str] = "- start: cluster\n- fd_limit: {}\n- idle: {count: 1}\n- fd_limit: {restore: true}"
     fd_limit: FdLimit = Field(description=FdLimit.__doc__)
 
@@ -331,6 +295,7 @@ class WorkloadStep(OnWorker):
 class CtlStep(OnWorker):
     kind: ClassVar[str] = "ctl"
     category: ClassVar[str] = "control"
+    needs: ClassVar[str | None] = "owner_records"  # lastcall ctl reads the reference's owner records beside its sockets
     example: ClassVar[str] = "- start: cluster\n- kill: {target: {rank: 0}}\n- ctl: {action: delete, as: cleaned}"
     ctl: Ctl = Field(description=Ctl.__doc__)
 

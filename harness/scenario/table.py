@@ -73,7 +73,7 @@ def build(paths: Sequence[str], variants: Sequence[str],
     scenarios, errors = load_many(list(paths))
     if errors:
         raise errors[0]
-    from harness.reference.capabilities import step_needs
+    from harness.scenario.needs import step_needs
     from harness.targets import load_target, missing_for
 
     cells = []

@@ -83,11 +83,12 @@ def absent_of(spec: object) -> frozenset[str]:
         return frozenset()
 
 
-def missing_for(target: Any, step_kinds: set[str]) -> list[str]:
-    """What of ``step_kinds`` the target cannot do, as 'step (needs capability)' strings."""
+def missing_for(target: Any, needs: Mapping[str, str]) -> list[str]:
+    """What of ``needs`` ({need-key: capability}, harness.scenario.needs.step_needs) the target cannot do, as
+    'step (needs capability)' strings."""
     from harness.reference.capabilities import missing_capabilities
 
-    return missing_capabilities(target, step_kinds)
+    return missing_capabilities(target, needs)
 
 
 def unavailable(target: Any) -> str | None:
