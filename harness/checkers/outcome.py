@@ -54,6 +54,20 @@ def stop_result(run: RunRecord, p: StopResult) -> Verdict:
     return ok("stop_result", f"{len(rets)} stop(s) returned {p.returns}")
 
 
+@checker("handler_stop_refused", "a stop called from a handler on the serving thread returns False: it cannot wait "
+         "for its own thread, and says so instead of reporting a stop it did not make",
+         judges=("stop_from_handler_returned",), observes_exit=False)
+def handler_stop_refused(run: RunRecord, p: Params) -> Verdict:
+    rets = run.of("stop_from_handler_returned")
+    if not rets:
+        return unknown("handler_stop_refused", "no stop from a handler returned in the history")
+    bad = [e for e in rets if e.data.get("ok") is not False]
+    if bad:
+        return violated("handler_stop_refused", f"a stop from a handler returned {bad[0].data.get('ok')!r}, "
+                        "expected False", bad)
+    return ok("handler_stop_refused", f"{len(rets)} stop(s) from a handler returned False")
+
+
 @checker("restart_refused", "a restart over a listener that cannot stop is refused (with the error class named): "
          "the old listener is left as it was", judges=("step_returned",), observes_exit=False)
 def restart_refused(run: RunRecord, p: RestartRefused) -> Verdict:

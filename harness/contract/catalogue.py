@@ -66,7 +66,8 @@ UNREACHABLE: dict[str, str] = {
     "rmtree_dir": "needs a second rank sharing the socket directory; the explorer runs one worker",
     "dies_on_bad_frame": "needs malformed input; the explorer sends only well-formed frames (tests/test_listener "
                          "covers bad input)",
-    "stop_from_handler_deadlocks": "needs a backend that calls stop(); the explorer's backend is the allocator",
+    **{name: "needs a backend that calls stop(); the explorer's backend is the allocator"
+       for name in ("stop_from_handler_deadlocks", "stop_from_handler_says_true")},
     "unbounded_exit_hook": "needs interpreter exit; the explorer does not model the exit hook",
     "teardown_then_false": "not yet modelled: the explorer's False stops park a handler, and its invariants do not "
                            "look for teardown steps inside a failed stop (the retained_for_retry checker does)",

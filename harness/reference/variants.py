@@ -115,6 +115,13 @@ class StopFromHandlerDeadlocks(WorkerListener):
         return self._exited.wait(self.config.drain_timeout)
 
 
+class StopFromHandlerSaysTrue(WorkerListener):
+    """stop() from a handler reports True: its caller believes the listener stopped while it still serves."""
+
+    def _stop_from_handler(self) -> bool:
+        return self._finish_stop(True, reason="called from the serving thread")
+
+
 class WakeByConnect(WorkerListener):
     """kvcached 0.1.6: wakes the serving thread by connecting to its own socket path.
 
@@ -370,6 +377,8 @@ VARIANTS: dict[str, Variant] = _variants(
             registry=ConcurrentStopReportsTrue),
     Variant("stop_from_handler_deadlocks", "stop() called from a handler waits for itself",
             listener=StopFromHandlerDeadlocks),
+    Variant("stop_from_handler_says_true", "stop() called from a handler reports True, though it cannot stop its "
+            "own thread", listener=StopFromHandlerSaysTrue),
     Variant("wake_by_connect", "stop wakes the thread through the socket path: path removed, stop hangs",
             listener=WakeByConnect),
     Variant("unlink_by_path", "teardown unlinks a socket that replaced ours at the path",
