@@ -12,10 +12,11 @@ from bisect import bisect_right
 from harness.categories import category_of
 from harness.checkers.base import RunRecord, Verdict, checker, observed, ok, unknown, violated
 from harness.checkers.index import Line, line
-from harness.checkers.params import Params
+from harness.checkers.params import Params, RequestStep
 from harness.history import Event
 
 START_KINDS = ("handshake_start", "cycle")  # the steps that start a handshake listener
+OVERSIZED = "oversized"  # the malformed_handshake kind over the size limit: dropped unread, never answered
 
 
 @checker("failed_start_never_serves", "a handshake listener whose start failed (a held port, a thread not ready "
@@ -59,7 +60,8 @@ def _first(events: Line, begin: int, end: int | None) -> Event | None:
 
 
 @checker("bad_handshake_refused", "every malformed handshake is refused with an error reply (never served as if "
-         "well-formed), whose text holds what the step says: the peer learns what was wrong",
+         "well-formed), whose text holds what the step says: the peer learns what was wrong; an oversized one is "
+         "dropped unread (no reply: ZeroMQ's size limit disconnects the peer before the listener reads it)",
          judges=("step_returned",), observes_exit=False)
 def bad_handshake_refused(run: RunRecord, p: Params) -> Verdict:
     bad_steps = [e for e in run.ordered if e.kind == "step_returned" and e.data.get("kind") == "malformed_handshake"
@@ -70,7 +72,12 @@ def bad_handshake_refused(run: RunRecord, p: Params) -> Verdict:
     evidence: list[Event] = []
     for e in bad_steps:
         value, name, says = e.data.get("value"), e.data.get("step"), e.data.get("says")
-        if not isinstance(value, dict):
+        if e.data.get("bad") == OVERSIZED:
+            if isinstance(value, dict) and value.get("status") is None:
+                continue
+            problems.append(f"{name} ({OVERSIZED}) was read and answered ({value!r}), not dropped unread"
+                            if isinstance(value, dict) else f"{name} ({OVERSIZED}): {e.data.get('error')}")
+        elif not isinstance(value, dict):
             problems.append(f"{name} ({e.data.get('bad')}): {e.data.get('error') or 'no reply recorded'}")
         elif value.get("status") == "ok":
             problems.append(f"{name} ({e.data.get('bad')}) was served as if well-formed")
@@ -85,3 +92,24 @@ def bad_handshake_refused(run: RunRecord, p: Params) -> Verdict:
     if problems:
         return violated("bad_handshake_refused", "; ".join(problems), evidence)
     return ok("bad_handshake_refused", f"{len(bad_steps)} malformed handshake(s), each refused with an error")
+
+
+@checker("no_serving_after_stop", "a handshake request still waiting as its listener's stop begins (the named "
+         "step, held with the thread's wake-up) is never served: the thread checks the stop flag after every "
+         "wake-up and leaves, so the peer gets no reply rather than an answer from a listener being shut down",
+         judges=("step_returned", "stop_started", "handshake_served"), evidence=observed("listener"),
+         observes_exit=False)
+def no_serving_after_stop(run: RunRecord, p: RequestStep) -> Verdict:
+    rets = [e for e in run.ordered if e.kind == "step_returned" and e.data.get("step") == p.request
+            and category_of(e.data) == "request"]
+    if not rets:
+        return unknown("no_serving_after_stop", f"no request step {p.request} returned in the history")
+    ret = rets[0]
+    stop = next((e for e in run.ordered if e.kind == "stop_started" and e.t_ns < ret.t_ns), None)
+    if stop is None:
+        return unknown("no_serving_after_stop", f"{p.request} returned before any stop began: nothing raced the stop")
+    if ret.data.get("ok"):
+        late = [e for e in run.ordered if e.kind == "handshake_served" and e.t_ns > stop.t_ns]
+        return violated("no_serving_after_stop", f"{p.request} was served ({ret.data.get('value')!r}) after the "
+                        "listener's stop began", [stop, *late, ret])
+    return ok("no_serving_after_stop", f"{p.request}, waiting as the stop began, was left unanswered")

@@ -12,7 +12,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 __all__ = ["CHECKER_PARAMS", "Params", "StopResult", "StopLatency", "Within", "FaultFired", "PortReleased",
-           "CallsAnswered", "CallsBounded", "CtlCleans", "RestartRefused"]
+           "CallsAnswered", "CallsBounded", "CtlCleans", "RestartRefused", "RequestStep"]
 
 
 class Params(BaseModel):
@@ -42,6 +42,12 @@ class RestartRefused(Params):
     step: str | None = Field(None, description="the `as:` name of a restart step; None = every restart")
     error_class: str | None = Field(None, description="the exception class the refusal raised (ListenerBusy); "
                                     "None = any")
+
+
+class RequestStep(Params):
+    """A request step, by its `as:` name."""
+
+    request: str = Field(description="the `as:` name of a handshake step")
 
 
 class Within(Params):

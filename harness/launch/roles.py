@@ -118,14 +118,21 @@ def hs_engine_main(spec: dict[str, Any], ctl: ControlClient, exit_req: ExitReque
                                   payload=b"x" * 64) for p in range(pp) for t in range(tp)}
     state: dict[str, Any] = {"listener": None}
 
-    def start(port: int = 0, start_timeout: float | None = None, join_timeout: float | None = None) -> int:
-        listener = cls(meta, host=HOST, port=port, recorder=ctl, start_timeout=start_timeout,
-                       join_timeout=join_timeout)
-        state["listener"] = listener
+    def make(port: int = 0, start_timeout: float | None = None, join_timeout: float | None = None) -> Any:
+        state["listener"] = cls(meta, host=HOST, port=port, recorder=ctl, start_timeout=start_timeout,
+                                join_timeout=join_timeout)
+        return state["listener"]
+
+    def start(port: int = 0, start_timeout: float | None = None, join_timeout: float | None = None,
+              reuse: bool = False) -> int:
+        """Start a new listener; ``reuse``: start the one made last instead (one shut down must refuse)."""
+        listener = state["listener"] if reuse and state["listener"] is not None else make(port, start_timeout,
+                                                                                          join_timeout)
         return int(listener.start())
 
-    def shutdown() -> bool:
-        listener = state["listener"]
+    def shutdown(unstarted: bool = False) -> bool:
+        """Shut the listener down; ``unstarted``: make a new one and shut it down without starting it."""
+        listener = make() if unstarted else state["listener"]
         return True if listener is None else bool(listener.shutdown())
 
     def cycle(n: int, port: int = 0) -> list[int]:
@@ -153,7 +160,7 @@ def hs_peer_main(spec: dict[str, Any], ctl: ControlClient, exit_req: ExitRequest
     import msgspec
     import zmq
 
-    from harness.reference.handshake import HandshakeErrorReply, fetch_metadata
+    from harness.reference.handshake import MAX_REQUEST_BYTES, HandshakeErrorReply, fetch_metadata
 
     codec = getattr(load_target(spec.get("variant", "reference")), "handshake_codec", None)
     if codec is not None:  # the target speaks its own handshake wire (vllm_nixl: vLLM's reply, two frames)
@@ -198,7 +205,8 @@ def hs_peer_main(spec: dict[str, Any], ctl: ControlClient, exit_req: ExitRequest
             good = msgspec.msgpack.encode(("get_meta_msg", 0, 0))
             body = {"garbage": [b"\xc1\xc1"], "wrong_tag": [msgspec.msgpack.encode(("hello", 0, 0))],
                     "unknown_rank": [msgspec.msgpack.encode(("get_meta_msg", 9, 9))],
-                    "extra_frame": [good, b"extra"]}[kind]  # a well-formed request and one frame more
+                    "extra_frame": [good, b"extra"],  # a well-formed request and one frame more
+                    "oversized": [b"\xc1" * (2 * MAX_REQUEST_BYTES)]}[kind]  # past the size limit
             s.send_multipart(body)
             reply = s.recv_multipart()
         except zmq.Again:

@@ -35,8 +35,10 @@ harness/reference/handshake_variants.py that breaks it):
 Events (to ``recorder``): handshake_listener_started (host, port), bind_failed (host,
 port, error), handshake_served (pp, tp), bad_handshake (why), reply_failed (error),
 thread_crashed (error), stop_started, stop_returned (ok), thread_exited.
-Failpoint sites: ``handshake.before_bind``, ``handshake.request`` (a request received,
-before it is served), ``handshake.before_reply``.
+Failpoint sites: ``handshake.before_bind``, ``handshake.woke`` (the thread woke from its
+poll, before it checks the stop flag), ``handshake.request`` (a request received, before it
+is served), ``handshake.before_reply``, ``handshake.stop_requested`` (on the stopping
+thread: the stop flag is set, the wake-up not yet written).
 
 Variant seams are the ``_``-prefixed methods between "variant seams" comments.
 """
@@ -248,6 +250,7 @@ class HandshakeListener:
         poller.register(self._wake_r, zmq.POLLIN)
         while not self._stop.is_set():
             ready = dict(poller.poll())
+            failpoints.hit("handshake.woke")  # where a request that arrives with the stop is held
             if self._stop.is_set():
                 return
             if router in ready:  # (the pipe is written only after _stop is set: no need to drain it)
@@ -318,6 +321,7 @@ class HandshakeListener:
     def _request_stop(self) -> None:
         """Set the stop flag and wake the thread through the self-pipe (safe from any thread)."""
         self._stop.set()
+        failpoints.hit("handshake.stop_requested")  # the flag is set: a thread held at woke now sees it
         if self._wake_w >= 0:
             try:
                 os.write(self._wake_w, b"x")

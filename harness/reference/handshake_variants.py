@@ -19,7 +19,9 @@ from typing import Any
 import msgspec
 import zmq
 
+from harness import failpoints
 from harness.errors import ConfigError, ListenerError
+from harness.osthread import name_os_thread
 from harness.reference.handshake import GET_META_MSG, AgentMetadata, HandshakeListener, envelope_of
 
 __all__ = ["HANDSHAKE_VARIANTS", "RECV_TIMEOUT_MS", "get_handshake_variant", "HandshakeTarget", "handshake_target"]
@@ -135,6 +137,73 @@ class UncheckedRequest(HandshakeListener):
         return self.metadata[(pp, tp)]
 
 
+class UnstartedShutdownFails(HandshakeListener):
+    """shutdown() of a listener never started says False and leaves it open: a caller that tears down an
+    engine whose listener never started sees a failed stop, and the listener can still be started after it
+    was shut down (contract line 2: True before ``start()``, and a shut-down listener stays shut)."""
+
+    def shutdown(self) -> bool:
+        if self._thread is None and not self._closed:
+            self.rec.emit("stop_returned", ok=False)
+            return False
+        return super().shutdown()
+
+
+class UnboundedRequest(HandshakeListener):
+    """The ROUTER has no size limit (no ZMQ_MAXMSGSIZE): a request of any size is read into memory and
+    answered, where the reference's libzmq drops the peer unread (the size limit of MAX_REQUEST_BYTES).
+    The reference's ``_run`` with that one option left out: it must be set before bind to apply."""
+
+    def _run(self) -> None:
+        name_os_thread("lc-handshake")
+        ctx: zmq.Context[Any] = zmq.Context()
+        router: zmq.Socket[Any] | None = None
+        try:
+            try:
+                failpoints.hit("handshake.before_bind")
+                if self._stop.is_set():
+                    return
+                router = ctx.socket(zmq.ROUTER)
+                router.setsockopt(zmq.LINGER, 0)
+                router.bind(f"tcp://{self.host}:{self.requested_port or '*'}")
+                endpoint = router.getsockopt(zmq.LAST_ENDPOINT)
+                self._port = int(bytes(endpoint).decode().rsplit(":", 1)[1])
+            except Exception as exc:
+                self.rec.emit("bind_failed", host=self.host, port=self.requested_port, error=str(exc))
+                self._report_bind_failure(self._bind_failure(exc))
+                return
+            self.rec.emit("handshake_listener_started", host=self.host, port=self._port)
+            self._ready.set()
+            self._serve_loop(router)
+        except Exception as exc:
+            self.rec.emit("thread_crashed", error=f"{type(exc).__name__}: {exc}")
+        finally:
+            if router is not None:
+                router.close(linger=0)
+            ctx.term()
+            self.rec.emit("thread_exited")
+
+
+class ServesAfterStop(HandshakeListener):
+    """The thread checks the stop flag only before it polls: a request that arrives with the stop (both
+    pending as the poll returns) is received and served after the stop began (contract line 2: the stop
+    flag is checked after every wake-up)."""
+
+    def _serve_loop(self, router: zmq.Socket[Any]) -> None:
+        poller = zmq.Poller()
+        poller.register(router, zmq.POLLIN)
+        poller.register(self._wake_r, zmq.POLLIN)
+        while not self._stop.is_set():
+            ready = dict(poller.poll())
+            failpoints.hit("handshake.woke")
+            if router in ready:
+                try:
+                    frames = router.recv_multipart(zmq.NOBLOCK)
+                except zmq.Again:
+                    continue
+                self._on_message(router, frames)
+
+
 HANDSHAKE_VARIANTS: dict[str, type[HandshakeListener]] = {
     "reference": HandshakeListener,
     "never_stopped": NeverStopped,
@@ -145,6 +214,9 @@ HANDSHAKE_VARIANTS: dict[str, type[HandshakeListener]] = {
     "bind_failure_leaks_pipe": BindFailureLeaksPipe,
     "start_timeout_keeps_thread": StartTimeoutKeepsThread,
     "unchecked_request": UncheckedRequest,
+    "unstarted_shutdown_fails": UnstartedShutdownFails,
+    "unbounded_request": UnboundedRequest,
+    "serves_after_stop": ServesAfterStop,
 }
 
 
@@ -165,6 +237,9 @@ _ABOUT = {
     "bind_failure_leaks_pipe": "a start whose bind fails leaves its self-pipe open",
     "start_timeout_keeps_thread": "start gives up after start_timeout without stopping the thread: it binds later",
     "unchecked_request": "the request is not checked: extra frames ignored, a decode error's text is the reply",
+    "unstarted_shutdown_fails": "shutdown before start returns False and leaves the listener startable",
+    "unbounded_request": "no ZMQ_MAXMSGSIZE: an oversized request is read and answered, not dropped unread",
+    "serves_after_stop": "no stop check after the poll: a request arriving with the stop is served after it",
 }
 
 

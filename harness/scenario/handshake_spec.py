@@ -30,7 +30,7 @@ PortOrHeld = Annotated[
     Annotated[int, Tag("Number"), Field(ge=0, le=65535)] | Annotated[StepName, Tag("Name")],
     Discriminator(word_or_number),
 ]
-HandshakeFault = Literal["garbage", "wrong_tag", "unknown_rank", "extra_frame"]
+HandshakeFault = Literal["garbage", "wrong_tag", "unknown_rank", "extra_frame", "oversized"]
 _WITHIN: Any = Field(2.0, gt=0, description="a safety net: how long the peer waits for the reply")
 
 
@@ -41,6 +41,8 @@ class HandshakeStart(Strict):
                                             "(its port) or of a handshake_start step (the port it bound)")
     start_timeout: Duration = Field(1.0, gt=0, description="how long start may wait for the thread to bind")
     join_timeout: Duration = Field(5.0, gt=0, description="how long shutdown waits for the thread to exit")
+    reuse: bool = Field(False, description="start the listener the engine made last (one a handshake_shutdown "
+                                           "with unstarted: true shut down must refuse) instead of a new one")
     as_: StepName | None = _AS
 
 
@@ -61,10 +63,12 @@ class Hammer(Strict):
 
 
 class MalformedHandshake(Strict):
-    """The peer sends one malformed handshake: undecodable (garbage), a wrong tag, a rank nobody serves, or a
-    well-formed request followed by one frame more (extra_frame)."""
+    """The peer sends one malformed handshake: undecodable (garbage), a wrong tag, a rank nobody serves, a
+    well-formed request followed by one frame more (extra_frame), or a frame over the listener's 64 KiB
+    limit (oversized: the listener's ZeroMQ drops the peer unread, so no reply comes)."""
 
-    kind: HandshakeFault = Field("garbage", description="garbage, wrong_tag, unknown_rank or extra_frame")
+    kind: HandshakeFault = Field("garbage", description="garbage, wrong_tag, unknown_rank, extra_frame or "
+                                                        "oversized")
     says: str | None = Field(None, min_length=1, max_length=200,
                              description="text the error reply must contain (case-insensitive), e.g. undecodable: "
                                          "the listener says what was wrong (checker bad_handshake_refused)")
@@ -75,6 +79,8 @@ class MalformedHandshake(Strict):
 class HandshakeShutdown(Strict):
     """The engine shuts its handshake listener down (async): ``wait: {returned: NAME}`` joins it."""
 
+    unstarted: bool = Field(False, description="make a new listener and shut it down without starting it "
+                                               "(shutdown before start: True, and the listener stays shut)")
     as_: StepName | None = _AS
 
 

@@ -31,6 +31,8 @@ from harness.timeouts import scaled
 
 __all__ = ["HandshakeState"]
 
+_ANSWERED = {False: ("error", "ok"), True: (None,)}  # the statuses a malformed step expects; oversized: no reply
+
 
 
 @dataclass
@@ -64,7 +66,8 @@ def _serving(pl: Player) -> int:
 def handshake_start(pl: Player, s: Any, name: str) -> None:
     st = pl.scratch(HandshakeState)
     port = _port_of(pl, s.port)
-    args = {"port": port, "start_timeout": scaled(s.start_timeout), "join_timeout": scaled(s.join_timeout)}
+    args = {"port": port, "start_timeout": scaled(s.start_timeout), "join_timeout": scaled(s.join_timeout),
+            "reuse": s.reuse}
     st.join_timeout = args["join_timeout"]
     ok, value = pl.command(name, "handshake_start", pl.proc("engine"), "start", args,
                            scaled(s.start_timeout) + scaled(GRACE_S), port=port)
@@ -104,7 +107,7 @@ def malformed_handshake(pl: Player, s: Any, name: str) -> None:
     says = {} if s.says is None else {"says": s.says}
     pl.command(name, "malformed_handshake", pl.c.peer, "bad", {"port": port, "kind": s.kind, "detail": True,
                                                                "within": scaled(s.within)},
-               scaled(s.within) + scaled(GRACE_S), ok_if=lambda v: v.get("status") in ("error", "ok"),
+               scaled(s.within) + scaled(GRACE_S), ok_if=lambda v: v.get("status") in _ANSWERED[s.kind == "oversized"],
                fault="garbage_body", bad=s.kind, port=port, **says)
 
 
@@ -112,7 +115,8 @@ def malformed_handshake(pl: Player, s: Any, name: str) -> None:
 def handshake_shutdown(pl: Player, s: Any, name: str) -> None:
     st = pl.scratch(HandshakeState)
     bound = st.join_timeout + scaled(GRACE_S)  # a shutdown that outlives its own join bound (and a grace) hangs
-    pl.commands(name, "handshake_shutdown", [(pl.proc("engine"), "shutdown", {})], lambda v: v[0], timeout=bound,
+    pl.commands(name, "handshake_shutdown", [(pl.proc("engine"), "shutdown", {"unstarted": s.unstarted})],
+                lambda v: v[0], timeout=bound,
                 probe=True, stuck=True, join=bound + scaled(pl.cfg.ipc_timeout), port=st.port)
 
 

@@ -248,6 +248,9 @@ class _Refs:
             step = getattr(entry.params, "step", None)
             if isinstance(step, str) and not _sub_stop(step, self.named):  # NAME.stopN: a stop of start_listener NAME
                 self.ref((*at, "step"), step, STOPS if self.handshake is None else HS_STOPS, None)
+            request = getattr(entry.params, "request", None)
+            if isinstance(request, str):
+                self.ref((*at, "request"), request, ("handshake",), None)
             faults = getattr(entry.params, "faults", None)
             for k, name in enumerate(faults or []):
                 self.ref((*at, "faults", k), name, ("arm",), None)

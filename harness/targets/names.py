@@ -43,6 +43,7 @@ WORKER_VARIANTS: tuple[str, ...] = (
 HANDSHAKE_VARIANTS: tuple[str, ...] = (
     "reference", "never_stopped", "join_timeout_zero", "poll_timeout_1s", "ready_wait_no_timeout",
     "dies_on_bad_message", "bind_failure_leaks_pipe", "start_timeout_keeps_thread", "unchecked_request",
+    "unstarted_shutdown_fails", "unbounded_request", "serves_after_stop",
 )
 # harness.targets.vllm_engine.ENGINE_TARGETS' stand-in engine and its planted bugs (the well-behaved one first)
 ENGINE_VARIANTS: tuple[str, ...] = (
