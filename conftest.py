@@ -1,7 +1,10 @@
 """In-repo pytest wiring only: the plugin itself is harness/plugin.py (entry point ``lastcall``)."""
 
 import os
+import shutil
 import sys
+
+import pytest
 
 # lastcall's own suite checks every recorded event against harness.events (a bad one breaks the run);
 # set before any recorder exists, and inherited by every process a test starts
@@ -43,3 +46,17 @@ def pytest_unconfigure(config):
         import gc
 
         gc.freeze()
+
+
+@pytest.fixture
+def short_tmp():
+    """A short private directory for what binds Unix sockets under it (an engine's VLLM_RPC_BASE_PATH): sun_path
+    holds 107 bytes, and tmp_path under xdist (/tmp/pytest-of-USER/pytest-N/popen-gwN/<test name>N/) outgrows it
+    once the session counter N has a few digits."""
+    from harness.names import temp_root
+
+    root = temp_root()
+    try:
+        yield root
+    finally:
+        shutil.rmtree(root, ignore_errors=True)

@@ -63,8 +63,9 @@ PARAMS: dict[str, list[dict[str, Any]]] = {
     "stop_result": [{"step": "s1", "returns": False}],
     "ctl_cleans": [{"found": "s1", "deleted": "s2"}],
     "port_released": [{"ports": [80]}],
+    "no_serving_after_stop": [{"request": "s1"}],
 }
-NO_DEFAULTS = {"ctl_cleans"}
+NO_DEFAULTS = {"ctl_cleans", "no_serving_after_stop"}
 SEEDS = 400  # the fixed histories of the reach test
 
 # kinds that checkers read together: a history draws one or two of these, and a few kinds of any other

@@ -159,9 +159,9 @@ def test_a_pause_bound_outside_its_range_is_refused(child: subprocess.Popen[byte
 
 # ------------------------------------------------------------------ SIGCONT before every kill
 @pytest.fixture
-def tree(tmp_path: Path) -> Iterator[EngineTree]:
+def tree(short_tmp: Path) -> Iterator[EngineTree]:
     t = EngineTree([sys.executable, "-m", "harness.engine.standin", "serve", "--port", str(free_port())],
-                   tmp_path / "run", ready=READY_LINE, failed=r"^ERROR: ", path_vars=("VLLM_RPC_BASE_PATH",))
+                   short_tmp / "run", ready=READY_LINE, failed=r"^ERROR: ", path_vars=("VLLM_RPC_BASE_PATH",))
     t.start(timeout=30)
     yield t
     t.close()

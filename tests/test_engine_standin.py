@@ -25,13 +25,13 @@ Launch = Callable[..., tuple[EngineTree, int]]
 
 
 @pytest.fixture
-def launch(tmp_path: Path) -> Iterator[Launch]:
+def launch(short_tmp: Path) -> Iterator[Launch]:
     trees: list[EngineTree] = []
 
     def start(variant: str = "standin", *extra: str) -> tuple[EngineTree, int]:
         port = free_port()
         tree = EngineTree([sys.executable, "-m", "harness.engine.standin", "serve", "--port", str(port),
-                           "--variant", variant, *extra], tmp_path / f"run{len(trees)}", ready=READY_LINE,
+                           "--variant", variant, *extra], short_tmp / f"run{len(trees)}", ready=READY_LINE,
                           failed=r"^ERROR: ", path_vars=("VLLM_RPC_BASE_PATH",))
         trees.append(tree)
         tree.start(timeout=30)

@@ -31,14 +31,14 @@ Make = Callable[..., tuple[EngineTree, int]]
 
 
 @pytest.fixture
-def make(tmp_path: Path) -> Iterator[Make]:
+def make(short_tmp: Path) -> Iterator[Make]:
     """A stand-in tree, not yet started: (tree, port)."""
     trees: list[EngineTree] = []
 
     def build(variant: str = "standin", *extra: str, env: dict[str, str] | None = None) -> tuple[EngineTree, int]:
         port = free_port()
         tree = EngineTree([sys.executable, "-m", "harness.engine.standin", "serve", "--port", str(port),
-                           "--variant", variant, *extra], tmp_path / f"run{len(trees)}", ready=READY_LINE,
+                           "--variant", variant, *extra], short_tmp / f"run{len(trees)}", ready=READY_LINE,
                           failed=r"^ERROR: ", path_vars=("VLLM_RPC_BASE_PATH",), env=env)
         trees.append(tree)
         return tree, port

@@ -103,7 +103,9 @@ def test_an_engine_sample_is_recorded_in_its_own_record_and_table(tmp_path: Path
     (line,) = json.loads(scope.record.read_text())["samples"]
     assert (line["commit"], line["seed"], line["n"], line["raw"]) == ("abc1234", 5, 1, {"killed": 1, "all": 1})
     text = page.read_text()
-    assert "reference's" in text and "old" not in text and "| abc1234 | 5 | no | 1 | 1 of 1 |" in text
+    assert "reference's" in text and "\nold\n" not in text
+    assert "| abc1234 | " in text and " | 5 | no | 1 | 1 of 1 |" in text  # (the machine's column between)
+    assert (tmp_path / "samples" / "5.json").is_file()  # the sample's outcomes, beside its record
 
 
 @pytest.mark.slow

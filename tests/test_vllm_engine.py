@@ -63,13 +63,13 @@ def engine_lock() -> Iterator[None]:
         os.close(fd)
 
 
-def test_vllm_serve_becomes_ready_answers_and_leaves_nothing_running(tmp_path: Path, engine_lock: None) -> None:
+def test_vllm_serve_becomes_ready_answers_and_leaves_nothing_running(short_tmp: Path, engine_lock: None) -> None:
     from harness.targets.vllm_model import tiny_model
 
     model = tiny_model()
     port = free_port()
     vllm_bin = Path(sys.executable).parent / "vllm"
-    tree = EngineTree([str(vllm_bin), "serve", str(model), "--port", str(port), *SERVE], tmp_path / "run",
+    tree = EngineTree([str(vllm_bin), "serve", str(model), "--port", str(port), *SERVE], short_tmp / "run",
                       ready=r"Application startup complete", env=ENV, path_vars=("VLLM_RPC_BASE_PATH",))
     owners: dict[str, list[int]] = {}  # the /dev/shm segments and semaphores the tree held when ready
     try:
