@@ -17,11 +17,20 @@ from harness import repro
 ROOT = Path(__file__).resolve().parent.parent
 FINDINGS = ROOT / "docs/findings/vllm-0.32-cpu"
 REPRO = FINDINGS / "repro"
-# each committed reproducer -> the stand-in's planted bug of its finding
-PLANTED = {"engine-shutdown-timeout-0.py": "hangs_stream",
-           "engine-sigint-during-stream.py": "hangs_stream",
-           "engine-sigkill-engine-core.py": "exits_zero_after_engine_died",
-           "engine-tp2-sigkill-api-server.py": "keeps_child"}
+RELEASES = (FINDINGS, ROOT / "docs/findings/vllm-0.31-cpu")  # the releases with committed reproducers
+# each committed reproducer (under docs/findings/) -> the stand-in's planted bug of its finding
+PLANTED = {"vllm-0.32-cpu/repro/engine-shutdown-timeout-0.py": "hangs_stream",
+           "vllm-0.32-cpu/repro/engine-sigint-during-stream.py": "hangs_stream",
+           "vllm-0.32-cpu/repro/engine-sigkill-engine-core.py": "exits_zero_after_engine_died",
+           "vllm-0.32-cpu/repro/engine-tp2-sigkill-api-server.py": "keeps_child",
+           "vllm-0.32-cpu/repro/engine-sigterm-idle.py": "leaves_socket_file",
+           "vllm-0.32-cpu/repro/engine-nixl-held-port.py": "hangs_on_held_side_channel",
+           "vllm-0.31-cpu/repro/engine-sigterm-idle.py": "leaves_socket_file",
+           "vllm-0.31-cpu/repro/engine-nixl-held-port.py": "hangs_on_held_side_channel"}
+# the stored run each is written from, where it is not reports/SCENARIO: the stored engine-sigterm-idle of
+# reports/ predates engine_launched's argv, the chained runs have it
+SOURCE = {"vllm-0.32-cpu/repro/engine-sigterm-idle.py": "vllm-0.32-cpu/reports-chained/engine-sigterm-idle",
+          "vllm-0.31-cpu/repro/engine-sigterm-idle.py": "vllm-0.31-cpu/reports-chained/engine-sigterm-idle"}
 # the stand-in's tree is gone in under 0.1 s of a stop (harness.targets.vllm_engine): a tenth of vLLM's waits
 # keeps a margin of five and a planted hang's test short
 STANDIN_SCALE = "0.1"
@@ -36,27 +45,30 @@ def _run(script: Path, variant: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_every_committed_reproducer_is_proven() -> None:
-    assert sorted(p.name for p in REPRO.glob("*.py")) == sorted(PLANTED)
+    committed = [str(p.relative_to(ROOT / "docs/findings")) for r in RELEASES for p in (r / "repro").glob("*.py")]
+    assert sorted(committed) == sorted(PLANTED)
 
 
 @pytest.mark.parametrize("name", sorted(PLANTED))
 def test_reproducer_quiet_on_the_standin(name: str) -> None:
-    r = _run(REPRO / name, "standin")
+    r = _run(ROOT / "docs/findings" / name, "standin")
     assert r.returncode == 0, r.stdout + r.stderr
 
 
 @pytest.mark.parametrize("name", sorted(PLANTED))
 def test_reproducer_fires_on_the_planted_bug(name: str) -> None:
-    r = _run(REPRO / name, PLANTED[name])
+    r = _run(ROOT / "docs/findings" / name, PLANTED[name])
     assert r.returncode == 1, r.stdout + r.stderr
     assert "DEFECT" in r.stdout
 
 
 @pytest.mark.parametrize("name", sorted(PLANTED))
 def test_committed_reproducer_is_what_repro_writes(name: str, tmp_path: Path) -> None:
-    out = tmp_path / name
-    assert repro.main(str(FINDINGS / "reports" / name[:-3]), str(out), None) == 0
-    assert out.read_text() == (REPRO / name).read_text()
+    release, _, script = name.split("/")
+    run = ROOT / "docs/findings" / SOURCE.get(name, f"{release}/reports/{script[:-3]}")
+    out = tmp_path / script
+    assert repro.main(str(run), str(out), None) == 0
+    assert out.read_text() == (ROOT / "docs/findings" / name).read_text()
     assert "import harness" not in out.read_text() and "lastcall import" not in out.read_text()
 
 
@@ -88,6 +100,74 @@ def _edit_history(run: Path, edit: dict[str, object]) -> None:
     first = json.loads(lines[0])
     first["data"].update(edit)
     hist.write_text("\n".join([json.dumps(first), *lines[1:]]) + "\n")
+
+
+def _edit_event(run: Path, kind: str, edit: dict[str, object], step: str | None = None) -> None:
+    """Update the data of the first event of ``kind`` (of a step of that kind, given ``step``)."""
+    hist = run / "history.jsonl"
+    docs = [json.loads(line) for line in hist.read_text().splitlines()]
+    doc = next(d for d in docs if d["kind"] == kind and (step is None or d["data"].get("kind") == step))
+    doc["data"].update(edit)
+    hist.write_text("".join(json.dumps(d) + "\n" for d in docs))
+
+
+NIXL = "engine-nixl-held-port"
+# hostile or malformed fields of the held-port run -> the event edited and what its located refusal names
+BAD_NIXL = {
+    "env-variable": (("engine_launched", None), {"env": {"LD_PRELOAD": "/tmp/x.so"}},
+                     ": env: 'LD_PRELOAD' is not one of"),
+    "env-host": (("engine_launched", None), {"env": {"VLLM_NIXL_SIDE_CHANNEL_HOST": "0.0.0.0"}},
+                 "env VLLM_NIXL_SIDE_CHANNEL_HOST: '0.0.0.0' is not one of ['127.0.0.1']"),
+    "env-port-code": (("engine_launched", None), {"env": {"VLLM_NIXL_SIDE_CHANNEL_PORT": "1'+__import__('os')+'"}},
+                      "env VLLM_NIXL_SIDE_CHANNEL_PORT: \"1'+__import__('os')+'\" is not a port number"),
+    "env-port-range": (("engine_launched", None), {"env": {"VLLM_NIXL_SIDE_CHANNEL_PORT": "70000"}},
+                       "is not a port number (1 to 65535)"),
+    "env-not-object": (("engine_launched", None), {"env": ["VLLM_NIXL_SIDE_CHANNEL_PORT"]},
+                       "engine_launched: key 'env' is list"),  # the event schema's own refusal
+    "kv-config-json": (("engine_launched", None), {"argv": ["serve", "m", "--kv-transfer-config", "{nope"]},
+                       "argv[3]: '{nope' is no JSON object"),
+    "kv-config-key": (("engine_launched", None),
+                      {"argv": ["serve", "m", "--kv-transfer-config", '{"kv_connector": "NixlConnector", '
+                                '"kv_connector_module_path": "evil"}']},
+                      "argv[3]: --kv-transfer-config key: 'kv_connector_module_path' is not one of"),
+    "kv-config-connector": (("engine_launched", None),
+                            {"argv": ["serve", "m", "--kv-transfer-config", '{"kv_connector": "LMCacheConnectorV1"}']},
+                            "--kv-transfer-config kv_connector: 'LMCacheConnectorV1' is not one of ['NixlConnector']"),
+    "kv-config-missing": (("engine_launched", None), {"argv": ["serve", "m", "--kv-transfer-config"]},
+                          "argv[3]: '' is no JSON object"),
+    "held-port": (("step_returned", "hold_port"), {"value": "53725; rm -rf /"}, "the held port: '53725; rm -rf /'"),
+    "hold-port-port": (("step_started", "hold_port"), {"port": -1}, "port: '-1' is not a number in [0, 65535]"),
+    "not-held": (("engine_launched", None), {"env": {"VLLM_NIXL_SIDE_CHANNEL_PORT": "5600"}},
+                 "does not give the engine the held port"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_NIXL))
+def test_malformed_held_port_run_refused(case: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (kind, step), edit, needle = BAD_NIXL[case]
+    run = _copy(tmp_path, NIXL)
+    _edit_event(run, kind, edit, step)
+    _refused(run, tmp_path, capsys, needle)
+
+
+def test_hold_port_after_the_launch_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    run = _copy(tmp_path, NIXL)
+    hist = run / "history.jsonl"
+    docs = [json.loads(line) for line in hist.read_text().splitlines()]
+    hold = next(d for d in docs if d["kind"] == "step_started")
+    docs.append(hold)
+    hist.write_text("".join(json.dumps(d) + "\n" for d in docs))
+    _refused(run, tmp_path, capsys, f"history.jsonl:{len(docs)}: a hold_port step after another step or the launch")
+
+
+def test_kv_config_is_written_anew(tmp_path: Path) -> None:
+    """An allowed --kv-transfer-config reaches the script as lastcall writes it, never as the run's text."""
+    run = _copy(tmp_path, NIXL)
+    _edit_event(run, "engine_launched", {"argv": ["serve", "m", "--kv-transfer-config",
+                                                  '{ "kv_role":"kv_both",\n"kv_connector":"NixlConnector"}']})
+    params = repro.params_of(run)
+    assert params["argv"][-1] == '{"kv_connector": "NixlConnector", "kv_role": "kv_both"}'
+    assert params["env"]["VLLM_NIXL_SIDE_CHANNEL_PORT"] == "{held}"
 
 
 def test_hostile_scenario_name_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -137,12 +217,14 @@ def test_the_literal_check_fires_on_code(tmp_path: Path) -> None:
         _literals_only("PARAMS = {'a': __import__('os')}\n")
 
 
-def test_check_dry_run_lists_every_reproducer(capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize("release", RELEASES, ids=[r.name for r in RELEASES])
+def test_check_dry_run_lists_every_reproducer(release: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from harness.repro import check
 
-    assert check.main(["--dry-run", "--dir", str(REPRO)]) == 0
+    assert check.main(["--dry-run", "--dir", str(release / "repro")]) == 0
     out = capsys.readouterr().out.splitlines()
-    assert [line.split()[1].rsplit("/", 1)[-1] for line in out] == sorted(PLANTED)
+    want = sorted(n.rsplit("/", 1)[-1] for n in PLANTED if n.startswith(f"{release.name}/"))
+    assert [line.split()[1].rsplit("/", 1)[-1] for line in out] == want
 
 
 def test_check_fails_on_a_lost_finding(capsys: pytest.CaptureFixture[str]) -> None:
@@ -164,10 +246,10 @@ def test_cli_refuses_with_one_located_line(tmp_path: Path, capsys: pytest.Captur
     from harness.cli import main
 
     run = _copy(tmp_path)
-    (run / "verdicts.json").write_text('{"format": 1, "scenario": "engine-sigterm-idle"}')
+    (run / "verdicts.json").write_text('{"format": 1, "scenario": "engine-sigterm-worker-tp2"}')
     assert main(["repro", str(run)]) == 2
     err = capsys.readouterr().err
-    assert err == (f"lastcall repro: {run}/verdicts.json: scenario: 'engine-sigterm-idle' is not one of "
+    assert err == (f"lastcall repro: {run}/verdicts.json: scenario: 'engine-sigterm-worker-tp2' is not one of "
                    f"{sorted(repro.FINDINGS)}\n")
 
 
