@@ -72,7 +72,7 @@ def test_the_page_s_table_is_rendered_from_the_record(scope: Scope) -> None:
     begin, end = scope.markers
     start, stop = page.index(begin) + len(begin), page.index(end)
     on_disk = json.loads(scope.record.read_text())["samples"] if scope.record.exists() else []
-    assert page[start:stop].strip() == samples.markdown(on_disk).strip(), (
+    assert page[start:stop].strip() == samples.markdown(on_disk, scope.record).strip(), (
         f"docs/mutation.md's fresh-samples table of the {scope.name} differs from {scope.record.name}: "
         "python -c 'from harness.mutate.scopes import render_samples; render_samples()'")
 
