@@ -51,7 +51,6 @@ pytestmark = pytest.mark.slow  # making the mutants of listener.py takes ~3 s (~
 
 LISTENER_PY = Path(__file__).resolve().parent.parent / "harness" / "reference" / "listener.py"
 BODIES_CLEAR = "harness/reference/listener.py::WorkerListener._close::remove:01b4f0"
-FLUSHED_STATE = "harness/reference/listener.py::WorkerListener._on_writable::negate:f88630"
 POST_DISPATCH_UNLOCK = "harness/reference/listener.py::WorkerListener._dispatch_ready::unlock:50e45c"
 SAFETY = 10.0  # seconds: a safety net on every wait, never a timer
 
@@ -409,3 +408,26 @@ def test_the_close_of_an_unread_reply_is_the_exits_close_too(lc_root: Path, no_t
     stopped, hung_up, closed, left, closes, _kinds = ref
     assert stopped and hung_up and closed and not left and closes == (1,), ref
     assert ref_whys == ("reply not read before the drain timeout",) and mut_whys == ("listener stopping",), got
+
+
+# --------------------------------------- the wake pipe's sentinel after teardown
+WAKE_SENTINEL = "harness/reference/listener.py::WorkerListener._teardown::constant:761054"
+
+
+def test_the_wake_pipes_sentinel_after_teardown_is_any_invalid_descriptor(lc_root: Path, no_thread_leak: None) -> None:
+    """The teardown marks the closed wake pipe -1 (the mutant: -2).  Once torn down, the only code that reads the
+    two fields again is _wake (a later stop's _begin_stop returns before it, and the serving thread is joined), and
+    its write fails with EBADF for either value, which it takes as "the thread is gone": a stop, a stop from every
+    path after it, and a _wake on a torn-down listener behave alike."""
+    seen = {}
+    for name, cls in (("reference", WorkerListener), ("mutant", _mutated(WAKE_SENTINEL).WorkerListener)):
+        rec = Recorder()
+        listener = cls(socket_path(name, 0, 0, lc_root), NoopBackend(), ipc=name, recorder=rec)
+        listener.start()
+        first = listener.stop()
+        fields = (listener._wake_r, listener._wake_w)
+        listener._wake()  # what a late wake-up does: no exception, nothing written
+        again = listener.stop()
+        seen[name] = (first, again, [e.kind for e in rec.events() if e.kind in ("stop_started", "stop_returned")])
+        assert all(fd < 0 for fd in fields), fields
+    assert seen["reference"] == seen["mutant"], seen
