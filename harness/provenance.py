@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["FIELDS", "NOT_RECORDED", "machine", "record", "line", "records_of", "fields", "parse"]
+__all__ = ["FIELDS", "NOT_RECORDED", "machine", "machine_text", "record", "line", "records_of", "fields", "parse"]
 
 FIELDS = ("date", "commit", "machine", "python", "command")  # what a record holds and the line shows, in order
 NOT_RECORDED = "not recorded"  # the value shown for a field a record lacks
@@ -60,7 +60,8 @@ def records_of(data: Mapping[str, Any]) -> list[Mapping[str, Any]]:
     return [{**top, **{k: r[k] for k in _KEYS if k in r}} for r in listed if isinstance(r, Mapping)] or [data]
 
 
-def _machine(rec: Mapping[str, Any]) -> str | None:
+def machine_text(rec: Mapping[str, Any]) -> str | None:
+    """A record's machine in words (``2 CPUs, AMD EPYC, 23.5 GiB``), or None when it records none."""
     m, cpus = rec.get("machine"), rec.get("cpus")
     if isinstance(m, Mapping):
         parts = [f"{m['cpus']} CPUs" if m.get("cpus") else None, m.get("model"),
@@ -72,7 +73,7 @@ def _machine(rec: Mapping[str, Any]) -> str | None:
 
 def _value(rec: Mapping[str, Any], field: str) -> str | None:
     if field == "machine":
-        return _machine(rec)
+        return machine_text(rec)
     value = rec.get(field)
     if field == "commit" and value and rec.get("dirty") and not str(value).endswith("+"):
         value = f"{value}+"

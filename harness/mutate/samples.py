@@ -16,6 +16,8 @@ import statistics
 from pathlib import Path
 from typing import Any
 
+from harness.provenance import NOT_RECORDED, machine_text
+
 __all__ = ["RECORD", "BEGIN", "END", "MIN_SAMPLE", "SAMPLES", "TARGET", "draw_seed", "entry", "outcomes_of",
            "append", "headline", "markdown", "render"]
 
@@ -38,13 +40,7 @@ def entry(doc: dict[str, Any], *, drawn: bool) -> dict[str, Any]:
     return {"date": doc["date"], "commit": doc["commit"], "seed": doc["seed"], "drawn": drawn,
             "n": doc["raw"]["all"], "planned": doc.get("planned", doc["raw"]["all"]),
             "raw": dict(doc["raw"]), "non_equivalent": dict(doc["non_equivalent"]), "command": doc["command"],
-            "machine": _machine(doc.get("machine"))}
-
-
-def _machine(m: Any) -> str:
-    if not isinstance(m, dict):
-        return "not recorded"
-    return f"{m.get('cpus', '?')} CPUs, {m.get('model', '?')}, {m.get('mem_total_gib', '?')} GiB"
+            "machine": machine_text({"machine": doc.get("machine")}) or NOT_RECORDED}
 
 
 def _read(path: Path) -> list[dict[str, Any]]:
@@ -108,7 +104,7 @@ def markdown(samples: list[dict[str, Any]], path: Path = RECORD) -> str:
         raw, ne = s["raw"], s["non_equivalent"]
         cut = f" (of {s['planned']} drawn)" if s["planned"] != s["n"] else ""
         pct = f"{100 * ne['killed'] / ne['all']:.1f} %" if ne["all"] else "n/a"
-        rows.append(f"| {s['date']} | {s['commit']} | {s.get('machine', 'not recorded')} | {s['seed']} | "
+        rows.append(f"| {s['date']} | {s['commit']} | {s.get('machine', NOT_RECORDED)} | {s['seed']} | "
                     f"{'yes' if s['drawn'] else 'no'} | "
                     f"{s['n']}{cut} | {raw['killed']} of {raw['all']} | {ne['killed']} of {ne['all']} ({pct}) |")
     if not samples:

@@ -243,6 +243,14 @@ class HandshakeListener:
                 os.close(fd)
         self._wake_r = self._wake_w = -1
 
+    def _router(self, ctx: zmq.Context[Any]) -> zmq.Socket[Any]:
+        """The ROUTER socket, unbound: closed at once on close (linger 0), and a request over MAX_REQUEST_BYTES
+        drops its peer unread (libzmq applies the size limit only when it is set before the bind)."""
+        router: zmq.Socket[Any] = ctx.socket(zmq.ROUTER)
+        router.setsockopt(zmq.LINGER, 0)
+        router.setsockopt(zmq.MAXMSGSIZE, MAX_REQUEST_BYTES)
+        return router
+
     def _serve_loop(self, router: zmq.Socket[Any]) -> None:
         """Poll the ROUTER and the self-pipe with no timeout; check the stop flag after each wake-up."""
         poller = zmq.Poller()
@@ -283,9 +291,7 @@ class HandshakeListener:
                 failpoints.hit("handshake.before_bind")
                 if self._stop.is_set():  # start gave up waiting: never serve
                     return
-                router = ctx.socket(zmq.ROUTER)
-                router.setsockopt(zmq.LINGER, 0)
-                router.setsockopt(zmq.MAXMSGSIZE, MAX_REQUEST_BYTES)
+                router = self._router(ctx)
                 port = "*" if self.requested_port == 0 else str(self.requested_port)
                 router.bind(f"tcp://{self.host}:{port}")
                 endpoint = router.getsockopt(zmq.LAST_ENDPOINT)

@@ -21,7 +21,6 @@ import zmq
 
 from harness import failpoints
 from harness.errors import ConfigError, ListenerError
-from harness.osthread import name_os_thread
 from harness.reference.handshake import GET_META_MSG, AgentMetadata, HandshakeListener, envelope_of
 
 __all__ = ["HANDSHAKE_VARIANTS", "RECV_TIMEOUT_MS", "get_handshake_variant", "HandshakeTarget", "handshake_target"]
@@ -151,37 +150,12 @@ class UnstartedShutdownFails(HandshakeListener):
 
 class UnboundedRequest(HandshakeListener):
     """The ROUTER has no size limit (no ZMQ_MAXMSGSIZE): a request of any size is read into memory and
-    answered, where the reference's libzmq drops the peer unread (the size limit of MAX_REQUEST_BYTES).
-    The reference's ``_run`` with that one option left out: it must be set before bind to apply."""
+    answered, where the reference's libzmq drops the peer unread (the size limit of MAX_REQUEST_BYTES)."""
 
-    def _run(self) -> None:
-        name_os_thread("lc-handshake")
-        ctx: zmq.Context[Any] = zmq.Context()
-        router: zmq.Socket[Any] | None = None
-        try:
-            try:
-                failpoints.hit("handshake.before_bind")
-                if self._stop.is_set():
-                    return
-                router = ctx.socket(zmq.ROUTER)
-                router.setsockopt(zmq.LINGER, 0)
-                router.bind(f"tcp://{self.host}:{self.requested_port or '*'}")
-                endpoint = router.getsockopt(zmq.LAST_ENDPOINT)
-                self._port = int(bytes(endpoint).decode().rsplit(":", 1)[1])
-            except Exception as exc:
-                self.rec.emit("bind_failed", host=self.host, port=self.requested_port, error=str(exc))
-                self._report_bind_failure(self._bind_failure(exc))
-                return
-            self.rec.emit("handshake_listener_started", host=self.host, port=self._port)
-            self._ready.set()
-            self._serve_loop(router)
-        except Exception as exc:
-            self.rec.emit("thread_crashed", error=f"{type(exc).__name__}: {exc}")
-        finally:
-            if router is not None:
-                router.close(linger=0)
-            ctx.term()
-            self.rec.emit("thread_exited")
+    def _router(self, ctx: zmq.Context[Any]) -> zmq.Socket[Any]:
+        router: zmq.Socket[Any] = ctx.socket(zmq.ROUTER)
+        router.setsockopt(zmq.LINGER, 0)
+        return router
 
 
 class ServesAfterStop(HandshakeListener):
