@@ -138,6 +138,11 @@ class Recorder:
             evs = list(self._events)
         return evs if kind is None else [e for e in evs if e.kind == kind]
 
+    def count(self) -> int:
+        """How many events are stored: an index to pass as ``wait_for(after=)`` for what happens next."""
+        with self._cond:
+            return len(self._events)
+
     def kinds(self) -> list[str]:
         return [e.kind for e in self.events()]
 

@@ -145,6 +145,31 @@ expect:
     assert result.passed, result.step_error or [v for v in result.verdicts if not v.ok]
 
 
+@pytest.mark.parametrize("since", [True, False])
+def test_a_wait_since_a_step_counts_events_recorded_before_a_later_marking_step(tmp_path: Path,
+                                                                                since: bool) -> None:
+    # stop_started is recorded before hold_port moves the mark: only since: s1 still counts it
+    path = tmp_path / "wait-since.yaml"
+    path.write_text(f"""name: wait-since
+about: an event recorded before a marking step is counted by a wait since an earlier step
+catches: [no_conn_tracking]
+topology: {{tp: 1}}
+steps:
+  - start: cluster
+  - stop: {{on: all, as: s1}}
+  - wait: {{returned: s1}}
+  - hold_port: {{as: h1}}
+  - wait: {{event: stop_started, on: {{rank: 0}}, {'since: s1, ' if since else ''}timeout: 500ms}}
+expect:
+  - stop_result: {{step: s1, returns: true}}
+""")
+    result = run_item(expand(load(str(path)))[0], variant="reference")
+    if since:
+        assert result.passed, result.step_error or [v for v in result.verdicts if not v.ok]
+    else:
+        assert "no stop_started event" in str(result.step_error)
+
+
 def test_a_target_lacking_the_cast_s_part_fails_the_run_before_anything_starts() -> None:
     item = expand(load(str(SCENARIOS / "handshake-idle-shutdown-releases-the-port.yaml")))[0]
     result = run_item(item, variant="no_conn_tracking")

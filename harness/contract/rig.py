@@ -204,7 +204,7 @@ class Rig:
 
     def mark(self) -> int:
         """The index of the next event: pass as ``after=`` to wait for what happens next."""
-        return len(self.rec.events())
+        return self.rec.count()
 
     def wait(self, match: str | Callable[[Event], bool], after: int = 0) -> Event:
         ev = self.rec.wait_for(match, scaled(), after=after)

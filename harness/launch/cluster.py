@@ -303,7 +303,7 @@ class Cluster:
         return ev
 
     def mark(self) -> int:
-        return len(self.rec.events())
+        return self.rec.count()
 
     # -------------------------------------------------------------- watchdog
     def _watch(self) -> None:

@@ -79,6 +79,9 @@ class Wait(Strict):
     event: str | None = Field(None, description="an event kind, e.g. stop_started (see docs/events.md)",
                               json_schema_extra=_event_enum)
     on: WorkerOrEngine | None = Field(None, description="with event: only events from this process")
+    since: StepName | None = Field(None, description="with event: count events from the start of this earlier "
+                                   "step, not from the last step that moves the mark (one recorded before a "
+                                   "later arm, send or release still counts)")
     returned: StepName | None = Field(None, description="a call, stop, shutdown or restart step's name")
     closed: StepName | None = Field(None, description="a send, idle or flood step's name: the listener closed it")
     timeout: Duration | None = Field(None, description="a safety net, not a timer; default config.ipc_timeout")
@@ -96,6 +99,8 @@ class Wait(Strict):
             raise ValueError(f"expected exactly one of: reached, event, returned, closed; found {found}")
         if self.on is not None and self.event is None:
             raise ValueError("on: only applies to event waits; remove it")
+        if self.since is not None and self.event is None:
+            raise ValueError("since: only applies to event waits; remove it")
         if self.hits != 1 and self.reached is None:
             raise ValueError("hits: only applies to reached waits; remove it")
         return self

@@ -138,7 +138,8 @@ class Player:
         self.ports: dict[str, int] = {}  # step name -> the TCP port it holds (hold_port) or bound
         self.stuck: list[Proc] = []  # processes with a command that never answered
         self.paused: dict[str, int] = {}  # pause step -> the pid it paused (resumed by finish_up at the latest)
-        self.mark = 0
+        self.mark = 0  # the event index a wait: {event} counts from: moved by each marking step
+        self.began: dict[str, int] = {}  # step name -> the event index at its start (wait: {event, since})
         self._scratch: dict[type, Any] = {}
         self._played = 0  # steps already played (play_prelude)
         self.slowness = 1.0  # the run's measured slowness (harness.timeouts.Slowness): stretches the safety nets
@@ -288,8 +289,11 @@ class Player:
         kind = STEP_KINDS.get(step.kind)
         if kind is None:
             raise StepError(f"no player for step kind {step.kind!r}; registered: {', '.join(sorted(STEP_KINDS))}")
+        here = self.c.mark()
+        if step.name:
+            self.began[step.name] = here
         if kind.marks:
-            self.mark = self.c.mark()
+            self.mark = here
         kind.play(self, step.spec, step.name or f"step{i}")
 
     # --------------------------------------------------------------- cleanup
@@ -357,7 +361,8 @@ def wait(pl: Player, s: Any, name: str) -> None:
                             waited_for="fault_reached")
     elif what == "event":
         pid = None if s.on is None else pl.proc(s.on).pid
-        if rec.wait_for(lambda e: e.kind == s.event and (pid is None or e.pid == pid), limit, after=pl.mark) is None:
+        after = pl.mark if s.since is None else pl.began[s.since]
+        if rec.wait_for(lambda e: e.kind == s.event and (pid is None or e.pid == pid), limit, after=after) is None:
             raise StepError(f"wait: no {s.event} event{'' if s.on is None else ' on ' + str(s.on)} in {limit}s",
                             waited_for=s.event)
     elif what == "returned":

@@ -204,7 +204,12 @@ class _Refs:
             self.ref((*at, "returned"), wait.returned, WAITABLE if self.handshake is None else HS_RETURNS, i)
         elif wait.closed is not None:
             self.ref((*at, "closed"), wait.closed, CONNECTS, i)
-        elif wait.event is not None and wait.event not in kind_names() and ":" not in self.sc.target:
+        if wait.since is not None and wait.since not in self.named:
+            later = next((j for j, s in enumerate(self.sc.steps) if j > i and s.name == wait.since), None)
+            where = "" if later is None else f" (steps[{later}] comes later)"
+            self.add((*at, "since"), f"undefined step name {wait.since!r}{where}; expected the as: name of an "
+                     f"earlier step{did_you_mean(wait.since, list(self.named))}")
+        if wait.event is not None and wait.event not in kind_names() and ":" not in self.sc.target:
             # (a module:attribute target may declare kinds of its own: known once it is loaded, at run time)
             self.add((*at, "event"), f"unknown event kind {wait.event!r}; expected {one_of(EVENT_KINDS)}"
                      f"{did_you_mean(wait.event, EVENT_KINDS)}",
