@@ -1,5 +1,6 @@
 """The reference's write path: a reply its client does not read never blocks the serving thread (stop contract
-lines 3 and 11), proven on the reference and on the planted bugs blocking_write and short_write_lost."""
+lines 3 and 11), a reply is written as its client reads it, and a client gone mid-reply is closed; proven on the
+reference and on the planted bugs of harness.reference.write_variants."""
 
 from __future__ import annotations
 
@@ -137,3 +138,64 @@ def test_a_slow_reader_gets_its_whole_reply_during_a_drain(lc_root: Path, lastca
     assert result == [True]
     assert wire.decode_reply(bytes(data[wire.HEADER.size:])).id == big().id
     assert not lastcall_recorder.events("reply_failed")
+
+
+def read_bytewise(s: socket.socket) -> wire.Reply:
+    """One reply a byte per recv(): the listener must write the rest each time its client has read some."""
+    head = b"".join(s.recv(1) for _ in range(wire.HEADER.size))
+    body = bytearray()
+    for _ in range(wire.parse_length(head)):
+        body += s.recv(1)
+    return wire.decode_reply(bytes(body))
+
+
+@pytest.mark.parametrize("variant", ["reference", "partial_flush_abandoned"])
+def test_a_reply_read_slowly_is_written_as_it_is_read(lc_root: Path, lastcall_recorder: Recorder,
+                                                      lst: list[WorkerListener], variant: str) -> None:
+    # 512 KiB read a byte at a time: the socket takes a buffer's worth, then a quarter of it frees at each
+    # wake-up, so the rest needs several writes, each after the client read some (no stop delivers them)
+    listener = start(VARIANTS[variant].listener, lc_root, lastcall_recorder)
+    lst.append(listener)
+    req = wire.Request(cmd="kv_tensors_created", id="x" * 512 * 1024)
+    with connect(listener.path, timeout=5.0) as s:
+        s.sendall(wire.encode_request(req))
+        if variant == "reference":
+            assert read_bytewise(s).id == req.id
+        else:  # back to reading after its first partial write: the rest waits for a request that never comes
+            with pytest.raises(TimeoutError):
+                read_bytewise(s)
+
+
+@pytest.mark.parametrize("variant", ["reference", "dead_reader_spins"])
+def test_a_client_gone_mid_reply_is_recorded_and_closed(lc_root: Path, lastcall_recorder: Recorder,
+                                                        lst: list[WorkerListener], variant: str) -> None:
+    listener = start(VARIANTS[variant].listener, lc_root, lastcall_recorder)
+    lst.append(listener)
+    s = connect(listener.path)
+    s.sendall(wire.encode_request(big()))
+    assert s.recv(1, socket.MSG_PEEK)  # the reply has begun: the rest is pending on the listener's side
+    s.close()
+    failed = lastcall_recorder.wait_for("reply_failed", 2.0 if variant == "reference" else 0.5)
+    if variant == "reference":
+        assert failed is not None
+        closed = lastcall_recorder.wait_for(lambda e: e.kind == "connection_closed"
+                                            and e.data.get("conn") == failed.data["conn"], 2.0)
+        assert closed is not None and str(closed.data["why"]).startswith("reply failed")
+    else:  # neither recorded nor closed: the connection stays in the epoll set until the stop
+        assert failed is None
+
+
+@pytest.mark.parametrize("variant", ["reference", "reply_leaves_writing"])
+def test_a_connection_idle_after_a_reply_of_many_writes_is_cancelled_by_the_stop(
+        lc_root: Path, lastcall_recorder: Recorder, no_thread_leak: None, variant: str) -> None:
+    listener = start(VARIANTS[variant].listener, lc_root, lastcall_recorder)
+    with connect(listener.path) as s:
+        s.sendall(wire.encode_request(big()))
+        assert wire.decode_reply(wire.recv_frame(s)).id == big().id  # kept open, idle
+        # the last write of that reply is followed, on the one serving thread, by the connection's return to
+        # idle: another client answered after it was read whole is answered after that return
+        assert ask(listener.path, wire.Request(cmd="kv_tensors_created")).status == "success"
+        assert listener.stop() is True
+    first = lastcall_recorder.events("accepted")[0].data["conn"]
+    cancelled = {c for e in lastcall_recorder.events("reads_cancelled") for c in e.data["conns"]}
+    assert (first in cancelled) is (variant == "reference")

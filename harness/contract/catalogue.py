@@ -77,7 +77,9 @@ UNREACHABLE: dict[str, str] = {
     # the write path's and the edge steps' bugs (scenarios/*.yaml catch each; tests/test_write_path.py and
     # tests/test_edge_steps.py in-process)
     **{name: "needs a client that does not read its reply, or a reply larger than the socket buffer; the explorer "
-       "reads each reply at once and its replies are small" for name in ("blocking_write", "short_write_lost")},
+       "reads each reply at once and its replies are small" for name in ("blocking_write", "short_write_lost",
+                                                                         "partial_flush_abandoned",
+                                                                         "dead_reader_spins", "reply_leaves_writing")},
     **{name: "needs a start that fails after socket(); the explorer starts only where the bind succeeds"
        for name in ("failed_start_leaks", "failed_start_not_undone")},
     **{name: "needs a second owner at the listener's path (live, or SIGKILLed with its socket left); the explorer "

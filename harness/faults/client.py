@@ -35,6 +35,7 @@ __all__ = [
     "never_read",
     "slow_reader",
     "read_slowly",
+    "hang_up_mid_reply",
     "pipeline",
     "CutReply",
 ]
@@ -209,6 +210,19 @@ def never_read(path: str, req: wire.Request, frame: Framer = wire.encode_request
     s = connect(path)
     s.sendall(frame(req))
     return Peer(s, unread=True)
+
+
+def hang_up_mid_reply(peer: Peer, timeout: float) -> bool:
+    """Wait until the reply to ``peer``'s request has begun to arrive (peeked, nothing read), then close the
+    connection with all of it unread: the listener is writing to a client that is gone.  False if nothing
+    arrived within ``timeout`` (the connection is closed all the same)."""
+    peer.sock.settimeout(timeout)
+    try:
+        began = bool(peer.sock.recv(1, socket.MSG_PEEK))
+    except OSError:
+        began = False
+    peer.close()
+    return began
 
 
 def slow_reader(path: str, req: wire.Request, frame: Framer = wire.encode_request) -> Peer:

@@ -54,10 +54,16 @@ from harness.reference.registry_variants import (
 )
 from harness.reference.sides import ReferenceEngineSide, ReferenceWorkerSide
 from harness.reference.worker import ReferenceWorker
+from harness.reference.write_variants import (
+    BlockingWrite,
+    DeadReaderSpins,
+    PartialFlushAbandoned,
+    ReplyLeavesWriting,
+    ShortWriteLost,
+)
 
 __all__ = ["Variant", "VARIANTS", "get_variant"]
 
-WRITE_TIMEOUT = 5.0  # seconds blocking_write's reply write may block (the reference's old bound)
 
 
 # ----------------------------------------------------------------- listeners
@@ -237,19 +243,6 @@ class HeadOfLineBlocking(WorkerListener):
                 pass
 
 
-class BlockingWrite(WorkerListener):
-    """The reference as it once was: a short write falls back to a blocking write bounded by WRITE_TIMEOUT, so a
-    client that does not read its reply holds the serving thread, and every other client waits."""
-
-    def _send(self, conn: _Conn, reply: wire.Reply) -> None:
-        try:
-            conn.sock.settimeout(WRITE_TIMEOUT)
-            conn.sock.sendall(wire.encode_reply(reply))
-            conn.sock.setblocking(False)
-        except OSError as exc:
-            self._reply_failed(conn, exc)
-
-
 class FailedStartLeaks(WorkerListener):
     """A start that fails after mkdir and socket() leaves them: the socket's fd (never closed, as a listener
     keeping it as a plain int does) and the directories it made."""
@@ -299,19 +292,6 @@ class NoKeepAlive(WorkerListener):
     def _send(self, conn: _Conn, reply: wire.Reply) -> None:
         super()._send(conn, reply)
         self._close(conn, why="one request per connection")
-
-
-class ShortWriteLost(WorkerListener):
-    """One send() per reply: what the socket did not take at once is dropped, so a reply larger than the
-    socket buffer arrives cut short and its client waits for the rest."""
-
-    def _send(self, conn: _Conn, reply: wire.Reply) -> None:
-        try:
-            conn.sock.send(wire.encode_reply(reply))
-        except BlockingIOError:
-            pass
-        except OSError as exc:
-            self._reply_failed(conn, exc)
 
 
 # ------------------------------------------------------------------- workers
@@ -415,6 +395,12 @@ VARIANTS: dict[str, Variant] = _variants(
             "other client waits", listener=BlockingWrite),
     Variant("short_write_lost", "a reply larger than the socket buffer is cut short: one send, the rest dropped",
             listener=ShortWriteLost),
+    Variant("partial_flush_abandoned", "a reply the socket took in part goes back to reading: the rest waits for "
+            "the client's next request or a stop", listener=PartialFlushAbandoned),
+    Variant("dead_reader_spins", "a client gone mid-reply is neither recorded nor closed: the serving thread "
+            "spins on its connection until a stop", listener=DeadReaderSpins),
+    Variant("reply_leaves_writing", "a connection whose reply took more than one write is never idle again: a "
+            "stop does not cancel it", listener=ReplyLeavesWriting),
     Variant("failed_start_leaks", "a start that fails leaves its socket's fd and the directories it made",
             listener=FailedStartLeaks),
     Variant("takes_over_live_socket", "start unlinks whatever is at its path: a live owner's socket is stolen "

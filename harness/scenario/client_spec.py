@@ -121,16 +121,18 @@ class Send(Strict):
         "is an error of this type, e.g. bad_request; a reply served, an error of another type or no reply fails "
         "it. Only a plain request (fault none)"))
     hang_up: bool = Field(False, description=(
-        "close the connection as soon as the malformed frame is sent, reading nothing: the client is gone before "
-        "the listener answers, so its reply cannot be written (only with zero_length, oversize_length or "
-        "garbage_body)"))
+        "with zero_length, oversize_length or garbage_body: close the connection as soon as the malformed frame "
+        "is sent, reading nothing: the client is gone before the listener answers, so its reply cannot be "
+        "written. With never_read: close it once the reply has begun to arrive, all of it unread: the client is "
+        "gone while the listener is writing (a reply_size larger than the socket buffer leaves the rest "
+        "pending), so its next write fails"))
     as_: StepName | None = AS_FIELD
 
     @model_validator(mode="after")
     def _needs_cmd(self) -> Send:
-        if self.hang_up and self.fault not in FRAMELESS_FAULTS:
+        if self.hang_up and self.fault not in (*FRAMELESS_FAULTS, "never_read"):
             raise ValueError(f"hang_up: only a malformed frame (fault {', '.join(FRAMELESS_FAULTS)}) is sent and "
-                             f"left at once, not {self.fault!r}")
+                             f"left at once, or an unread reply (never_read) left mid-write, not {self.fault!r}")
         if self.hang_up and self.timeout is not None:
             raise ValueError("timeout: a send that hangs up waits for no reply; remove it")
         if self.refused is not None and self.fault != "none":

@@ -34,6 +34,11 @@ def send_reader_fault(pl: Player, s: Any, name: str, path: str, req: wire.Reques
     if s.fault == "never_read":
         peer = cf.never_read(path, req, pl.codec.encode_request)
         pl.peers[name] = [peer]
+        if s.hang_up:  # gone mid-write: what the listener does with the rest is the listener's record
+            began = cf.hang_up_mid_reply(peer, pl.timeout(None))
+            pl.returned(name, "send", began, {"status": None}, fault=s.fault, hang_up=True,
+                        error="" if began else "no reply began before the client hung up")
+            return
         pl.emit("peer_stalled", step=name, fault=s.fault)
         return
     peer = cf.slow_reader(path, req, pl.codec.encode_request)
