@@ -25,12 +25,20 @@ PLANTED = {"vllm-0.32-cpu/repro/engine-shutdown-timeout-0.py": "hangs_stream",
            "vllm-0.32-cpu/repro/engine-tp2-sigkill-api-server.py": "keeps_child",
            "vllm-0.32-cpu/repro/engine-sigterm-idle.py": "leaves_socket_file",
            "vllm-0.32-cpu/repro/engine-nixl-held-port.py": "hangs_on_held_side_channel",
+           "vllm-0.32-cpu/repro/engine-sigkill-worker.py": "exits_zero_after_engine_died",
+           "vllm-0.32-cpu/repro/engine-sigint-worker.py": "exits_zero_after_engine_died",
+           "vllm-0.32-cpu/repro/engine-sigkill-api-server.py": "keeps_port",
            "vllm-0.31-cpu/repro/engine-sigterm-idle.py": "leaves_socket_file",
-           "vllm-0.31-cpu/repro/engine-nixl-held-port.py": "hangs_on_held_side_channel"}
-# the stored run each is written from, where it is not reports/SCENARIO: the stored engine-sigterm-idle of
-# reports/ predates engine_launched's argv, the chained runs have it
+           "vllm-0.31-cpu/repro/engine-nixl-held-port.py": "hangs_on_held_side_channel",
+           "vllm-0.31-cpu/repro/engine-sigkill-worker.py": "exits_zero_after_engine_died",
+           "vllm-0.31-cpu/repro/engine-sigint-worker.py": "exits_zero_after_engine_died",
+           "vllm-0.31-cpu/repro/engine-sigkill-api-server.py": "keeps_port"}
+# the stored run each is written from, where it is not reports/SCENARIO: the stored engine-sigterm-idle and
+# engine-sigkill-api-server of 0.32's reports/ predate engine_launched's argv, the chained runs have it
 SOURCE = {"vllm-0.32-cpu/repro/engine-sigterm-idle.py": "vllm-0.32-cpu/reports-chained/engine-sigterm-idle",
-          "vllm-0.31-cpu/repro/engine-sigterm-idle.py": "vllm-0.31-cpu/reports-chained/engine-sigterm-idle"}
+          "vllm-0.32-cpu/repro/engine-sigkill-api-server.py": "vllm-0.32-cpu/reports-chained/engine-sigkill-api-server",
+          "vllm-0.31-cpu/repro/engine-sigterm-idle.py": "vllm-0.31-cpu/reports-chained/engine-sigterm-idle",
+          "vllm-0.31-cpu/repro/engine-sigkill-api-server.py": "vllm-0.31-cpu/reports-chained/engine-sigkill-api-server"}
 # the stand-in's tree is gone in under 0.1 s of a stop (harness.targets.vllm_engine): a tenth of vLLM's waits
 # keeps a margin of five and a planted hang's test short
 STANDIN_SCALE = "0.1"

@@ -42,6 +42,10 @@ FINDINGS: dict[str, tuple[str, str, str]] = {
                             "files, torch.distributed's vllm_dist_<hex> FileStore file)", "engine_nothing_left"),
     "engine-nixl-held-port": ("start_hangs", "the start hangs when the NIXL side-channel port is held by another "
                               "process", "engine_start_ends"),
+    "engine-sigkill-worker": ("exit_zero", "the API server exits 0 after its worker was SIGKILLed (its engine died)",
+                              "engine_exit_status"),
+    "engine-sigint-worker": ("exit_zero", "the API server exits 0 after its worker stopped on SIGINT (its engine "
+                             "died)", "engine_exit_status"),
 }
 SIGNALS = frozenset({"SIGKILL", "SIGTERM", "SIGINT"})
 ROLES = frozenset({"api_server", "engine_core", "worker"})
