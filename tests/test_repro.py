@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from harness import repro
+from harness.scenario.engine_steps import STALLED_RCVBUF
 
 ROOT = Path(__file__).resolve().parent.parent
 FINDINGS = ROOT / "docs/findings/vllm-0.32-cpu"
@@ -25,12 +26,27 @@ PLANTED = {"vllm-0.32-cpu/repro/engine-shutdown-timeout-0.py": "hangs_stream",
            "vllm-0.32-cpu/repro/engine-tp2-sigkill-api-server.py": "keeps_child",
            "vllm-0.32-cpu/repro/engine-sigterm-idle.py": "leaves_socket_file",
            "vllm-0.32-cpu/repro/engine-nixl-held-port.py": "hangs_on_held_side_channel",
+           "vllm-0.32-cpu/repro/engine-sigkill-worker.py": "exits_zero_after_engine_died",
+           "vllm-0.32-cpu/repro/engine-sigint-worker.py": "exits_zero_after_engine_died",
+           "vllm-0.32-cpu/repro/engine-sigkill-api-server.py": "keeps_port",
+           "vllm-0.32-cpu/repro/engine-client-disconnects-mid-stream.py": "hangs_stream",
+           "vllm-0.32-cpu/repro/engine-stream-reader-stalls.py": "hangs_stream",
            "vllm-0.31-cpu/repro/engine-sigterm-idle.py": "leaves_socket_file",
-           "vllm-0.31-cpu/repro/engine-nixl-held-port.py": "hangs_on_held_side_channel"}
-# the stored run each is written from, where it is not reports/SCENARIO: the stored engine-sigterm-idle of
-# reports/ predates engine_launched's argv, the chained runs have it
+           "vllm-0.31-cpu/repro/engine-nixl-held-port.py": "hangs_on_held_side_channel",
+           "vllm-0.31-cpu/repro/engine-sigkill-worker.py": "exits_zero_after_engine_died",
+           "vllm-0.31-cpu/repro/engine-sigint-worker.py": "exits_zero_after_engine_died",
+           "vllm-0.31-cpu/repro/engine-sigkill-api-server.py": "keeps_port",
+           "vllm-0.31-cpu/repro/engine-client-disconnects-mid-stream.py": "hangs_stream",
+           "vllm-0.31-cpu/repro/engine-stream-reader-stalls.py": "hangs_stream"}
+# the stored run each is written from, where it is not reports/SCENARIO: the stored engine-sigterm-idle and
+# engine-sigkill-api-server of 0.32's reports/ predate engine_launched's argv, the chained runs have it; 0.31's
+# chained set holds the only run of three scenarios
 SOURCE = {"vllm-0.32-cpu/repro/engine-sigterm-idle.py": "vllm-0.32-cpu/reports-chained/engine-sigterm-idle",
-          "vllm-0.31-cpu/repro/engine-sigterm-idle.py": "vllm-0.31-cpu/reports-chained/engine-sigterm-idle"}
+          "vllm-0.32-cpu/repro/engine-sigkill-api-server.py": "vllm-0.32-cpu/reports-chained/engine-sigkill-api-server",
+          "vllm-0.31-cpu/repro/engine-sigterm-idle.py": "vllm-0.31-cpu/reports-chained/engine-sigterm-idle",
+          "vllm-0.31-cpu/repro/engine-sigkill-api-server.py": "vllm-0.31-cpu/reports-chained/engine-sigkill-api-server",
+          "vllm-0.31-cpu/repro/engine-client-disconnects-mid-stream.py":
+              "vllm-0.31-cpu/reports-chained/engine-client-disconnects-mid-stream"}
 # the stand-in's tree is gone in under 0.1 s of a stop (harness.targets.vllm_engine): a tenth of vLLM's waits
 # keeps a margin of five and a planted hang's test short
 STANDIN_SCALE = "0.1"
@@ -49,10 +65,20 @@ def test_every_committed_reproducer_is_proven() -> None:
     assert sorted(committed) == sorted(PLANTED)
 
 
+# what a script with a stream's client fault prints on the well-behaved stand-in: the fault was played (the
+# client went away after its events; the reader stalled, then read on to the stream's abort)
+SAYS = {"engine-client-disconnects-mid-stream.py": ["stream whose client goes away: disconnected after 2 events",
+                                                    "stream 1 in the background: ended (finish_reason abort)"],
+        "engine-stream-reader-stalls.py": ["stream stalled: True",
+                                           "stream 1 in the background: ended (finish_reason abort)"]}
+
+
 @pytest.mark.parametrize("name", sorted(PLANTED))
 def test_reproducer_quiet_on_the_standin(name: str) -> None:
     r = _run(ROOT / "docs/findings" / name, "standin")
     assert r.returncode == 0, r.stdout + r.stderr
+    for line in SAYS.get(name.rsplit("/", 1)[-1], []):
+        assert line in r.stdout
 
 
 @pytest.mark.parametrize("name", sorted(PLANTED))
@@ -168,6 +194,44 @@ def test_kv_config_is_written_anew(tmp_path: Path) -> None:
     params = repro.params_of(run)
     assert params["argv"][-1] == '{"kv_connector": "NixlConnector", "kv_role": "kv_both"}'
     assert params["env"]["VLLM_NIXL_SIDE_CHANNEL_PORT"] == "{held}"
+
+
+STALLS, LEAVES = "engine-stream-reader-stalls", "engine-client-disconnects-mid-stream"
+# malformed client faults of a stream (scenario, the step_started of the engine_request edited: its index among
+# them, the edit) -> what the located refusal names
+BAD_FAULTS = {
+    "fault-of-no-stream": ((LEAVES, 1, {"disconnect_after": 2}), "disconnect_after: a client fault of a stream"),
+    "both-faults": ((STALLS, 0, {"disconnect_after": 2}), "stop_reading_after and disconnect_after: a client fault "
+                                                          "of a stream, one at most"),
+    "fault-code": ((STALLS, 0, {"stop_reading_after": "2; import os"}),
+                   "stop_reading_after: '2; import os' is not a whole number in [1, 10000]"),
+    "fault-fraction": ((LEAVES, 0, {"disconnect_after": 2.5}), "disconnect_after: '2.5' is not a whole number"),
+    "fault-bool": ((STALLS, 0, {"stop_reading_after": True}), "stop_reading_after: 'True' is not a whole number"),
+    "fault-range": ((STALLS, 0, {"stop_reading_after": 10_001}), "'10001' is not a whole number in [1, 10000]"),
+    "nothing-in-flight": ((STALLS, 0, {"stop_reading_after": None, "disconnect_after": 2}),
+                          "engine-stream-reader-stalls has no stream that stays in flight"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_FAULTS))
+def test_malformed_client_fault_refused(case: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (scenario, index, edit), needle = BAD_FAULTS[case]
+    run = _copy(tmp_path, scenario)
+    hist = run / "history.jsonl"
+    docs = [json.loads(line) for line in hist.read_text().splitlines()]
+    requests = [d for d in docs if d["kind"] == "step_started" and d["data"]["kind"] == "engine_request"]
+    requests[index]["data"].update(edit)
+    hist.write_text("".join(json.dumps(d) + "\n" for d in docs))
+    _refused(run, tmp_path, capsys, needle)
+
+
+def test_client_faults_reach_the_script_as_numbers() -> None:
+    """Only the fault's count (and the run's receive window of a stalled reader) reach a stream's step."""
+    stalls = repro.params_of(FINDINGS / "reports" / STALLS)["steps"][0]
+    assert stalls == {"kind": "engine_request", "max_tokens": 2000, "stream": True, "stop_reading_after": 2,
+                      "rcvbuf": STALLED_RCVBUF}
+    leaves = repro.params_of(FINDINGS / "reports" / LEAVES)["steps"]
+    assert [s.get("disconnect_after") for s in leaves if s["kind"] == "engine_request"] == [2, None, None]
 
 
 def test_hostile_scenario_name_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -1,11 +1,12 @@
 """``lastcall repro RUN_DIR``: a standalone script (standard library only) that reproduces an engine finding.
 
 What a run dir holds is untrusted (docs/trust.md): it is read through the bounded readers, and only an
-allow-list of its fields reaches the script (the scenario's name, the steps' kinds, a few numbers, a signal of
-:data:`SIGNALS`, a role of :data:`ROLES`, the flags of :data:`FLAGS`), each embedded as one ``repr()`` literal,
-never as code.  Anything else refuses the run dir with one located line (exit 2).  The engine's environment
-gets only the variables of :data:`ENV` (the NIXL side channel's), a held port's number as ``{held}`` (the script
-holds a port of its own), and ``--kv-transfer-config`` only a JSON object of :data:`KV_CONFIG`, written anew.
+allow-list of its fields reaches the script (the scenario's name, the steps' kinds, a few numbers, a stream's
+client fault of :data:`CLIENT_FAULTS`, a signal of :data:`SIGNALS`, a role of :data:`ROLES`, the flags of
+:data:`FLAGS`), each embedded as one ``repr()`` literal, never as code.  Anything else refuses the run dir with
+one located line (exit 2).  The engine's environment gets only the variables of :data:`ENV` (the NIXL side
+channel's), a held port's number as ``{held}`` (the script holds a port of its own), and
+``--kv-transfer-config`` only a JSON object of :data:`KV_CONFIG`, written anew.
 
 Returns 0 (written), 2 (refused)."""
 
@@ -22,6 +23,8 @@ from harness.artifacts import MAX_HISTORY_BYTES, ArtifactError, read_text
 from harness.engine.host import AFTER_FAILURE_S
 from harness.eventlines import check_line, lines_of
 from harness.repro.script import BODY
+from harness.scenario.engine_steps import STALLED_RCVBUF
+from harness.scenario.fields import MAX_COUNT
 from harness.verdicts_file import read_meta
 
 __all__ = ["FINDINGS", "build", "main", "RefusedError"]
@@ -42,6 +45,14 @@ FINDINGS: dict[str, tuple[str, str, str]] = {
                             "files, torch.distributed's vllm_dist_<hex> FileStore file)", "engine_nothing_left"),
     "engine-nixl-held-port": ("start_hangs", "the start hangs when the NIXL side-channel port is held by another "
                               "process", "engine_start_ends"),
+    "engine-sigkill-worker": ("exit_zero", "the API server exits 0 after its worker was SIGKILLed (its engine died)",
+                              "engine_exit_status"),
+    "engine-sigint-worker": ("exit_zero", "the API server exits 0 after its worker stopped on SIGINT (its engine "
+                             "died)", "engine_exit_status"),
+    "engine-client-disconnects-mid-stream": ("stream_hangs", "after a client went away mid-stream, a stream in "
+                                             "flight at SIGTERM never ends", "engine_requests_end"),
+    "engine-stream-reader-stalls": ("stream_hangs", "a stream whose reader stalled, in flight at SIGTERM, never "
+                                    "ends", "engine_requests_end"),
 }
 SIGNALS = frozenset({"SIGKILL", "SIGTERM", "SIGINT"})
 ROLES = frozenset({"api_server", "engine_core", "worker"})
@@ -58,6 +69,8 @@ ENV: dict[str, frozenset[str] | str] = {"VLLM_NIXL_SIDE_CHANNEL_HOST": frozenset
                                         "VLLM_NIXL_SIDE_CHANNEL_PORT": "port"}
 HELD = "{held}"  # the port the script holds, where the run gave the port its hold_port step held
 STEP_KINDS = frozenset({"engine_request", "engine_signal", "wait_gone", "engine_restart", "hold_port"})
+# a stream's client faults (harness.scenario.engine_spec): stop reading after N events, or go away after N
+CLIENT_FAULTS = ("stop_reading_after", "disconnect_after")
 STREAM_S = 10.0  # how long a stream may take to end after the waits (the scenarios' bound of an ended request)
 PORT = re.compile(r"[1-9][0-9]{0,4}")
 MAX_STEPS = 20  # an engine scenario has a handful
@@ -79,6 +92,12 @@ def _word(value: Any, allowed: Any, where: str) -> str:
 def _num(value: Any, low: float, high: float, where: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not low <= value <= high:
         raise RefusedError(f"{where}: {str(value)[:60]!r} is not a number in [{low}, {high}]")
+    return value
+
+
+def _count(value: Any, high: int, where: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= high:
+        raise RefusedError(f"{where}: {str(value)[:60]!r} is not a whole number in [1, {high}]")
     return value
 
 
@@ -159,6 +178,13 @@ def _step(data: Any, where: str) -> dict[str, Any]:
     if kind == "engine_request":
         step["max_tokens"] = int(_num(data.get("max_tokens"), 1, 4096, f"{where}: max_tokens"))
         step["stream"] = data.get("stream") is True
+        faults = [f for f in CLIENT_FAULTS if data.get(f) is not None]
+        if faults and (not step["stream"] or len(faults) > 1):
+            raise RefusedError(f"{where}: {' and '.join(faults)}: a client fault of a stream, one at most")
+        for fault in faults:
+            step[fault] = _count(data.get(fault), MAX_COUNT, f"{where}: {fault}")
+        if "stop_reading_after" in faults:  # the run's receive window: what the server writes backs up soon
+            step["rcvbuf"] = STALLED_RCVBUF
     elif kind == "engine_signal":
         step["to"] = _word(data.get("to"), ROLES, f"{where}: to")
         step["sig"] = _word(data.get("sig"), SIGNALS, f"{where}: sig")
@@ -204,6 +230,10 @@ def params_of(run_dir: Path) -> dict[str, Any]:
                                    or env.get("VLLM_NIXL_SIDE_CHANNEL_PORT") != HELD):
         raise RefusedError(f"{hist}: {scenario} holds no port before the launch, or its engine_launched env does "
                            "not give the engine the held port (VLLM_NIXL_SIDE_CHANNEL_PORT)")
+    if check == "stream_hangs" and not any(s["kind"] == "engine_request" and s["stream"]
+                                           and "disconnect_after" not in s for s in steps):
+        raise RefusedError(f"{hist}: {scenario} has no stream that stays in flight (a stream request without "
+                           "disconnect_after)")
     return {"scenario": scenario, "about": about, "check": check, "model": model, "argv": argv, "env": env,
             "stream_s": STREAM_S, "after_failure_s": AFTER_FAILURE_S,
             "steps": [s for s in steps if s["kind"] != "engine_restart"]}

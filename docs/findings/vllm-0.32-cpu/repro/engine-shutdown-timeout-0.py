@@ -144,19 +144,59 @@ def request(port, model, max_tokens):
         return str(exc)
 
 
-def stream(port, model, max_tokens, started, ended):
-    """A streaming completion: ``started`` at its first event, ``ended`` when it ends in any way."""
+def stream(port, model, step, started, resume):
+    """A streaming completion; how it ended.  ``started`` is set at its first event, or for a reader that stalls
+    (``stop_reading_after``) at the event it stops after, from where it reads on only once ``resume`` is set; a
+    client that goes away (``disconnect_after``) closes its connection after that many events."""
+    stall, leave = step.get("stop_reading_after"), step.get("disconnect_after")
+    events, reason = 0, None
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=600)
     try:
-        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=600)
-        body = json.dumps({"model": model, "prompt": "hello", "max_tokens": max_tokens, "stream": True})
+        if stall:  # a small receive window, set before the connect: the server's writes back up into its buffers
+            conn.sock = socket.socket()
+            conn.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, step["rcvbuf"])
+            conn.sock.settimeout(600)
+            conn.sock.connect(("127.0.0.1", port))
+        body = json.dumps({"model": model, "prompt": "hello", "max_tokens": step["max_tokens"], "stream": True})
         conn.request("POST", "/v1/completions", body, {"Content-Type": "application/json"})
         r = conn.getresponse()
-        while r.readline():
-            started.set()
-    except OSError:
-        pass
+        if r.status != 200:
+            return f"refused (HTTP {r.status})"
+        while line := r.readline():
+            if not line.startswith(b"data:"):
+                continue
+            if line.strip() == b"data: [DONE]":
+                return f"ended (finish_reason {reason}) after {events} events"
+            events += 1
+            try:
+                chunk = json.loads(line[5:])
+            except ValueError:
+                chunk = None
+            chunk = chunk if isinstance(chunk, dict) else {}
+            if "error" in chunk:
+                return f"ended by an error event after {events} events: {str(chunk['error'])[:200]}"
+            choices = chunk.get("choices") if isinstance(chunk.get("choices"), list) else []
+            reason = next((c["finish_reason"] for c in choices if isinstance(c, dict) and c.get("finish_reason")),
+                          reason)
+            if events == (stall or leave or 1):
+                started.set()
+                if leave:
+                    return f"disconnected after {events} events"
+                if stall:
+                    resume.wait()
+        return f"cut: the connection closed after {events} events, before data: [DONE]"
+    except (OSError, http.client.HTTPException) as exc:
+        return f"cut ({exc})"
     finally:
+        conn.close()
         started.set()
+
+
+def in_background(how, ended, *args):
+    """``stream(*args)`` on a thread of its own: how it ended appended to ``how``, then ``ended`` set."""
+    try:
+        how.append(stream(*args))
+    finally:
         ended.set()
 
 
@@ -238,13 +278,21 @@ def play(a, proc, port, out, seen, workdir):
     seen.extend(tree(proc.pid))
     members = list(seen)
     print("ready:", [(p, comm(p)) for p in members], flush=True)
-    started, ended = threading.Event(), threading.Event()  # the stream's, if the run has one
+    resume = threading.Event()  # a stalled reader reads on once the waits are over, as the run's did
+    streams = []  # (ended, how it ended) of each stream in the background, the ones in flight at the signal
     for step in PARAMS["steps"]:
         kind = step["kind"]
-        if kind == "engine_request" and step["stream"]:
-            threading.Thread(target=stream, args=(port, a.model, step["max_tokens"], started, ended),
+        if kind == "engine_request" and step.get("disconnect_after"):  # the run went on once it had gone away
+            how = stream(port, a.model, step, threading.Event(), resume)
+            print("stream whose client goes away:", how, flush=True)
+        elif kind == "engine_request" and step["stream"]:
+            started, ended, ends = threading.Event(), threading.Event(), []
+            streams.append((ended, ends))
+            threading.Thread(target=in_background, args=(ends, ended, port, a.model, step, started, resume),
                              daemon=True).start()
-            print("stream started:", started.wait(60), flush=True)  # as the scenario waits for its first event
+            # as the scenario waits for its first event (a stalled reader: for the stall)
+            print("stream stalled:" if step.get("stop_reading_after") else "stream started:", started.wait(60),
+                  flush=True)
         elif kind == "engine_request":
             print("request:", request(port, a.model, step["max_tokens"]), flush=True)
         elif kind == "engine_signal":
@@ -261,11 +309,17 @@ def play(a, proc, port, out, seen, workdir):
             gone = wait_gone(proc, members, step["timeout"] * a.time_scale)
             left = [(p, comm(p)) for p in members if alive(p)]
             print("gone:", gone, "left:", left, "api server exit:", proc.returncode, flush=True)
+            resume.set()
     if PARAMS["check"] == "orphans":
         defect = any(alive(p) for p in members)
         print("DEFECT: processes outlived the killed API server" if defect else "no process outlived it")
     elif PARAMS["check"] == "stream_hangs":
-        defect = not ended.wait(PARAMS["stream_s"] * a.time_scale)
+        resume.set()
+        end = time.monotonic() + PARAMS["stream_s"] * a.time_scale
+        hung = [i for i, (ended, _) in enumerate(streams) if not ended.wait(max(0, end - time.monotonic()))]
+        for i, (_, ends) in enumerate(streams):
+            print(f"stream {i + 1} in the background:", ends[0] if ends else "no end")
+        defect = bool(hung)
         print("DEFECT: the stream in flight at the signal never ended" if defect else "the stream ended")
     elif PARAMS["check"] == "files_left":
         left = files_in(workdir)
