@@ -98,6 +98,18 @@ def test_committed_reproducer_is_what_repro_writes(name: str, tmp_path: Path) ->
     assert "import harness" not in out.read_text() and "lastcall import" not in out.read_text()
 
 
+def test_an_exit_status_not_yet_known_is_not_reported_absent() -> None:
+    """The exit-0 check reads the API server's exit status: a server still running when the wait for the tree
+    ends (a wait scaled to nothing here) has none, and the script exits 2, not 0 ("absent")."""
+    cmd = [sys.executable, str(FINDINGS / "repro/engine-sigkill-worker.py"), "--engine-cmd",
+           f"{sys.executable} -m harness.engine.standin", "--model", "standin", "--time-scale", "0.0001",
+           "--launch-s", "10"]
+    r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=60,
+                       env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT)})
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert "has not exited: its exit status cannot be judged" in r.stdout
+
+
 def _copy(tmp_path: Path, name: str = "engine-sigkill-engine-core") -> Path:
     run = tmp_path / "run"
     shutil.copytree(FINDINGS / "reports" / name, run)

@@ -327,6 +327,9 @@ def play(a, proc, port, out, seen, workdir):
         print(f"DEFECT: {len(left)} left in the engine's TMPDIR after its stop:" if defect
               else "nothing left in the engine's TMPDIR", *left, sep="\n")
     else:
+        if proc.returncode is None:  # still running: its exit status says nothing yet, either way
+            print("the API server has not exited: its exit status cannot be judged", flush=True)
+            return 2
         defect = proc.returncode == 0
         print("DEFECT: the API server exited 0 although its engine died" if defect
               else f"the API server's exit status: {proc.returncode}")
