@@ -27,6 +27,7 @@ from harness.mutate.plan import (
     subjects_of,
     with_recorded_ids,
 )
+from harness.mutate.run import cast_of_file
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -40,17 +41,25 @@ def _mutant_ids() -> frozenset[str]:
                      for m in s.mutants())
 
 
-def test_the_stop_path_names_existing_functions_of_the_four_files() -> None:
+def test_the_stop_path_names_existing_functions_of_the_five_files() -> None:
     subjects = subjects_of(read_stop_path())
-    assert {s.rel for s in subjects} == {f"harness/reference/{f}.py" for f in ("listener", "registry", "worker",
-                                                                               "handshake")}
+    assert {s.rel for s in subjects} == {f"harness/reference/{f}.py" for f in ("listener", "serving", "registry",
+                                                                               "worker", "handshake")}
     names = {f"{s.module}:{q}" for s in subjects for q in s.qualnames or ()}
     for must in ("harness.reference.listener:WorkerListener.stop", "harness.reference.listener:WorkerListener.start",
-                 "harness.reference.listener:WorkerListener._dispatch_ready", "harness.reference.registry:Registry."
+                 "harness.reference.serving:ServingLoop._dispatch_ready", "harness.reference.registry:Registry."
                  "exit_hook", "harness.reference.worker:ReferenceWorker.shutdown",
                  "harness.reference.handshake:HandshakeListener.shutdown"):
         assert must in names
     assert len(_mutant_ids()) >= 60
+
+
+def test_a_mutant_of_the_request_path_runs_the_worker_listeners_scenarios() -> None:
+    """The worker listener is two files; each mutant of either runs the scenarios of that listener."""
+    casts = {s.rel: cast_of_file(s.rel) for s in subjects_of(read_stop_path())}
+    assert casts == {"harness/reference/listener.py": "worker", "harness/reference/serving.py": "worker",
+                     "harness/reference/registry.py": "worker", "harness/reference/worker.py": "worker",
+                     "harness/reference/handshake.py": "handshake"}
 
 
 def test_a_stop_path_line_naming_no_function_is_a_located_error(tmp_path: Path) -> None:
