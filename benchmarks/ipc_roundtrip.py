@@ -77,8 +77,9 @@ from harness.history import NullRecorder
 from harness.reference import wire
 from harness.reference.allocator import KVAllocator, MiB
 from harness.reference.backend import AllocatorBackend, NoopBackend
-from harness.reference.listener import Backend, WorkerListener
+from harness.reference.listener import WorkerListener
 from harness.reference.paths import socket_path
+from harness.reference.serving import Backend
 
 PAGE = 2 * MiB
 CAPACITY = 1 << 30  # group 0's address space: 512 pages; only 16 are ever mapped at once

@@ -1,5 +1,5 @@
 """A planted bug for tests/test_closed_once.py, modelled on the mutation measurement's survivor
-``harness/reference/listener.py::WorkerListener._close::remove:def028`` (docs/mutation.md): a listener whose
+``harness/reference/serving.py::ServingLoop._close::remove:def028`` (docs/mutation.md): a listener whose
 ``_close`` does not return
 when the connection is already closed.
 

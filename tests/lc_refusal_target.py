@@ -1,5 +1,5 @@
 """A planted bug for tests/test_refused.py, modelled on the mutation measurement's survivor
-``harness/reference/listener.py::WorkerListener._call_backend::remove:5a073d`` (docs/mutation.md): a listener that
+``harness/reference/serving.py::ServingLoop._call_backend::remove:5a073d`` (docs/mutation.md): a listener that
 drops the error reply of a
 request its backend refuses.
 

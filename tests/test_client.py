@@ -37,9 +37,10 @@ from harness.reference.client import (
     resolve_timeout,
     targets_for,
 )
-from harness.reference.listener import Backend, ListenerConfig
+from harness.reference.listener import ListenerConfig
 from harness.reference.paths import socket_path
 from harness.reference.registry import Registry
+from harness.reference.serving import Backend
 from harness.reference.worker import ReferenceWorker, WorkerSpec
 from harness.timeouts import scaled
 

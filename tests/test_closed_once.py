@@ -1,5 +1,5 @@
 """``close_reasons`` also holds the listener to closing a connection once (the mutation survivor
-harness/reference/listener.py::WorkerListener._close::remove:def028, which no scenario noticed: ``_close`` without its
+harness/reference/serving.py::ServingLoop._close::remove:def028, which no scenario noticed: ``_close`` without its
 return for a
 connection already closed), and ``send: {hang_up: true}`` makes the one path that closes twice: a malformed
 frame whose client is gone before the listener, busy in the backend, reads it, so the reply fails (a close),

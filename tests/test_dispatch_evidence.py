@@ -1,5 +1,5 @@
 """The checkers of late dispatches say unknown, not ok, on a history whose listener answered requests but
-recorded no dispatch_started (listener.py::WorkerListener._dispatch_ready::negate:c5de3b, the ``if self._on:`` guard
+recorded no dispatch_started (serving.py::ServingLoop._dispatch_ready::negate:c5de3b, the ``if self._on:`` guard
 negated: the listener's
 other events still prove it was observed, so the evidence rule alone let both pass on nothing)."""
 

@@ -1,4 +1,4 @@
-"""The test mutation/equivalent.yaml names for ``listener.py::WorkerListener._dispatch_ready::remove:26cc97``: the
+"""The test mutation/equivalent.yaml names for ``serving.py::ServingLoop._dispatch_ready::remove:26cc97``: the
 dispatch pass's post-stop cancel of an answered connection without its ``conn.state = _State.CANCELLED`` (the
 shutdown for reading kept).
 
@@ -32,23 +32,29 @@ from harness.reference.listener import WorkerListener
 from harness.reference.paths import socket_path
 
 LISTENER_PY = Path(__file__).resolve().parent.parent / "harness" / "reference" / "listener.py"
-CANCEL_LABEL = "harness/reference/listener.py::WorkerListener._dispatch_ready::remove:26cc97"
+SERVING_PY = LISTENER_PY.with_name("serving.py")  # WorkerListener's base: the request path
+CANCEL_LABEL = "harness/reference/serving.py::ServingLoop._dispatch_ready::remove:26cc97"
 SAFETY = 10.0  # seconds: a safety net on every wait, never a timer
 
 
 def _mutant_class() -> Any:
-    src = LISTENER_PY.read_text()
-    m = {m.id: m for m in mutants_of(src, "harness/reference/listener.py")}[CANCEL_LABEL]
+    """WorkerListener with the mutant's _dispatch_ready, compiled from serving.py with the mutant applied."""
+    src = SERVING_PY.read_text()
+    m = {m.id: m for m in mutants_of(src, "harness/reference/serving.py")}[CANCEL_LABEL]
     mod = types.ModuleType("listener_mutant_cancel_label")
     sys.modules[mod.__name__] = mod  # its dataclasses look their module up
-    exec(compile(apply(src, m), str(LISTENER_PY), "exec"), mod.__dict__)
-    return mod.WorkerListener
+    exec(compile(apply(src, m), str(SERVING_PY), "exec"), mod.__dict__)
+    return type("MutantServingLoop", (WorkerListener,), {"_dispatch_ready": vars(mod.ServingLoop)["_dispatch_ready"]})
 
 
 def _methods() -> dict[str, ast.FunctionDef]:
-    tree = ast.parse(LISTENER_PY.read_text())
-    cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "WorkerListener")
-    return {f.name: f for f in cls.body if isinstance(f, ast.FunctionDef)}
+    """The methods of a WorkerListener by name, as its class resolves them: ServingLoop's, then its own."""
+    out: dict[str, ast.FunctionDef] = {}
+    for path, name in ((SERVING_PY, "ServingLoop"), (LISTENER_PY, "WorkerListener")):
+        tree = ast.parse(path.read_text())
+        cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == name)
+        out.update({f.name: f for f in cls.body if isinstance(f, ast.FunctionDef)})
+    return out
 
 
 def _reads_state(fn: ast.FunctionDef) -> bool:

@@ -1,7 +1,8 @@
-"""The tests mutation/equivalent.yaml names for mutants of harness/reference/listener.py: each shows that what
-anyone can observe of the mutant is what they observe of the reference.
+"""The tests mutation/equivalent.yaml names for mutants of the worker listener (harness/reference/listener.py and
+its request path, harness/reference/serving.py): each shows that what anyone can observe of the mutant is what
+they observe of the reference.
 
-``listener.py::WorkerListener._close::remove:01b4f0`` (``_close`` keeps the connection's queued frames,
+``serving.py::ServingLoop._close::remove:01b4f0`` (``_close`` keeps the connection's queued frames,
 ``conn.bodies.clear()`` removed):
 every read of ``conn.bodies`` is in ``_dispatch_ready``'s loop, which stops as soon as the socket is closed
 (``conn.sock.fileno() != -1``), and the only other use is ``_on_readable``'s extend, which runs only on an open
@@ -10,7 +11,7 @@ source, then runs the one case where a closed connection still has frames queued
 requests and goes away while the first is in the backend): reference and mutant make one backend call, answer
 nothing more and close the connection once.
 
-``listener.py::WorkerListener._dispatch_ready::unlock:50e45c`` (the state update after a connection's replies runs
+``serving.py::ServingLoop._dispatch_ready::unlock:50e45c`` (the state update after a connection's replies runs
 without the listener lock):
 the only other thread that reads or writes a connection's state or the stop flag is a stop's ``_begin_stop``
 (under the lock), and every statement of the unlocked block reads or writes one attribute at a time.  The test
@@ -18,7 +19,7 @@ holds the serving thread before each statement of the block in turn (a line trac
 the stop's part there, and lets it go on: each outcome (the reply, the connections the stop cancelled, the
 closes, what stop returned) is one the locked block has too, with the stop before the block or after it.
 
-``listener.py::WorkerListener._deliver_unread::remove:43964b``
+``serving.py::ServingLoop._deliver_unread::remove:43964b``
 (``_deliver_unread`` without its close of a connection whose reply was not read) is closed by the thread's exit
 that follows at once, only its recorded reason differing.
 """
@@ -47,42 +48,55 @@ from harness.reference.backend import NoopBackend
 from harness.reference.listener import WorkerListener
 from harness.reference.paths import socket_path
 
-pytestmark = pytest.mark.slow  # making the mutants of listener.py takes ~3 s (~10 s on a loaded machine)
+pytestmark = pytest.mark.slow  # making the mutants of the listener takes ~3 s (~10 s on a loaded machine)
 
-LISTENER_PY = Path(__file__).resolve().parent.parent / "harness" / "reference" / "listener.py"
-BODIES_CLEAR = "harness/reference/listener.py::WorkerListener._close::remove:01b4f0"
-POST_DISPATCH_UNLOCK = "harness/reference/listener.py::WorkerListener._dispatch_ready::unlock:50e45c"
+ROOT = Path(__file__).resolve().parent.parent
+LISTENER_PY = ROOT / "harness" / "reference" / "listener.py"
+SERVING_PY = ROOT / "harness" / "reference" / "serving.py"  # WorkerListener's base: the request path
+BODIES_CLEAR = "harness/reference/serving.py::ServingLoop._close::remove:01b4f0"
+POST_DISPATCH_UNLOCK = "harness/reference/serving.py::ServingLoop._dispatch_ready::unlock:50e45c"
 SAFETY = 10.0  # seconds: a safety net on every wait, never a timer
 
 
 @functools.cache
-def _mutants(src: str) -> dict[str, Any]:
-    return {m.id: m for m in mutants_of(src, "harness/reference/listener.py")}
+def _mutants(file: str) -> dict[str, Any]:
+    """The mutants of ``file`` (as ids name it) by id."""
+    return {m.id: m for m in mutants_of((ROOT / file).read_text(), file)}
 
 
 @functools.cache
 def _mutated(mid: str) -> Any:
-    """The listener module with mutant ``mid`` applied (a module of its own: the reference is untouched)."""
-    src = LISTENER_PY.read_text()
-    m = _mutants(src)[mid]
-    mod = types.ModuleType(f"listener_mutant_{m.line}")
+    """WorkerListener with the method mutant ``mid`` edits compiled from its file with the mutant applied (a
+    module of its own: the reference is untouched), every other method the reference's."""
+    file = mid.partition("::")[0]
+    src = (ROOT / file).read_text()
+    m = _mutants(file)[mid]
+    mod = types.ModuleType("mutant_" + "".join(c if c.isalnum() else "_" for c in mid))
     sys.modules[mod.__name__] = mod  # its dataclasses look their module up
-    exec(compile(apply(src, m), str(LISTENER_PY), "exec"), mod.__dict__)
-    return mod
+    exec(compile(apply(src, m), str(ROOT / file), "exec"), mod.__dict__)
+    owner, _, name = m.qualname.partition(".")
+    return type(f"Mutant{owner}", (WorkerListener,), {name: vars(getattr(mod, owner))[name]})
+
+
+def _methods() -> dict[str, ast.FunctionDef]:
+    """The methods of a WorkerListener by name, as its class resolves them: ServingLoop's (serving.py), then
+    WorkerListener's own (listener.py), which define the few ServingLoop only declares."""
+    out: dict[str, ast.FunctionDef] = {}
+    for path, name in ((SERVING_PY, "ServingLoop"), (LISTENER_PY, "WorkerListener")):
+        tree = ast.parse(path.read_text())
+        cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == name)
+        out.update({f.name: f for f in cls.body if isinstance(f, ast.FunctionDef)})
+    return out
 
 
 def _method(name: str) -> ast.FunctionDef:
-    tree = ast.parse(LISTENER_PY.read_text())
-    cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "WorkerListener")
-    return next(f for f in cls.body if isinstance(f, ast.FunctionDef) and f.name == name)
+    return _methods()[name]
 
 
 def _uses(attr: str) -> dict[str, list[str]]:
     """Each method of WorkerListener that names ``conn.<attr>``, with the statements (unparsed) that do."""
-    tree = ast.parse(LISTENER_PY.read_text())
-    cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "WorkerListener")
     out: dict[str, list[str]] = {}
-    for fn in (f for f in cls.body if isinstance(f, ast.FunctionDef)):
+    for fn in _methods().values():
         for node in ast.walk(fn):
             if isinstance(node, ast.Attribute) and node.attr == attr and ast.unparse(node.value) == "conn":
                 out.setdefault(fn.name, []).append(ast.unparse(node))
@@ -101,7 +115,7 @@ def test_a_closed_connections_queued_frames_are_never_read_whether_cleared_or_no
                 and "conn.bodies" in ast.unparse(n.test))
     assert ast.unparse(loop.test) == "conn.bodies and conn.sock.fileno() != -1"  # stops once closed
     seen: dict[str, tuple[int, list[str], int]] = {}
-    for name, cls in (("reference", WorkerListener), ("mutant", _mutated(BODIES_CLEAR).WorkerListener)):
+    for name, cls in (("reference", WorkerListener), ("mutant", _mutated(BODIES_CLEAR))):
         rec = Recorder()
         listener = cls(socket_path(name, 0, 0, lc_root), NoopBackend(), ipc=name, recorder=rec)
         listener.start()
@@ -180,14 +194,14 @@ def _held_at(cls: type, lc_root: Path, line: int, nth: int) -> tuple[Any, ...]:
 
 def test_the_post_dispatch_update_without_its_lock_ends_as_the_locked_one_can(lc_root: Path,
                                                                               no_thread_leak: None) -> None:
-    src = [ln.strip() for ln in LISTENER_PY.read_text().splitlines()]
+    src = [ln.strip() for ln in SERVING_PY.read_text().splitlines()]
     loop = src.index("while self._ready:")  # _dispatch_ready's loop, and its post-dispatch block (0-based indexes)
     block = src.index("if conn.sock.fileno() != -1:", loop)
     assert src[block + 1] == "with self._lock:"
     reference = {_held_at(WorkerListener, lc_root, block + 1, 1),  # the stop before the block (1-based lines)
                  _held_at(WorkerListener, lc_root, loop + 1, 2)}  # and after it (the loop's next test)
     assert len(reference) == 2, reference  # the two orders differ: what the stop cancelled
-    mutant = _mutated(POST_DISPATCH_UNLOCK).WorkerListener
+    mutant = _mutated(POST_DISPATCH_UNLOCK)
     assert src[block + 4] == "if self._stopping and conn.state is _State.IDLE:"
     for line in (block + 3, block + 4, block + 5):  # before each statement of the unlocked block that reads or writes
         got = _held_at(mutant, lc_root, line, 1)  # a state
@@ -195,7 +209,7 @@ def test_the_post_dispatch_update_without_its_lock_ends_as_the_locked_one_can(lc
 
 
 
-POLL_FOREVER = "harness/reference/listener.py::WorkerListener._serve::constant:0bbd1b"
+POLL_FOREVER = "harness/reference/serving.py::ServingLoop._serve::constant:0bbd1b"
 _EPOLL_WAIT = ("232", "281")  # x86_64 epoll_wait, epoll_pwait
 
 
@@ -229,13 +243,13 @@ def _epoll_wait_timeout(timeout: float) -> int:
 
 
 def test_epoll_poll_waits_forever_for_any_negative_timeout_as_for_minus_one() -> None:
-    """``listener.py::WorkerListener._serve::constant:0bbd1b`` (the serving thread's ``ep.poll(... else -1)`` becomes
+    """``serving.py::ServingLoop._serve::constant:0bbd1b`` (the serving thread's ``ep.poll(... else -1)`` becomes
     ``-2``): CPython's
     ``epoll.poll`` hands the kernel -1 (wait until an event) for every negative timeout, so the serving loop
     blocks exactly as before.  Shown on the syscall itself: the kernel's timeout argument for -1 and -2, against
     a positive one that reaches it as it is (so the probe can tell them apart)."""
-    src = LISTENER_PY.read_text()
-    mutant = _mutants(src)[POLL_FOREVER]
+    src = SERVING_PY.read_text()
+    mutant = _mutants("harness/reference/serving.py")[POLL_FOREVER]
     line = src.splitlines()[mutant.line - 1]
     assert "ep.poll(self._poll_timeout() if self._accept_delay else -1)" in line, line
     assert apply(src, mutant).splitlines()[mutant.line - 1] == line.replace("else -1)", "else -2)")
@@ -245,8 +259,8 @@ def test_epoll_poll_waits_forever_for_any_negative_timeout_as_for_minus_one() ->
 
 
 # --------------------------------------------- 387: the last dispatch pass
-LAST_PASS = "harness/reference/listener.py::WorkerListener._serve::remove:e1fa66"
-_LAST_PASS_LINE = _mutants(LISTENER_PY.read_text())[LAST_PASS].line
+LAST_PASS = "harness/reference/serving.py::ServingLoop._serve::remove:e1fa66"
+_LAST_PASS_LINE = _mutants("harness/reference/serving.py")[LAST_PASS].line
 _ADDS = ("append", "appendleft", "extend", "extendleft", "insert")
 
 
@@ -274,7 +288,7 @@ class _CountsLastPass:
 
 def test_the_last_dispatch_pass_always_finds_nothing_waiting(lc_root: Path, lastcall_failpoints: Any,
                                                             no_thread_leak: None) -> None:
-    """``listener.py::WorkerListener._serve::remove:e1fa66`` (the ``_dispatch_ready()`` after the serving loop,
+    """``serving.py::ServingLoop._serve::remove:e1fa66`` (the ``_dispatch_ready()`` after the serving loop,
     "everything left answers
     shutting_down", removed): that pass always finds ``_ready`` empty.  The only statement that adds to
     ``_ready`` is ``_on_readable``'s append; ``_on_readable`` runs only inside the loop's body (called there and
@@ -284,12 +298,10 @@ def test_the_last_dispatch_pass_always_finds_nothing_waiting(lc_root: Path, last
     without it the listener does the same.  The test checks that premise on the source, then stops a listener
     with frames queued behind a handler the stop drains (the pipelined case of the library): the reference's
     last pass finds no connection, and reference and mutant answer, record and close alike."""
-    src = LISTENER_PY.read_text()
-    line = src.splitlines()[_mutants(src)[LAST_PASS].line - 1]
+    src = SERVING_PY.read_text()
+    line = src.splitlines()[_LAST_PASS_LINE - 1]
     assert line.strip() == "self._dispatch_ready()  # everything left answers shutting_down", line
-    tree = ast.parse(src)
-    cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "WorkerListener")
-    methods = {f.name: f for f in cls.body if isinstance(f, ast.FunctionDef)}
+    methods = _methods()
     adders = {name for name, fn in methods.items() for n in ast.walk(fn) if isinstance(n, ast.Call)
               and isinstance(n.func, ast.Attribute) and n.func.attr in _ADDS
               and ast.unparse(n.func.value) == "self._ready"}
@@ -314,7 +326,7 @@ def test_the_last_dispatch_pass_always_finds_nothing_waiting(lc_root: Path, last
                 todo.append(callee)
     assert not reach & {"_on_readable", "_accept", "_serve"}, reach
     seen: dict[str, list[tuple[str, Any]]] = {}
-    for name, base in (("reference", WorkerListener), ("mutant", _mutated(LAST_PASS).WorkerListener)):
+    for name, base in (("reference", WorkerListener), ("mutant", _mutated(LAST_PASS))):
         cls_ = type(f"Counted{name}", (_CountsLastPass, base), {"found": []})
         rec = Recorder()
         listener = cls_(socket_path(name, 0, 0, lc_root), NoopBackend(), ipc=name, recorder=rec)
@@ -346,7 +358,7 @@ def test_the_last_dispatch_pass_always_finds_nothing_waiting(lc_root: Path, last
 
 
 # ------------------------------------- 582: the close of a reply not read
-UNREAD_CLOSE = "harness/reference/listener.py::WorkerListener._deliver_unread::remove:43964b"
+UNREAD_CLOSE = "harness/reference/serving.py::ServingLoop._deliver_unread::remove:43964b"
 
 
 def _unread_reply_given_up(cls: type, lc_root: Path, name: str) -> tuple[Any, ...]:
@@ -376,7 +388,7 @@ def _unread_reply_given_up(cls: type, lc_root: Path, name: str) -> tuple[Any, ..
 
 
 def test_the_close_of_an_unread_reply_is_the_exits_close_too(lc_root: Path, no_thread_leak: None) -> None:
-    """``listener.py::WorkerListener._deliver_unread::remove:43964b`` (``_deliver_unread`` without its close of each
+    """``serving.py::ServingLoop._deliver_unread::remove:43964b`` (``_deliver_unread`` without its close of each
     connection whose reply was
     not read before the drain timeout): the serving thread's exit closes them anyway, at once.  _deliver_unread
     is called only as the last statement of _serve's try, so what follows it is the finally, which takes every
@@ -389,12 +401,10 @@ def test_the_close_of_an_unread_reply_is_the_exits_close_too(lc_root: Path, no_t
     removed recorder event, which the mutator leaves alone, would differ).  The test checks that premise on the
     source, then gives up on an unread reply larger than the socket buffer: stop returns True, the client is
     hung up on when it does, the same events in the same order, one close of the same connection."""
-    src = LISTENER_PY.read_text()
-    assert src.splitlines()[_mutants(src)[UNREAD_CLOSE].line - 1].strip() == \
+    src = SERVING_PY.read_text()
+    assert src.splitlines()[_mutants("harness/reference/serving.py")[UNREAD_CLOSE].line - 1].strip() == \
         'self._close(conn, why="reply not read before the drain timeout")'
-    tree = ast.parse(src)
-    cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "WorkerListener")
-    methods = {f.name: f for f in cls.body if isinstance(f, ast.FunctionDef)}
+    methods = _methods()
     assert {m for m, fn in methods.items() if "_deliver_unread" in _calls(fn)} == {"_serve"}
     try_ = next(n for n in methods["_serve"].body if isinstance(n, ast.Try))
     assert ast.unparse(try_.body[-1]) == "self._deliver_unread(ep, server_fd)"  # nothing after it but finally
@@ -402,7 +412,7 @@ def test_the_close_of_an_unread_reply_is_the_exits_close_too(lc_root: Path, no_t
     assert "left = list(self._conns.values())" in final and "for conn in left:\n    conn.sock.close()" in final
     assert final.rstrip().endswith("self._exited.set()")
     got = {name: _unread_reply_given_up(c, lc_root, name)
-           for name, c in (("reference", WorkerListener), ("mutant", _mutated(UNREAD_CLOSE).WorkerListener))}
+           for name, c in (("reference", WorkerListener), ("mutant", _mutated(UNREAD_CLOSE)))}
     (ref, ref_whys), (mut, mut_whys) = got["reference"], got["mutant"]
     assert ref == mut, got
     stopped, hung_up, closed, left, closes, _kinds = ref
@@ -420,7 +430,7 @@ def test_the_wake_pipes_sentinel_after_teardown_is_any_invalid_descriptor(lc_roo
     its write fails with EBADF for either value, which it takes as "the thread is gone": a stop, a stop from every
     path after it, and a _wake on a torn-down listener behave alike."""
     seen = {}
-    for name, cls in (("reference", WorkerListener), ("mutant", _mutated(WAKE_SENTINEL).WorkerListener)):
+    for name, cls in (("reference", WorkerListener), ("mutant", _mutated(WAKE_SENTINEL))):
         rec = Recorder()
         listener = cls(socket_path(name, 0, 0, lc_root), NoopBackend(), ipc=name, recorder=rec)
         listener.start()

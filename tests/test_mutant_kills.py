@@ -1,4 +1,4 @@
-"""What kills the listener.py survivors of the mutation measurement (docs/mutation.md): the
+"""What kills the worker listener's survivors of the mutation measurement (docs/mutation.md): the
 start_listener step's second start and modes, the checkers private_paths and idle_cost, the measure_idle and
 fd_limit probes, and the planted bugs modelled on the mutants; each proven quiet on the reference and firing on
 its bug, in-process (the scenarios prove the same through the worker processes)."""

@@ -1,6 +1,6 @@
 """docs/mutation.md's measured table is what harness.mutate.table renders from docs/data/mutation.json, and
-every survivor recorded there is explained (mutation/survivors.yaml or equivalent.yaml); survivors.yaml
-explains only survivors of that measurement."""
+every survivor recorded there is explained (mutation/survivors.yaml or equivalent.yaml, under the id it has now
+when its function moved: mutation/moved.txt); survivors.yaml explains only survivors of that measurement."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.mutate.plan import EQUIVALENT, SURVIVORS, read_entries
+from harness.mutate.plan import EQUIVALENT, SURVIVORS, read_entries, with_recorded_ids
 from harness.mutate.table import BEGIN, DATA, END, FRESH, FRESH_BEGIN, FRESH_END, PAGE, markdown, render_doc
 
 README = Path(__file__).resolve().parent.parent / "README.md"
@@ -51,7 +51,8 @@ def test_every_survivor_of_the_measurement_is_explained() -> None:
     data = _recorded()
     assert data["raw"]["all"] == len(data["mutants"]) and isinstance(data["seed"], int)
     assert data["raw"]["killed"] == sum(m["status"] != "survived" for m in data["mutants"])
-    explained = set(read_entries(SURVIVORS, equivalent=False)) | set(read_entries(EQUIVALENT, equivalent=True))
+    explained = set(with_recorded_ids({**read_entries(SURVIVORS, equivalent=False),
+                                       **read_entries(EQUIVALENT, equivalent=True)}))
     missing = [m["id"] for m in data["mutants"] if m["status"] == "survived" and m["id"] not in explained]
     assert not missing, f"explain each in mutation/survivors.yaml (or show it equivalent): {missing}"
     survived = {m["id"] for m in data["mutants"] if m["status"] == "survived"}

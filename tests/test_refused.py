@@ -1,5 +1,5 @@
 """``send: {refused: ERROR_TYPE}``: a request the backend must refuse is answered with that error, and the
-listener serves on (the mutation survivor harness/reference/listener.py::WorkerListener._call_backend::remove:5a073d,
+listener serves on (the mutation survivor harness/reference/serving.py::ServingLoop._call_backend::remove:5a073d,
 which no scenario
 noticed: no request of the library made the backend refuse it).  Proven on the reference (quiet), on requests
 the step must fail (served, another error), at load time, and on a planted bug modelled on the mutant

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from harness.errors import BackendError, WireError
 from harness.reference import wire
-from harness.reference.listener import Backend
+from harness.reference.serving import Backend
 
 __all__ = ["BareListener"]
 

@@ -25,7 +25,8 @@ from harness.history import Event, Recorder
 from harness.probes.fs import paths_under
 from harness.probes.model import Snapshot
 from harness.reference import wire
-from harness.reference.listener import Backend, ListenerConfig, WorkerListener
+from harness.reference.listener import ListenerConfig, WorkerListener
+from harness.reference.serving import Backend
 from harness.reference.variants import Variant
 from harness.reference.worker import ReferenceWorker, WorkerSpec
 from harness.timeouts import scaled

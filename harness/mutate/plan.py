@@ -6,29 +6,32 @@ with a checkable reason (``unreachable`` or ``same_behaviour``) and the test tha
 ``mutation/survivors.yaml`` explains each survivor of the recorded measurement (what the library misses).
 Each entry carries the source line its id points at: an equivalent.yaml entry whose code has moved fails
 tests/test_mutate_plan.py instead of naming another mutant (survivors.yaml is held to the measurement's
-JSON by tests/test_mutate_docs.py).
+JSON by tests/test_mutate_docs.py).  ``mutation/moved.txt`` names the functions moved to another file or
+class since a stored record named their mutants: a recorded id is found under its function's name now
+(:func:`with_recorded_ids`), as the stored records are never rewritten.
 """
 
 from __future__ import annotations
 
 import difflib
 import random
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from harness.errors import ConfigError
 from harness.mutate.mutator import Mutant, mutants_of
 from harness.mutate.run import Subject, resolve
 
-__all__ = ["STOP_PATH", "EQUIVALENT", "SURVIVORS", "REASONS", "Entry", "read_stop_path", "subjects_of",
-           "read_entries", "choose", "source_line"]
+__all__ = ["STOP_PATH", "EQUIVALENT", "SURVIVORS", "MOVED", "REASONS", "Entry", "read_stop_path", "subjects_of",
+           "read_entries", "read_moved", "with_recorded_ids", "choose", "source_line"]
 
 HERE = Path(__file__).resolve().parents[2] / "mutation"
 STOP_PATH = HERE / "stop-path.txt"
 EQUIVALENT = HERE / "equivalent.yaml"
 SURVIVORS = HERE / "survivors.yaml"
+MOVED = HERE / "moved.txt"
 REASONS = ("unreachable", "same_behaviour")
 
 
@@ -93,6 +96,41 @@ def read_entries(path: Path, *, equivalent: bool) -> dict[str, Entry]:
             raise ConfigError(f"{where}: {item['id']} is named twice")
         out[item["id"]] = Entry(item["id"], item["line"], item["why"], item.get("reason", ""), item.get("test", ""),
                                 where)
+    return out
+
+
+def read_moved(path: Path = MOVED) -> dict[str, str]:
+    """FILE::QUALNAME as a stored record names a function -> FILE::QUALNAME now, one pair a line of ``path``
+    (``#`` comments; an absent file has none); ConfigError located at a malformed line."""
+    out: dict[str, str] = {}
+    if not path.exists():
+        return out
+    for n, raw in enumerate(path.read_text().splitlines(), 1):
+        words = raw.split("#", 1)[0].split()
+        if not words:
+            continue
+        if len(words) != 2 or not all(w.count("::") == 1 for w in words) or words[0] in out:
+            raise ConfigError(f"{path}:{n}: {raw.strip()!r}: give FILE::QUALNAME as recorded, then as it is now, "
+                              f"each function once")
+        out[words[0]] = words[1]
+    return out
+
+
+_T = TypeVar("_T")
+
+
+def with_recorded_ids(entries: Mapping[str, _T], moved: Mapping[str, str] | None = None) -> dict[str, _T]:
+    """``entries`` (by mutant id now) also under the id a stored record gives each of a moved function: a
+    mutant's anchor does not depend on its file or qualname, so only the FILE::QUALNAME part differs."""
+    moved = read_moved() if moved is None else moved
+    now_to_then = {now: then for then, now in moved.items()}
+    out = dict(entries)
+    for key, value in entries.items():
+        file, _, rest = key.partition("::")
+        qualname, sep, tail = rest.partition("::")
+        then = now_to_then.get(f"{file}::{qualname}")
+        if then is not None and sep:
+            out.setdefault(f"{then}::{tail}", value)
     return out
 
 

@@ -39,12 +39,13 @@ def _cell(text: str) -> str:
 
 def markdown(data: dict[str, Any], explanations: dict[str, str] | None = None) -> str:
     """The figures, the outcome counts by operator, and every survivor with its explanation."""
-    from harness.mutate.plan import EQUIVALENT, SURVIVORS, read_entries
+    from harness.mutate.plan import EQUIVALENT, SURVIVORS, read_entries, with_recorded_ids
 
     if explanations is None:
         explanations = {k: e.why for k, e in read_entries(SURVIVORS, equivalent=False).items()}
         explanations.update({k: f"equivalent ({e.reason}, shown by `{e.test}`): {e.why}"
                              for k, e in read_entries(EQUIVALENT, equivalent=True).items()})
+        explanations = with_recorded_ids(explanations)  # a record names a moved function as it was then
     raw, ne = data["raw"], data["non_equivalent"]
     mutants = data["mutants"]
     lines = [f"Measured with `{data['command']}` at commit {data['commit']} ({data['date']}, Python "
@@ -167,11 +168,12 @@ def main(argv: list[str]) -> int:
     if args.later_wins and not args.merge:
         ap.error("--later-wins goes with --merge")
     if args.merge:
-        from harness.mutate.plan import EQUIVALENT, read_entries
+        from harness.mutate.plan import EQUIVALENT, read_entries, with_recorded_ids
 
         try:
             runs = [json.loads(Path(f).read_text()) for f in args.runs]
-            merged = merge(runs, later_wins=args.later_wins, equivalent=set(read_entries(EQUIVALENT, equivalent=True)))
+            equivalent = set(with_recorded_ids(read_entries(EQUIVALENT, equivalent=True)))
+            merged = merge(runs, later_wins=args.later_wins, equivalent=equivalent)
         except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
             print(f"{ap.prog}: --merge: not runs of ./dev mutate --json ({type(exc).__name__}: {exc})", file=sys.stderr)
             return 2

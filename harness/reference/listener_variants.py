@@ -1,6 +1,6 @@
 """Planted bugs of the worker listener modelled on mutants the scenario library once missed (docs/mutation.md):
-each reproduces one survivor of harness/reference/listener.py as a subclass (the reference is never edited),
-so that the scenario that now notices the break can name it in ``catches:``.
+each reproduces one survivor of the worker listener (harness/reference/listener.py, serving.py) as a subclass
+(the reference is never edited), so that the scenario that now notices the break can name it in ``catches:``.
 Registered in harness.reference.variants.VARIANTS.
 """
 
@@ -14,7 +14,8 @@ from typing import Any
 from harness import failpoints
 from harness.errors import ListenerError, WireError
 from harness.reference import wire
-from harness.reference.listener import _PEERCRED, WorkerListener, _Conn, _State
+from harness.reference.listener import WorkerListener, _Conn, _State
+from harness.reference.serving import _PEERCRED
 
 __all__ = ["CancelLeftToThread", "StartsTwice", "LeavesUmask", "SocketModeOpen", "BusyPollsAfterReply",
            "DiesOnAcceptFailure", "SpinsOnAcceptFailure", "UnrecordedDispatch", "MisreportsClose", "QueuesPartialReads",

@@ -16,9 +16,10 @@ from harness.events import label
 from harness.history import Emitter, NullRecorder
 from harness.reference.allocator import DEFAULT_PAGE_SIZE, KVAllocator
 from harness.reference.backend import AllocatorBackend
-from harness.reference.listener import Backend, ListenerConfig, WorkerListener
+from harness.reference.listener import ListenerConfig, WorkerListener
 from harness.reference.paths import socket_path
 from harness.reference.registry import REGISTRY, Registry
+from harness.reference.serving import Backend
 
 __all__ = ["WorkerSpec", "ReferenceWorker", "DEFAULT_CAPACITY"]
 

@@ -13,7 +13,8 @@ begins with a restart.  The schedule is recorded as one ``stress_schedule`` even
 each round's outcome as a ``stress_round`` event: replaying the seed (the same file, or ``lastcall replay`` of
 its report) records the same schedule.
 
-**The racing points** (sites of harness.reference.listener, each inside the lock the reference takes there):
+**The racing points** (sites of harness.reference.listener and of its request path, harness.reference.serving,
+each inside the lock the reference takes there):
 
 * ``dispatch``: ``listener.dispatch_decided``, between the dispatch decision and the dispatch; a stop begins
   in the window.  Lost by a dispatch decision without the lock: ``no_late_dispatch``.
