@@ -336,6 +336,23 @@ def test_check_fails_on_a_lost_finding(capsys: pytest.CaptureFixture[str]) -> No
     assert "engine-sigkill-engine-core: run 1: engine_exit_status: expected violated, got ok" in out
 
 
+def test_check_only_runs_the_named_reproducers_and_refuses_an_unknown_name(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    from harness.repro import check
+
+    assert check.main(["--dry-run", "--dir", str(REPRO), "--only", "engine-sigterm-idle",
+                       "--only", "engine-sigkill-worker"]) == 0
+    assert [line.split()[1].rsplit("/", 1)[-1] for line in capsys.readouterr().out.splitlines()] == \
+        ["engine-sigkill-worker.py", "engine-sigterm-idle.py"]
+    with pytest.raises(SystemExit) as exc:
+        check.main(["--dry-run", "--dir", str(REPRO), "--only", "engine-sigterm-idel"])
+    assert exc.value.code == 2
+    assert "--only: no reproducer 'engine-sigterm-idel' in" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        check.main(["--dry-run", "--dir", str(REPRO), "--runs", "0"])
+    assert "--runs: expected a whole number of at least 1, found 0" in capsys.readouterr().err
+
+
 def test_dev_has_the_repro_flag() -> None:
     assert subprocess.run(["bash", "-n", str(ROOT / "dev")]).returncode == 0
     assert "-m harness.repro.check" in (ROOT / "dev").read_text()

@@ -30,10 +30,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--dir", type=Path, default=REPRO_DIR, help="the reproducers and ../expected.yaml")
     ap.add_argument("--runs", type=int, default=1, help="runs of each reproducer")
     ap.add_argument("--dry-run", action="store_true", help="print the commands, run nothing")
+    ap.add_argument("--only", action="append", default=[], metavar="SCENARIO",
+                    help="run only this scenario's reproducer (repeatable; default: every one in --dir)")
     a = ap.parse_args(argv)
+    if a.runs < 1:
+        ap.error(f"--runs: expected a whole number of at least 1, found {a.runs}")
+    scripts = sorted(a.dir.glob("*.py"))
+    unknown = sorted(set(a.only) - {s.stem for s in scripts})
+    if unknown:
+        ap.error(f"--only: no reproducer {', '.join(map(repr, unknown))} in {a.dir}; expected one of: "
+                 f"{', '.join(s.stem for s in scripts)}")
     expected = load_expected(a.dir.parent / "expected.yaml")
     rc = 0
-    for script in sorted(a.dir.glob("*.py")):
+    for script in (s for s in scripts if not a.only or s.stem in a.only):
         scenario = script.stem
         if scenario not in FINDINGS or scenario not in expected:
             print(f"{script}: no finding of that name in harness.repro.FINDINGS and expected.yaml", file=sys.stderr)
