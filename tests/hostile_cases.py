@@ -25,7 +25,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from lc_helpers import ROOT
+
 HOSTILE = Path("fixtures/hostile")  # relative: the tests and the benchmark run from the repository root
 GOOD = "fixtures/good-scenario.yaml"
 HEAD = """\

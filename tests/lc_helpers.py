@@ -8,6 +8,7 @@ import select
 import socket
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -20,6 +21,7 @@ from harness.probes.model import Snapshot
 from harness.scenario.runner import STEP_KINDS
 
 Make = Callable[..., JudgedCluster]
+ROOT = Path(__file__).resolve().parent.parent  # the checkout: tests read its docs, scenarios and tools
 
 
 def free_port() -> int:

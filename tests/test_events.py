@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from lc_helpers import ROOT
 
 from harness import events
 from harness.checkers import RunRecord, judge
@@ -21,7 +22,6 @@ from harness.scenario.schema import json_schema
 from harness.scenario.steps import EVENT_KINDS
 from harness.targets import absent_of
 
-ROOT = Path(__file__).resolve().parent.parent
 STORED = sorted([*(p for p in (ROOT / "docs" / "findings").rglob("history.jsonl")
                    if not any(part.startswith("vllm-") for part in p.parts)),  # (vLLM's were written in version 2)
                  *(ROOT / "fixtures" / "histories").glob("*.jsonl")])

@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from lc_helpers import ROOT
 
 from harness.checkers.base import OK, VIOLATED
 from harness.launch.cluster import Cluster, exit_mode
@@ -18,8 +19,6 @@ from harness.scenario import exitmode, runner
 from harness.scenario.exitmode import fast_exit_for
 from harness.scenario.loader import MatrixItem, expand, load, loads
 from tests.lc_teardown_target import MARK, STALL_S
-
-ROOT = Path(__file__).resolve().parent.parent
 
 SCENARIOS = Path(__file__).resolve().parent.parent / "scenarios"
 MARKED = "reference@tests.lc_teardown_target:TeardownListener"

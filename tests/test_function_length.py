@@ -7,7 +7,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from lc_helpers import ROOT
+
 MAX_LINES = 80  # a function longer than this is split into named steps
 
 # "path:qualname" -> why it is longer than MAX_LINES for now

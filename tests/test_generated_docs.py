@@ -7,10 +7,10 @@ from __future__ import annotations
 import argparse
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import yaml
+from lc_helpers import ROOT
 
 from harness import cli, clidocs
 from harness.scenario import stepdocs
@@ -19,7 +19,6 @@ from harness.scenario.errors import ScenarioError
 from harness.scenario.loader import loads
 from harness.scenario.steps import STEP_TYPES
 
-ROOT = Path(__file__).resolve().parent.parent
 # every page generated from the code: (its generator module, the page)
 GENERATED = [("harness.events", "docs/events.md"), ("harness.checkers.docs", "docs/checkers.md"),
              ("harness.scenario.stepdocs", "docs/steps.md"), ("harness.clidocs", "docs/cli.md"),

@@ -15,9 +15,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from lc_helpers import ROOT
 
 tomllib = pytest.importorskip("tomllib")  # python 3.11+ (the GPU machine has 3.12)
-ROOT = Path(__file__).resolve().parent.parent
 CP312 = ["--python-version", "3.12", "--only-binary=:all:", "--implementation", "cp", "--abi", "cp312",
          "--abi", "abi3", "--abi", "none", "--platform", "manylinux2014_x86_64", "--platform",
          "manylinux_2_17_x86_64", "--platform", "manylinux_2_28_x86_64", "--platform", "any"]

@@ -17,11 +17,10 @@ import ast
 import subprocess
 import sys
 import textwrap
-from pathlib import Path
 
 import zmq
+from lc_helpers import ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
 SOURCE = (ROOT / "harness/reference/handshake.py").read_text()
 
 

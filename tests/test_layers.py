@@ -11,8 +11,8 @@ from collections import defaultdict
 from pathlib import Path
 
 import pytest
+from lc_helpers import ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
 PAGE = ROOT / "docs" / "architecture.md"
 HARNESS = ROOT / "harness"
 

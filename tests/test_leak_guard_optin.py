@@ -4,13 +4,11 @@ as a new user would, with the plugin loaded from its entry point."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
+from lc_helpers import ROOT
 
 pytest_plugins = ["pytester"]
 
-ROOT = Path(__file__).resolve().parent.parent
 
 # A module-level server started by a plain test and kept for later tests, common in integration suites;
 # then tests that did ask for lastcall (its fixture, its mark) and leave a port LISTENing.

@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from lc_helpers import ROOT
 
 from harness.faults import client as cf
 from harness.history import Recorder
@@ -50,7 +51,6 @@ from harness.reference.paths import socket_path
 
 pytestmark = pytest.mark.slow  # making the mutants of the listener takes ~3 s (~10 s on a loaded machine)
 
-ROOT = Path(__file__).resolve().parent.parent
 LISTENER_PY = ROOT / "harness" / "reference" / "listener.py"
 SERVING_PY = ROOT / "harness" / "reference" / "serving.py"  # WorkerListener's base: the request path
 BODIES_CLEAR = "harness/reference/serving.py::ServingLoop._close::remove:01b4f0"

@@ -12,11 +12,10 @@ from types import ModuleType
 
 import psutil
 import pytest
+from lc_helpers import ROOT
 
 from harness.checkers.modes import HOST_TOO_SLOW
 from tests.test_docs_tables import script
-
-ROOT = Path(__file__).resolve().parent.parent
 
 JUNIT = """<?xml version="1.0" encoding="utf-8"?><testsuites name="pytest tests"><testsuite name="pytest">
 <testcase classname="scenarios.reply-larger-than-the-socket-buffer.yaml" name="reply-larger[tp1-pp1-cpu]" time="2">

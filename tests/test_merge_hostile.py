@@ -24,12 +24,12 @@ from xml.sax.saxutils import quoteattr
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from lc_helpers import ROOT
 
 from harness.cli import main
 from harness.report.shard import MAX_RUNS
 from harness.report.summary import MARKER, SESSION, SUMMARY
 
-ROOT = Path(__file__).resolve().parent.parent
 NODE = "scenarios/a.yaml::a[tp1-pp1-cpu]"
 SHA = "a" * 64
 GIB = 1 << 30

@@ -14,10 +14,10 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
+from lc_helpers import ROOT
 
 from harness.report.summary import SESSION
 
-ROOT = Path(__file__).resolve().parent.parent
 FILES = ["scenarios/kv-state-matches-what-the-client-was-told.yaml"]  # two items (a run, a catch), each run twice
 
 

@@ -12,13 +12,12 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from lc_helpers import ROOT
 
 from harness.errors import ConfigError
 from harness.mutate.mutator import apply, diff_of, mutants_of
 from harness.mutate.plan import choose
 from harness.mutate.run import _copy, resolve, scenarios_for
-
-ROOT = Path(__file__).resolve().parent.parent
 
 SMALL = textwrap.dedent('''\
     import threading

@@ -15,12 +15,12 @@ import sys
 from pathlib import Path
 
 import pytest
+from lc_helpers import ROOT
 
 from harness.mutate.mutator import Mutant, functions_of
 from harness.mutate.plan import read_stop_path
 from harness.mutate.scopes import ENGINE, REFERENCE, groups_of
 
-ROOT = Path(__file__).resolve().parent.parent
 STANDIN = "harness/engine/standin.py"
 STANDIN_HTTP = "harness/engine/standin_http.py"  # its API server's HTTP side
 KILLED = f"{STANDIN}::_signal_pipe::remove:a058f2"  # `signal.signal(s, lambda *_: None)` removed

@@ -13,6 +13,7 @@ import functools
 from pathlib import Path
 
 import pytest
+from lc_helpers import ROOT
 
 from harness.errors import ConfigError
 from harness.mutate.mutator import functions_of
@@ -28,8 +29,6 @@ from harness.mutate.plan import (
     with_recorded_ids,
 )
 from harness.mutate.run import cast_of_file
-
-ROOT = Path(__file__).resolve().parent.parent
 
 
 @functools.cache

@@ -7,13 +7,12 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
+from lc_helpers import ROOT
 
 from harness.mutate.run import resolve
 
-ROOT = Path(__file__).resolve().parent.parent
 SCENARIO = ROOT / "scenarios" / "executing-handler-is-drained.yaml"
 
 

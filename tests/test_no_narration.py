@@ -18,8 +18,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from lc_helpers import ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
 NARRATION = re.compile(r"[Ss]ession \d+|this host|[Ii]ssue \d+")
 SELF = Path(__file__).resolve()
 

@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
+from lc_helpers import ROOT
 
 from harness.scenario import quick
 
 pytest_plugins = ["pytester"]
 
-ROOT = Path(__file__).resolve().parent.parent
 # two library scenarios whose catches item runs the same bug and passes on the same checker
 SAME = ("stalled-read-is-cancelled", "stalled-partial-header-is-cancelled")
 COVERED = '''

@@ -3,16 +3,14 @@
 from __future__ import annotations
 
 import ast
-from pathlib import Path
 
 import pytest
+from lc_helpers import ROOT
 
 from harness.checkers.base import ok, unknown, violated
 from harness.launch.cluster import OUTCOME_STATUSES
 from harness.report.html import OUTCOME_WORDS, outcome_words, render_page, verdict_words
 from harness.verdicts_file import clean_meta
-
-ROOT = Path(__file__).resolve().parent.parent
 
 
 def test_every_outcome_status_has_its_words() -> None:

@@ -15,13 +15,13 @@ import sys
 from pathlib import Path
 
 import pytest
+from lc_helpers import ROOT
 
 from harness.report.reportsdir import MARKER_TEXT, make_reports, unfit
 from harness.report.sessions import SESSIONS
 from harness.report.summary import MARKER, SESSION, SUMMARY, SessionRun, write_summary
 
 pytest_plugins = ["pytester"]
-ROOT = Path(__file__).resolve().parent.parent
 SCENARIO = ROOT / "scenarios" / "worker-killed-mid-request-ctl-cleans.yaml"  # one run of about 0.1 s
 ITEM = "worker-killed-mid-request-ctl-cleans[tp1-pp1-cpu]"
 QUIET = ("-p", "no:cacheprovider", "-p", "no:randomly")

@@ -11,11 +11,11 @@ import sys
 from pathlib import Path
 
 import pytest
+from lc_helpers import ROOT
 
 from harness import repro
 from harness.scenario.engine_steps import STALLED_RCVBUF
 
-ROOT = Path(__file__).resolve().parent.parent
 FINDINGS = ROOT / "docs/findings/vllm-0.32-cpu"
 REPRO = FINDINGS / "repro"
 RELEASES = (FINDINGS, ROOT / "docs/findings/vllm-0.31-cpu")  # the releases with committed reproducers

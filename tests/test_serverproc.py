@@ -14,6 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from lc_helpers import ROOT
 
 from harness.bench.bare import BareListener
 from harness.bench.serverproc import Served, ServerProcess
@@ -21,8 +22,6 @@ from harness.reference import wire
 from harness.reference.backend import NoopBackend
 from harness.reference.listener import WorkerListener
 from harness.reference.paths import socket_path
-
-ROOT = Path(__file__).resolve().parent.parent
 
 
 def roundtrip(path: str) -> wire.Reply:

@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from lc_helpers import ROOT
 
 from harness.report import sessions
 from harness.report.reportsdir import mark_run
@@ -21,7 +22,6 @@ from harness.report.sessions import BEGIN, END, SESSIONS
 from harness.report.summary import SUMMARY, SessionRun, write_summary
 
 pytest_plugins = ["pytester"]
-ROOT = Path(__file__).resolve().parent.parent
 SCENARIO = ROOT / "scenarios" / "worker-killed-mid-request-ctl-cleans.yaml"  # one run of about 0.1 s
 QUIET = ("-p", "no:cacheprovider", "-p", "no:randomly")
 LINK = re.compile(r'<a href="(sessions/[^"]+\.html)">')

@@ -19,9 +19,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from lc_helpers import until, until_created
-
-ROOT = Path(__file__).resolve().parent.parent
+from lc_helpers import ROOT, until, until_created
 
 PARKED = """\
 name: parked-until-terminated

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from lc_helpers import ROOT
 
 from harness import failpoints
 from harness.checkers import RunRecord, judge
@@ -21,7 +22,6 @@ from harness.scenario.loader import expand, load, loads
 from harness.scenario.stress import SITES, schedule
 from harness.scenario.stress_spec import POINTS, Stress
 
-ROOT = Path(__file__).resolve().parent.parent
 SHORT = ROOT / "scenarios" / "stress-dispatch-and-frame-short.yaml"
 W = 4242
 L0 = "pp0/rank0"

@@ -7,14 +7,12 @@ import json
 import os
 import signal
 import statistics
-from pathlib import Path
 
 import pytest
+from lc_helpers import ROOT
 
 from harness.scenario import table
 from tests.test_docs_tables import script
-
-ROOT = Path(__file__).resolve().parent.parent
 
 
 def test_the_suite_time_table_is_rendered_from_its_data() -> None:

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import pytest
+from lc_helpers import ROOT
 
 from harness.checkers import CHECKER_PARAMS, CHECKERS, Params, RunRecord, Verdict, checker, judge
 from harness.checkers.params import StopLatency, Within
@@ -22,7 +23,6 @@ from harness.events import PARTY_CAPABILITIES
 from harness.targets import load_target
 from harness.targets.api import CAPABILITIES, EVENT_CAPABILITIES, check_target_object
 
-ROOT = Path(__file__).resolve().parent.parent
 PY = sys.executable
 
 

@@ -8,16 +8,14 @@ entry point must load what :func:`load_target` loads.
 from __future__ import annotations
 
 import importlib.metadata
-from pathlib import Path
 
 import pytest
 import tomllib
+from lc_helpers import ROOT
 
 from harness import entrypoints
 from harness.checkers import CHECKERS
 from harness.targets import builtin, catalogue, load_target, names
-
-ROOT = Path(__file__).resolve().parent.parent
 
 
 def _own(group: str) -> dict[str, str]:

@@ -9,13 +9,12 @@ import sys
 from pathlib import Path
 
 import pytest
+from lc_helpers import ROOT
 
 from harness.reference.handshake_variants import HANDSHAKE_VARIANTS
 from harness.reference.variants import VARIANTS
 from harness.targets import load_target, names
 from harness.targets.names import check_target
-
-ROOT = Path(__file__).resolve().parent.parent
 
 
 def test_the_static_lists_are_the_registries() -> None:

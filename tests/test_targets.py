@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from lc_helpers import ROOT
 
 from harness.errors import ConfigError, FrameDecodeError
 from harness.reference import wire
@@ -21,7 +22,6 @@ from harness.targets.fetch import cached_source, parse_pin
 from harness.targets.kvcached import KvcachedTarget, PickleCodec
 
 pytest_plugins = ["pytester"]
-ROOT = Path(__file__).resolve().parent.parent
 SCENARIOS = ROOT / "scenarios"
 MY_VARIANT = Variant("mine", "a user's variant, loaded by module:attribute")
 KVCACHED = "kvcached==0.1.6"

@@ -14,8 +14,8 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
+from lc_helpers import ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
 PAGE = ROOT / "docs" / "targets.md"
 BLOCK = re.compile(r'^```python title="([^"]+)"\n(.*?)^```$', re.M | re.S)
 SCENARIOS = ("stalled-read-is-cancelled", "executing-handler-is-drained", "drain-timeout-keeps-everything",

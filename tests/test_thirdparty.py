@@ -19,6 +19,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
+from lc_helpers import ROOT
 
 from harness.checkers import CHECKERS
 from harness.scenario.catches import judge_catch, resolve
@@ -29,7 +30,6 @@ from harness.targets.api import check_target_object
 from tests.thirdparty.listener import JOIN_S, Backend, ThreadedListener
 from tests.thirdparty.target import TARGET
 
-ROOT = Path(__file__).resolve().parent.parent
 HERE = Path(__file__).resolve().parent / "thirdparty"
 SPEC = "tests.thirdparty.target:TARGET"
 ALLOWED_HARNESS = {"harness.targets.api", "harness.events"}

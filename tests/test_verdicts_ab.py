@@ -7,8 +7,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from lc_helpers import ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 

