@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import ctypes
 import os
 import select
@@ -22,6 +23,19 @@ from harness.scenario.runner import STEP_KINDS
 
 Make = Callable[..., JudgedCluster]
 ROOT = Path(__file__).resolve().parent.parent  # the checkout: tests read its docs, scenarios and tools
+LISTENER_PY = ROOT / "harness" / "reference" / "listener.py"
+SERVING_PY = ROOT / "harness" / "reference" / "serving.py"  # WorkerListener's base: the request path
+
+
+def listener_methods() -> dict[str, ast.FunctionDef]:
+    """The methods of a WorkerListener by name, as its class resolves them: ServingLoop's (serving.py), then
+    WorkerListener's own (listener.py), which define the few ServingLoop only declares."""
+    out: dict[str, ast.FunctionDef] = {}
+    for path, name in ((SERVING_PY, "ServingLoop"), (LISTENER_PY, "WorkerListener")):
+        tree = ast.parse(path.read_text())
+        cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == name)
+        out.update({f.name: f for f in cls.body if isinstance(f, ast.FunctionDef)})
+    return out
 
 
 def free_port() -> int:

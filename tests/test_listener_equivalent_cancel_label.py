@@ -22,6 +22,8 @@ import types
 from pathlib import Path
 from typing import Any
 
+from lc_helpers import SERVING_PY, listener_methods
+
 from harness import failpoints
 from harness.faults import client as cf
 from harness.history import Recorder
@@ -31,8 +33,6 @@ from harness.reference.backend import NoopBackend
 from harness.reference.listener import WorkerListener
 from harness.reference.paths import socket_path
 
-LISTENER_PY = Path(__file__).resolve().parent.parent / "harness" / "reference" / "listener.py"
-SERVING_PY = LISTENER_PY.with_name("serving.py")  # WorkerListener's base: the request path
 CANCEL_LABEL = "harness/reference/serving.py::ServingLoop._dispatch_ready::remove:26cc97"
 SAFETY = 10.0  # seconds: a safety net on every wait, never a timer
 
@@ -45,16 +45,6 @@ def _mutant_class() -> Any:
     sys.modules[mod.__name__] = mod  # its dataclasses look their module up
     exec(compile(apply(src, m), str(SERVING_PY), "exec"), mod.__dict__)
     return type("MutantServingLoop", (WorkerListener,), {"_dispatch_ready": vars(mod.ServingLoop)["_dispatch_ready"]})
-
-
-def _methods() -> dict[str, ast.FunctionDef]:
-    """The methods of a WorkerListener by name, as its class resolves them: ServingLoop's, then its own."""
-    out: dict[str, ast.FunctionDef] = {}
-    for path, name in ((SERVING_PY, "ServingLoop"), (LISTENER_PY, "WorkerListener")):
-        tree = ast.parse(path.read_text())
-        cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == name)
-        out.update({f.name: f for f in cls.body if isinstance(f, ast.FunctionDef)})
-    return out
 
 
 def _reads_state(fn: ast.FunctionDef) -> bool:
@@ -101,7 +91,7 @@ def _answered_after_stop(cls: type, lc_root: Path, name: str) -> tuple[Any, ...]
 
 def test_the_cancel_label_of_an_answered_connection_is_never_read_again(lc_root: Path,
                                                                         no_thread_leak: None) -> None:
-    methods = _methods()
+    methods = listener_methods()
     assert {n for n, fn in methods.items() if _reads_state(fn)} == {
         "_begin_stop", "_serve", "_on_readable", "_dispatch_ready", "_on_writable"}
     begin = ast.unparse(methods["_begin_stop"])

@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from lc_helpers import ROOT
+from lc_helpers import ROOT, SERVING_PY, listener_methods
 
 from harness.faults import client as cf
 from harness.history import Recorder
@@ -51,8 +51,6 @@ from harness.reference.paths import socket_path
 
 pytestmark = pytest.mark.slow  # making the mutants of the listener takes ~3 s (~10 s on a loaded machine)
 
-LISTENER_PY = ROOT / "harness" / "reference" / "listener.py"
-SERVING_PY = ROOT / "harness" / "reference" / "serving.py"  # WorkerListener's base: the request path
 BODIES_CLEAR = "harness/reference/serving.py::ServingLoop._close::remove:01b4f0"
 POST_DISPATCH_UNLOCK = "harness/reference/serving.py::ServingLoop._dispatch_ready::unlock:50e45c"
 SAFETY = 10.0  # seconds: a safety net on every wait, never a timer
@@ -78,25 +76,14 @@ def _mutated(mid: str) -> Any:
     return type(f"Mutant{owner}", (WorkerListener,), {name: vars(getattr(mod, owner))[name]})
 
 
-def _methods() -> dict[str, ast.FunctionDef]:
-    """The methods of a WorkerListener by name, as its class resolves them: ServingLoop's (serving.py), then
-    WorkerListener's own (listener.py), which define the few ServingLoop only declares."""
-    out: dict[str, ast.FunctionDef] = {}
-    for path, name in ((SERVING_PY, "ServingLoop"), (LISTENER_PY, "WorkerListener")):
-        tree = ast.parse(path.read_text())
-        cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == name)
-        out.update({f.name: f for f in cls.body if isinstance(f, ast.FunctionDef)})
-    return out
-
-
 def _method(name: str) -> ast.FunctionDef:
-    return _methods()[name]
+    return listener_methods()[name]
 
 
 def _uses(attr: str) -> dict[str, list[str]]:
     """Each method of WorkerListener that names ``conn.<attr>``, with the statements (unparsed) that do."""
     out: dict[str, list[str]] = {}
-    for fn in _methods().values():
+    for fn in listener_methods().values():
         for node in ast.walk(fn):
             if isinstance(node, ast.Attribute) and node.attr == attr and ast.unparse(node.value) == "conn":
                 out.setdefault(fn.name, []).append(ast.unparse(node))
@@ -301,7 +288,7 @@ def test_the_last_dispatch_pass_always_finds_nothing_waiting(lc_root: Path, last
     src = SERVING_PY.read_text()
     line = src.splitlines()[_LAST_PASS_LINE - 1]
     assert line.strip() == "self._dispatch_ready()  # everything left answers shutting_down", line
-    methods = _methods()
+    methods = listener_methods()
     adders = {name for name, fn in methods.items() for n in ast.walk(fn) if isinstance(n, ast.Call)
               and isinstance(n.func, ast.Attribute) and n.func.attr in _ADDS
               and ast.unparse(n.func.value) == "self._ready"}
@@ -404,7 +391,7 @@ def test_the_close_of_an_unread_reply_is_the_exits_close_too(lc_root: Path, no_t
     src = SERVING_PY.read_text()
     assert src.splitlines()[_mutants("harness/reference/serving.py")[UNREAD_CLOSE].line - 1].strip() == \
         'self._close(conn, why="reply not read before the drain timeout")'
-    methods = _methods()
+    methods = listener_methods()
     assert {m for m, fn in methods.items() if "_deliver_unread" in _calls(fn)} == {"_serve"}
     try_ = next(n for n in methods["_serve"].body if isinstance(n, ast.Try))
     assert ast.unparse(try_.body[-1]) == "self._deliver_unread(ep, server_fd)"  # nothing after it but finally
