@@ -376,3 +376,63 @@ def test_build_refuses_parameters_that_are_not_one_literal() -> None:
 
     with pytest.raises(repro.RefusedError, match="not one literal"):
         repro.build({"scenario": "s", "x": Code()})
+
+
+def test_check_record_appends_each_run_and_writes_its_table(tmp_path: Path) -> None:
+    """A recorded run of the well-behaved stand-in: engine-sigterm-idle exits 0 where expected.yaml says the
+    files are left, so the entry says not as expected; a second run appends, the table counts both."""
+    from harness.repro import check, runs
+
+    folder = tmp_path / "release" / "repro"
+    folder.mkdir(parents=True)
+    shutil.copy(FINDINGS / "expected.yaml", folder.parent / "expected.yaml")
+    shutil.copy(REPRO / "engine-sigterm-idle.py", folder)
+    (folder / "README.md").write_text(f"# runs\n\n{runs.BEGIN}\n{runs.END}\n")
+    cmd = f"{sys.executable} -m harness.engine.standin"
+    for _ in range(2):
+        assert check.main(["--engine-cmd", cmd, "--dir", str(folder), "--record"]) == 1
+    entries = runs.load(folder)
+    assert [(e["scenario"], e["checker"], e["exits"], e["as_expected"]) for e in entries] == \
+        [("engine-sigterm-idle", "engine_nothing_left", [0], False)] * 2
+    assert all(e["date"] and e["command"].startswith("python -m harness.repro.check") for e in entries)
+    page = (folder / "README.md").read_text()
+    assert "| [engine-sigterm-idle.py](engine-sigterm-idle.py) | `engine_nothing_left` | 0 (absent) | **no** |" in page
+    assert page.count("| 2 |") == 1 and "Measured: date " in page
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ('{"a": 1}', "expected a list of runs, found dict"),
+    ('[3]', "runs.json[0]: expected an object, found int"),
+    ('[{"scenario": "s", "checker": "c", "date": "d", "as_expected": "yes", "exits": [0]}]',
+     "runs.json[0].as_expected: expected a bool"),
+    ('[{"scenario": "s", "checker": "c", "date": "d", "as_expected": true, "exits": [true]}]',
+     "runs.json[0].exits: expected a list of 1 to 1000 exit statuses"),
+    ('[{"scenario": "s", "checker": "c", "date": "d", "as_expected": true, "exits": []}]',
+     "runs.json[0].exits: expected a list of 1 to 1000 exit statuses"),
+])
+def test_a_malformed_runs_file_is_refused_before_any_launch(tmp_path: Path, text: str, message: str,
+                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    from harness.repro import check, runs
+
+    folder = tmp_path / "release" / "repro"
+    folder.mkdir(parents=True)
+    shutil.copy(FINDINGS / "expected.yaml", folder.parent / "expected.yaml")
+    shutil.copy(REPRO / "engine-sigterm-idle.py", folder)
+    (folder / "README.md").write_text(f"{runs.BEGIN}\n{runs.END}\n")
+    (folder / runs.RUNS).write_text(text)
+    assert check.main(["--engine-cmd", "/nonexistent/vllm", "--dir", str(folder), "--record"]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_a_page_without_the_tables_markers_is_refused_before_any_launch(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from harness.repro import check
+
+    folder = tmp_path / "release" / "repro"
+    folder.mkdir(parents=True)
+    shutil.copy(FINDINGS / "expected.yaml", folder.parent / "expected.yaml")
+    shutil.copy(REPRO / "engine-sigterm-idle.py", folder)
+    (folder / "README.md").write_text("# no table here\n")
+    assert check.main(["--engine-cmd", "/nonexistent/vllm", "--dir", str(folder), "--record"]) == 2
+    assert "has no <!-- repro-runs-table:begin --> ... <!-- repro-runs-table:end --> markers" in \
+        capsys.readouterr().err
