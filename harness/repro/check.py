@@ -57,6 +57,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"python -m harness.repro.check: {exc}", file=sys.stderr)
             return 2
     command = shlex.join(["python", "-m", "harness.repro.check", *(sys.argv[1:] if argv is None else argv)])
+    # the tree as the run began: the record's own writes (runs.json, README.md) never make it read as changed
+    origin = provenance.record(command, ROOT) if a.record else {}
     rc = 0
     for script in (s for s in scripts if not a.only or s.stem in a.only):
         scenario = script.stem
@@ -75,7 +77,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"{scenario}: {'as expected' if not diffs else '; '.join(diffs)}")
         if a.record:
             runs.append(a.dir, {"scenario": scenario, "checker": checker, "exits": exits, "as_expected": not diffs,
-                                **provenance.record(command, ROOT)})
+                                **origin})
             runs.write(a.dir)
         rc = rc or (1 if diffs else 0)
     return rc
