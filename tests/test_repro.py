@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -436,3 +437,19 @@ def test_a_page_without_the_tables_markers_is_refused_before_any_launch(
     assert check.main(["--engine-cmd", "/nonexistent/vllm", "--dir", str(folder), "--record"]) == 2
     assert "has no <!-- repro-runs-table:begin --> ... <!-- repro-runs-table:end --> markers" in \
         capsys.readouterr().err
+
+
+def test_a_tensor_parallel_launch_gets_the_launchers_binding_and_kv_cache_as_the_run_did(tmp_path: Path) -> None:
+    """vLLM's CPU workers refuse to start at TP=2 on a machine of one NUMA node unless their OpenMP threads are
+    bound (the harness's launcher binds one core each), and each takes most of the memory for its KV cache
+    unless told (the launcher gives 1 GiB); a user's own settings are kept."""
+    seen = tmp_path / "bind"
+    engine = f"sh -c 'printf %s \"$VLLM_CPU_OMP_THREADS_BIND $VLLM_CPU_KVCACHE_SPACE\" > {seen}' sh"
+    script = REPRO / "engine-tp2-sigkill-api-server.py"
+    base = {"PATH": "/usr/bin:/bin"}
+    for env, want in (({}, "|".join(str(i % (os.cpu_count() or 1)) for i in range(2)) + " 1"),
+                      ({"VLLM_CPU_OMP_THREADS_BIND": "0-1|0-1", "VLLM_CPU_KVCACHE_SPACE": "2"}, "0-1|0-1 2")):
+        r = subprocess.run([sys.executable, str(script), "--engine-cmd", engine, "--launch-s", "5"], cwd=ROOT,
+                           capture_output=True, text=True, timeout=60, env={**base, **env})
+        assert r.returncode == 2, r.stdout + r.stderr  # the engine never became ready
+        assert seen.read_text() == want

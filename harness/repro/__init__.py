@@ -25,6 +25,7 @@ from harness.eventlines import check_line, lines_of
 from harness.repro.script import BODY
 from harness.scenario.engine_steps import STALLED_RCVBUF
 from harness.scenario.fields import MAX_COUNT
+from harness.targets.vllm_engine import VLLM_ENV
 from harness.verdicts_file import read_meta
 
 __all__ = ["FINDINGS", "build", "main", "RefusedError"]
@@ -235,7 +236,7 @@ def params_of(run_dir: Path) -> dict[str, Any]:
         raise RefusedError(f"{hist}: {scenario} has no stream that stays in flight (a stream request without "
                            "disconnect_after)")
     return {"scenario": scenario, "about": about, "check": check, "model": model, "argv": argv, "env": env,
-            "stream_s": STREAM_S, "after_failure_s": AFTER_FAILURE_S,
+            "launcher_env": dict(VLLM_ENV), "stream_s": STREAM_S, "after_failure_s": AFTER_FAILURE_S,
             "steps": [s for s in steps if s["kind"] != "engine_restart"]}
 
 

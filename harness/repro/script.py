@@ -353,6 +353,14 @@ def main():
     workdir = tempfile.mkdtemp(prefix="repro-")
     env = {k: str(held[0].getsockname()[1]) if v == "{held}" else v for k, v in PARAMS["env"].items()}
     env.update({k: workdir for k in PATH_VARS})
+    # what lastcall's launcher gives every engine (a 1 GiB KV cache per CPU worker: vLLM's default takes most of
+    # the memory for each, and two workers of TP=2 are then killed for it), unless this environment says otherwise
+    env.update({k: v for k, v in PARAMS["launcher_env"].items() if k not in os.environ})
+    tp = next((int(v) for k, v in zip(cmd, cmd[1:]) if k == "--tensor-parallel-size"), 1)
+    if tp > 1 and "VLLM_CPU_OMP_THREADS_BIND" not in os.environ:
+        # vLLM's CPU workers bind their OpenMP threads one NUMA node each unless told otherwise, and a start
+        # refuses a machine with fewer nodes than workers; the run's launcher gave each worker a core
+        env["VLLM_CPU_OMP_THREADS_BIND"] = "|".join(str(i % (os.cpu_count() or 1)) for i in range(tp))
     print("launching:", shlex.join(cmd), "with", env, flush=True)
     seen = []
     try:

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 # Reproduces 'engine-sigkill-api-server': written by `lastcall repro`.
-PARAMS = {'scenario': 'engine-sigkill-api-server', 'about': 'EngineCore/worker outlive a SIGKILLed API server (orphaned)', 'check': 'orphans', 'model': '/root/.cache/lastcall/models/tiny-llama-v1', 'argv': ['serve', '{model}', '--port', '{port}', '--host', '127.0.0.1', '--max-model-len', '2048', '--max-num-seqs', '4', '--enforce-eager', '--dtype', 'float32'], 'env': {}, 'stream_s': 10.0, 'after_failure_s': 30.0, 'steps': [{'kind': 'engine_request', 'max_tokens': 8, 'stream': False}, {'kind': 'engine_signal', 'to': 'api_server', 'sig': 'SIGKILL'}, {'kind': 'wait_gone', 'timeout': 5.0}]}
+PARAMS = {'scenario': 'engine-sigkill-api-server', 'about': 'EngineCore/worker outlive a SIGKILLed API server (orphaned)', 'check': 'orphans', 'model': '/root/.cache/lastcall/models/tiny-llama-v1', 'argv': ['serve', '{model}', '--port', '{port}', '--host', '127.0.0.1', '--max-model-len', '2048', '--max-num-seqs', '4', '--enforce-eager', '--dtype', 'float32'], 'env': {}, 'launcher_env': {'HF_HUB_OFFLINE': '1', 'VLLM_CPU_KVCACHE_SPACE': '1', 'VLLM_NO_USAGE_STATS': '1', 'VLLM_DO_NOT_TRACK': '1'}, 'stream_s': 10.0, 'after_failure_s': 30.0, 'steps': [{'kind': 'engine_request', 'max_tokens': 8, 'stream': False}, {'kind': 'engine_signal', 'to': 'api_server', 'sig': 'SIGKILL'}, {'kind': 'wait_gone', 'timeout': 5.0}]}
 
 import argparse, collections, http.client, json, os, re, select, shlex, shutil, signal, socket, stat, subprocess
 import sys, tempfile, threading, time, urllib.request
@@ -351,6 +351,14 @@ def main():
     workdir = tempfile.mkdtemp(prefix="repro-")
     env = {k: str(held[0].getsockname()[1]) if v == "{held}" else v for k, v in PARAMS["env"].items()}
     env.update({k: workdir for k in PATH_VARS})
+    # what lastcall's launcher gives every engine (a 1 GiB KV cache per CPU worker: vLLM's default takes most of
+    # the memory for each, and two workers of TP=2 are then killed for it), unless this environment says otherwise
+    env.update({k: v for k, v in PARAMS["launcher_env"].items() if k not in os.environ})
+    tp = next((int(v) for k, v in zip(cmd, cmd[1:]) if k == "--tensor-parallel-size"), 1)
+    if tp > 1 and "VLLM_CPU_OMP_THREADS_BIND" not in os.environ:
+        # vLLM's CPU workers bind their OpenMP threads one NUMA node each unless told otherwise, and a start
+        # refuses a machine with fewer nodes than workers; the run's launcher gave each worker a core
+        env["VLLM_CPU_OMP_THREADS_BIND"] = "|".join(str(i % (os.cpu_count() or 1)) for i in range(tp))
     print("launching:", shlex.join(cmd), "with", env, flush=True)
     seen = []
     try:
