@@ -76,12 +76,13 @@ class Wait(Strict):
 
     reached: StepName | None = Field(None, description="an arm step's name: wait until its site is hit")
     hits: int = Field(1, ge=1, le=MAX_COUNT, description="with reached: wait for this many hits in all")
-    event: str | None = Field(None, description="an event kind, e.g. stop_started (see docs/events.md)",
-                              json_schema_extra=_event_enum)
+    event: str | None = Field(None, description="an event kind, e.g. stop_started (see docs/events.md): one "
+                              "recorded since the last step before this wait other than start and wait began "
+                              "(the mark), or since: STEP's start", json_schema_extra=_event_enum)
     on: WorkerOrEngine | None = Field(None, description="with event: only events from this process")
     since: StepName | None = Field(None, description="with event: count events from the start of this earlier "
-                                   "step, not from the last step that moves the mark (one recorded before a "
-                                   "later arm, send or release still counts)")
+                                   "step, not from the mark (one recorded before a later arm, send or release "
+                                   "still counts)")
     returned: StepName | None = Field(None, description="a call, stop, shutdown or restart step's name")
     closed: StepName | None = Field(None, description="a send, idle or flood step's name: the listener closed it")
     timeout: Duration | None = Field(None, description="a safety net, not a timer; default config.ipc_timeout")
