@@ -398,7 +398,7 @@ def test_check_record_appends_each_run_and_writes_its_table(tmp_path: Path) -> N
     assert all(e["date"] and e["command"].startswith("python -m harness.repro.check") for e in entries)
     page = (folder / "README.md").read_text()
     assert "| [engine-sigterm-idle.py](engine-sigterm-idle.py) | `engine_nothing_left` | 0 (absent) | **no** |" in page
-    assert page.count("| 2 |") == 1 and "Measured: date " in page
+    assert page.count("| 0 of 2 |") == 1 and "Measured: date " in page
 
 
 @pytest.mark.parametrize(("text", "message"), [

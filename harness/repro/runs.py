@@ -5,8 +5,8 @@ the table of it written into the scripts' README.md between its markers.
 An entry: the scenario, the checker its exit stands for, each repeat's exit status, whether the repeats agreed
 with expected.yaml, and the provenance of the run (harness.provenance: date, commit, machine, python,
 command).  Entries are only appended, so runs of several sittings add up; the table shows each script's latest
-entry and how many entries it has.  The file is read back bounded and checked field by field: a malformed
-entry is refused with its position, never shown.
+entry and, over every entry, in how many runs the defect was present.  The file is read back bounded and
+checked field by field: a malformed entry is refused with its position, never shown.
 """
 
 from __future__ import annotations
@@ -64,17 +64,19 @@ def render(entries: Sequence[Mapping[str, Any]]) -> str:
     if not entries:
         return "No reproducer of this release has been run against the real engine with `--record` yet."
     latest: dict[str, Mapping[str, Any]] = {}
-    count: dict[str, int] = {}
+    every: dict[str, list[int]] = {}  # every recorded exit of a script, of all its entries
     for e in entries:
         latest[e["scenario"]] = e
-        count[e["scenario"]] = count.get(e["scenario"], 0) + 1
-    lines = ["| script | judged as | exit statuses (latest run) | as expected.yaml says | date | runs recorded |",
-             "| --- | --- | --- | --- | --- | --- |"]
+        every.setdefault(e["scenario"], []).extend(e["exits"])
+    lines = ["| script | judged as | exit statuses (latest run) | as expected.yaml says | date | "
+             "present in, of every recorded run |", "| --- | --- | --- | --- | --- | --- |"]
     for name in sorted(latest):
         e = latest[name]
         exits = ", ".join(_EXITS.get(x, f"{x} (cannot tell)") for x in e["exits"])
+        told = [x for x in every[name] if x in _EXITS]
+        rest = "" if len(told) == len(every[name]) else " (the rest could not tell)"
         lines.append(f"| [{name}.py]({name}.py) | `{e['checker']}` | {exits} | "
-                     f"{'yes' if e['as_expected'] else '**no**'} | {e['date']} | {count[name]} |")
+                     f"{'yes' if e['as_expected'] else '**no**'} | {e['date']} | {sum(told)} of {len(told)}{rest} |")
     return "\n".join([*lines, "", provenance.line([latest[n] for n in sorted(latest)])])
 
 
