@@ -9,11 +9,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from lc_helpers import ROOT
 
 from harness.errors import ConfigError
 from harness.reference.listener import WorkerListener
 from harness.targets import LISTENER_CALL, LISTENER_METHODS, listener_problems, load_target
+
+ROOT = Path(__file__).resolve().parent.parent  # its own, not lc_helpers': `lastcall run` imports this module
 
 
 class PathAndBackendOnly:
