@@ -57,12 +57,15 @@ SOURCE = {"vllm-0.32-cpu/repro/engine-sigterm-idle.py": "vllm-0.32-cpu/reports-c
 STANDIN_SCALE = "0.1"
 
 
-def _run(script: Path, variant: str) -> subprocess.CompletedProcess[str]:
-    cmd = [sys.executable, str(script), "--engine-cmd", f"{sys.executable} -m harness.engine.standin",
-           "--model", "standin", "--engine-arg=--variant", f"--engine-arg={variant}",
-           "--time-scale", STANDIN_SCALE, "--launch-s", "10"]
-    return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=60,
-                          env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT)})
+def _script(script: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """A reproducer run as a user runs it: its own interpreter, a bare environment (plus ``env``)."""
+    return subprocess.run([sys.executable, str(script), *args], cwd=ROOT, capture_output=True, text=True,
+                          timeout=60, env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT), **(env or {})})
+
+
+def _run(script: Path, variant: str, scale: str = STANDIN_SCALE) -> subprocess.CompletedProcess[str]:
+    return _script(script, "--engine-cmd", f"{sys.executable} -m harness.engine.standin", "--model", "standin",
+                   "--engine-arg=--variant", f"--engine-arg={variant}", "--time-scale", scale, "--launch-s", "10")
 
 
 def test_every_committed_reproducer_is_proven() -> None:
@@ -125,11 +128,7 @@ def test_committed_reproducer_is_what_repro_writes(name: str, tmp_path: Path) ->
 def test_an_exit_status_not_yet_known_is_not_reported_absent() -> None:
     """The exit-0 check reads the API server's exit status: a server still running when the wait for the tree
     ends (a wait scaled to nothing here) has none, and the script exits 2, not 0 ("absent")."""
-    cmd = [sys.executable, str(FINDINGS / "repro/engine-sigkill-worker.py"), "--engine-cmd",
-           f"{sys.executable} -m harness.engine.standin", "--model", "standin", "--time-scale", "0.0001",
-           "--launch-s", "10"]
-    r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=60,
-                       env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT)})
+    r = _run(REPRO / "engine-sigkill-worker.py", "standin", scale="0.0001")
     assert r.returncode == 2, r.stdout + r.stderr
     assert "has not exited: its exit status cannot be judged" in r.stdout
 
@@ -446,10 +445,8 @@ def test_a_tensor_parallel_launch_gets_the_launchers_binding_and_kv_cache_as_the
     seen = tmp_path / "bind"
     engine = f"sh -c 'printf %s \"$VLLM_CPU_OMP_THREADS_BIND $VLLM_CPU_KVCACHE_SPACE\" > {seen}' sh"
     script = REPRO / "engine-tp2-sigkill-api-server.py"
-    base = {"PATH": "/usr/bin:/bin"}
     for env, want in (({}, "|".join(str(i % (os.cpu_count() or 1)) for i in range(2)) + " 1"),
                       ({"VLLM_CPU_OMP_THREADS_BIND": "0-1|0-1", "VLLM_CPU_KVCACHE_SPACE": "2"}, "0-1|0-1 2")):
-        r = subprocess.run([sys.executable, str(script), "--engine-cmd", engine, "--launch-s", "5"], cwd=ROOT,
-                           capture_output=True, text=True, timeout=60, env={**base, **env})
+        r = _script(script, "--engine-cmd", engine, "--launch-s", "5", env=env)
         assert r.returncode == 2, r.stdout + r.stderr  # the engine never became ready
         assert seen.read_text() == want

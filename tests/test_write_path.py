@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from harness.faults.client import read_slowly
 from harness.history import Recorder
 from harness.reference import wire
 from harness.reference.backend import NoopBackend
@@ -140,15 +141,6 @@ def test_a_slow_reader_gets_its_whole_reply_during_a_drain(lc_root: Path, lastca
     assert not lastcall_recorder.events("reply_failed")
 
 
-def read_bytewise(s: socket.socket) -> wire.Reply:
-    """One reply a byte per recv(): the listener must write the rest each time its client has read some."""
-    head = b"".join(s.recv(1) for _ in range(wire.HEADER.size))
-    body = bytearray()
-    for _ in range(wire.parse_length(head)):
-        body += s.recv(1)
-    return wire.decode_reply(bytes(body))
-
-
 @pytest.mark.parametrize("variant", ["reference", "partial_flush_abandoned"])
 def test_a_reply_read_slowly_is_written_as_it_is_read(lc_root: Path, lastcall_recorder: Recorder,
                                                       lst: list[WorkerListener], variant: str) -> None:
@@ -160,10 +152,11 @@ def test_a_reply_read_slowly_is_written_as_it_is_read(lc_root: Path, lastcall_re
     with connect(listener.path, timeout=5.0) as s:
         s.sendall(wire.encode_request(req))
         if variant == "reference":
-            assert read_bytewise(s).id == req.id
+            reply = read_slowly(s, 5.0, wire.decode_reply)  # a byte per recv()
+            assert reply is not None and reply.id == req.id
         else:  # back to reading after its first partial write: the rest waits for a request that never comes
             with pytest.raises(TimeoutError):
-                read_bytewise(s)
+                read_slowly(s, 5.0, wire.decode_reply)
 
 
 @pytest.mark.parametrize("variant", ["reference", "dead_reader_spins"])

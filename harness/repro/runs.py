@@ -55,7 +55,8 @@ def load(folder: Path) -> list[Mapping[str, Any]]:
 
 def append(folder: Path, entry: Mapping[str, Any]) -> None:
     """Add one script's run to ``folder``'s runs.json."""
-    entries = [*load(folder), _check(0, dict(entry))]
+    entries = load(folder)
+    entries.append(_check(len(entries), dict(entry)))
     (folder / RUNS).write_text(json.dumps(entries, indent=1) + "\n")
 
 
